@@ -1,0 +1,112 @@
+"""The external-command check of Polygraphy's ``--check``: run a command on the iteration model;
+a non-zero exit code (minus ignored codes, or only listed fail codes) or a matching regex fails.
+
+The command runs in its own process group with a time limit; on timeout the whole group is
+killed, and the verdict is ``timeout``. A death by signal is a ``crash``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from reducer_core.verdict import Verdict, VerdictKind
+
+OUTPUT_TAIL_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class CommandCheck:
+    command: Sequence[str]
+    fail_codes: Sequence[int] = ()
+    ignore_fail_codes: Sequence[int] = ()
+    fail_regexes: Sequence[str] = ()
+    timeout_s: float | None = None
+    env: dict[str, str] | None = None
+    compiled: list[re.Pattern[str]] = field(default_factory=list, compare=False)
+
+    def __post_init__(self) -> None:
+        self.compiled.extend(re.compile(r) for r in self.fail_regexes)
+
+    @property
+    def identity(self) -> str:
+        parts = [shlex.join(self.command)]
+        parts += [f"fail-code={c}" for c in self.fail_codes]
+        parts += [f"ignore-fail-code={c}" for c in self.ignore_fail_codes]
+        parts += [f"fail-regex={r}" for r in self.fail_regexes]
+        return " ".join(parts)
+
+    def run(self) -> tuple[Verdict, str]:
+        """Run the command once; returns the verdict and the combined output."""
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                list(self.command),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=self.env,
+            )
+        except OSError as exc:
+            return Verdict(VerdictKind.INFRA_ERROR, "", f"cannot start check: {exc}"), str(exc)
+        try:
+            out, err = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, err = proc.communicate()
+            text = _text(out, err)
+            duration = time.monotonic() - started
+            return Verdict(VerdictKind.TIMEOUT, "timeout", f"timed out after {self.timeout_s:g}s", duration), text
+        duration = time.monotonic() - started
+        text = _text(out, err)
+        return self.judge(proc.returncode, text, duration), text
+
+    def judge(self, code: int, output: str, duration: float) -> Verdict:
+        """Polygraphy's rule: ignored codes pass; with --fail-code only those codes fail (and
+        also need a regex match when regexes are given); otherwise a regex match fails (even with
+        exit 0) or, without regexes, any non-zero exit fails."""
+        matched = [r.pattern for r in self.compiled if r.search(output)]
+        if code in self.ignore_fail_codes:
+            failed = False
+        elif self.fail_codes:
+            failed = code in self.fail_codes and (bool(matched) or not self.compiled)
+        else:
+            failed = bool(matched) if self.compiled else code != 0
+        if failed:
+            signature = f"exit={code};regex={matched[0]}" if matched else f"exit={code}"
+            return Verdict(VerdictKind.FAIL, signature, f"exit code {code}", duration)
+        if code < 0 and not self.compiled:
+            return Verdict(
+                VerdictKind.CRASH,
+                f"signal={_signal_name(-code)}",
+                f"killed by {_signal_name(-code)}",
+                duration,
+            )
+        return Verdict(VerdictKind.PASS, "", f"exit code {code}", duration)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def _text(out: bytes, err: bytes) -> str:
+    return out.decode(errors="replace") + err.decode(errors="replace")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def tail(text: str, chars: int = OUTPUT_TAIL_CHARS) -> str:
+    return text if len(text) <= chars else "…" + text[-chars:]

@@ -1,0 +1,161 @@
+"""A prepared reduction: the indexed model, where its weights live, tensor values for freezing
+and fallback inference, and the IR version cap of the installed onnxruntime."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import onnx
+
+from reducer_core import modelio
+from reducer_core.candidate import Candidate
+from reducer_core.extract import boundary_inputs, extract
+from reducer_core.graph import GraphIndex
+from reducer_core.prepare import Shape, apply_tensor_metadata, prepare
+from reducer_core.tensors import TensorMap, load_tensor_file, merge_samples
+
+
+class Log(Protocol):
+    def info(self, message: str) -> None: ...
+
+    def warning(self, message: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class ReduceOptions:
+    """What a reduction needs to know about its model (the CLI and the service both build one)."""
+
+    model: Path
+    work_dir: Path
+    artifact_stem: str = "polygraphy_debug"
+    external_data_dir: Path | None = None
+    input_shapes: Mapping[str, Shape] = field(default_factory=dict)
+    shape_inference: bool = True
+    force_fallback_shape_inference: bool = False
+    load_inputs: Sequence[Path] = ()
+    seed: int = 1
+
+
+@dataclass
+class Workspace:
+    index: GraphIndex
+    sources: modelio.WeightSources
+    options: ReduceOptions
+    log: Log
+    values: TensorMap = field(default_factory=dict)
+    ir_cap: int | None = None
+    scratch: Path | None = None
+    _fallback_done: bool = False
+
+    def model_for(self, candidate: Candidate) -> onnx.ModelProto:
+        """The candidate's model; side-branch tensors are frozen when the candidate has a primary
+        node and their values are known (from --load-inputs or one fallback inference run)."""
+        return extract(self.index, candidate, self._frozen_values(candidate), self.ir_cap)
+
+    def write(self, candidate: Candidate, path: Path) -> None:
+        modelio.write_iteration_model(self.model_for(candidate), path, self.sources)
+
+    def save_self_contained(self, candidate: Candidate, path: Path) -> Path | None:
+        return modelio.save_self_contained(self.model_for(candidate), path, self.sources)
+
+    def _frozen_values(self, candidate: Candidate) -> Mapping[str, np.ndarray] | None:
+        if candidate.primary is None:
+            return None
+        primary_reads = set(self.index.reads[candidate.primary])
+        needed = [
+            n
+            for n in boundary_inputs(self.index, candidate.nodes)
+            if n not in primary_reads and n not in self.index.initializers
+        ]
+        if any(n not in self.values for n in needed) and not self._fallback_done:
+            run_fallback_inference(self)
+            if any(n not in self.values for n in needed):
+                self.log.warning("Some side-branch tensors have no values; they stay graph inputs.")
+        return self.values
+
+    def close(self) -> None:
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _ort_max_ir_version() -> int | None:
+    try:
+        from checks.ort_runtime import max_ir_version
+    except ImportError:
+        return None
+    return max_ir_version()
+
+
+def load_workspace(options: ReduceOptions, log: Log) -> Workspace:
+    """Load, validate and prepare ``options.model``; move inline weights out once."""
+    model, sources = modelio.load_model(options.model, options.external_data_dir)
+    prepared = prepare(model, options.input_shapes, shape_inference=options.shape_inference)
+    options.work_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".onnx-reducer-", dir=options.work_dir))
+    sources = modelio.relocate_external_data(prepared, sources, prefix=f"{options.artifact_stem}.w")
+    moved = modelio.externalize_inline_weights(
+        prepared, sources, scratch / "inline.weights", location=f"{options.artifact_stem}.weights"
+    )
+    if moved:
+        log.info(f"Moved {moved / 1e6:.1f} MB of inline weights to a reference file once; iterations copy none.")
+    samples = merge_samples([load_tensor_file(p) for p in options.load_inputs]) if options.load_inputs else []
+    values = dict(samples[0]) if samples else {}
+    workspace = Workspace(GraphIndex.build(prepared), sources, options, log, values, _ort_max_ir_version(), scratch)
+    if options.force_fallback_shape_inference or _has_untyped_tensors(workspace.index):
+        run_fallback_inference(workspace)
+    warn_about_shapes(workspace.index, log)
+    return workspace
+
+
+def _has_untyped_tensors(index: GraphIndex) -> bool:
+    return any(name not in index.types for outs in index.writes for name in outs)
+
+
+def run_fallback_inference(workspace: Workspace) -> None:
+    """Shapes (and values for freezing) from one onnxruntime run; on failure, keep going and say so."""
+    workspace._fallback_done = True
+    try:
+        from checks.ort_runtime import fallback_inference
+    except ImportError:
+        workspace.log.warning("onnxruntime is not installed: fallback shape inference is unavailable.")
+        return
+    workspace.log.info("Running onnxruntime once to find intermediate tensor shapes and values (fallback inference).")
+    try:
+        metas, values = fallback_inference(
+            workspace.index.model, workspace.sources, workspace.values, workspace.options.seed
+        )
+    except Exception as exc:  # noqa: BLE001 - any runtime failure is reported, not fatal
+        workspace.log.warning(
+            f"Fallback inference failed ({type(exc).__name__}: {str(exc)[:300]}); keeping ONNX shapes."
+        )
+        return
+    model = onnx.ModelProto()
+    model.CopyFrom(workspace.index.model)
+    force = workspace.options.force_fallback_shape_inference
+    apply_tensor_metadata(model, metas if force else {k: v for k, v in metas.items() if k not in workspace.index.types})
+    workspace.index = GraphIndex.build(model)
+    for name, value in values.items():
+        workspace.values.setdefault(name, value)
+
+
+def warn_about_shapes(index: GraphIndex, log: Log) -> None:
+    def dynamic(name: str) -> bool:
+        t = index.types.get(name)
+        return t is None or any(not d.HasField("dim_value") for d in t.tensor_type.shape.dim)
+
+    if any(dynamic(name) for name in index.graph_inputs):
+        log.warning(
+            "This model has dynamic input shapes; give --model-input-shapes NAME:[d0,...] so that "
+            "iteration models get fixed shapes."
+        )
+    if any(n.op_type == "Shape" for n in index.nodes):
+        log.warning(
+            "This model contains Shape operations; candidates that cut through them may fail differently. "
+            "Signature pinning (default) keeps such drift from being counted."
+        )

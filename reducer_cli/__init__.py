@@ -1,0 +1,1 @@
+"""The ``onnx-reducer`` command line: an adapter around ``reducer_core``."""

@@ -1,0 +1,209 @@
+"""Argument parsing for ``onnx-reducer``. ``reduce`` takes Polygraphy ``debug reduce``'s options
+with the same spelling, aliases and meaning, plus a few of our own (marked below)."""
+
+from __future__ import annotations
+
+import argparse
+
+from reducer_core.strategies import MODES
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_ORIGINAL_PASSED = 3
+EXIT_INVALID_MODEL = 4
+EXIT_INTERRUPTED = 130
+
+
+def _add_check_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Check command (Polygraphy-compatible)")
+    group.add_argument(
+        "--check",
+        "--check-inference",
+        dest="check",
+        nargs=argparse.REMAINDER,
+        default=None,
+        help="Command that checks the iteration model; everything after it is the command. Non-zero exit = "
+        "fail. Without --check, an interactive session asks you whether each iteration passed.",
+    )
+    codes = group.add_mutually_exclusive_group()
+    codes.add_argument(
+        "--fail-code",
+        "--fail-returncode",
+        dest="fail_codes",
+        nargs="+",
+        type=int,
+        default=None,
+        help="Exit code(s) that count as failures; any other code passes.",
+    )
+    codes.add_argument(
+        "--ignore-fail-code",
+        "--ignore-fail-returncode",
+        dest="ignore_fail_codes",
+        nargs="+",
+        type=int,
+        default=None,
+        help="Exit code(s) never counted as failures.",
+    )
+    group.add_argument(
+        "--fail-regex",
+        dest="fail_regex",
+        nargs="+",
+        default=None,
+        help="Regex(es) over the check's stdout+stderr; a match counts as a failure.",
+    )
+    shown = group.add_mutually_exclusive_group()
+    shown.add_argument("--show-output", action="store_true", help="Show the check's output for passing iterations too.")
+    shown.add_argument("--hide-fail-output", action="store_true", help="Do not show the check's output on failures.")
+    group.add_argument(
+        "--check-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="[onnx-reducer] Kill a check after this many seconds; a timeout is its own verdict.",
+    )
+    group.add_argument(
+        "--any-failure",
+        dest="pin_signature",
+        action="store_false",
+        help="[onnx-reducer] Count any failure, not only one with the original's signature "
+        "(exit code and matched regex). Polygraphy's behaviour.",
+    )
+
+
+def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="The ONNX model to reduce.")
+    parser.add_argument("-o", "--output", default=None, help="Where to write the minimal failing model.")
+    parser.add_argument(
+        "--min-good",
+        "--minimal-good",
+        dest="min_good",
+        default=None,
+        help="Where to write the passing model closest in size to the minimal failing one.",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="auto",
+        help="bisect: O(log N), Polygraphy's outputs-then-inputs search. linear: one node at a "
+        "time. minimize: delta debugging, ends 1-minimal. auto (default): optimistic descent, "
+        "then minimize; fewest checks for the smallest result.",
+    )
+    passes = parser.add_mutually_exclusive_group()
+    passes.add_argument(
+        "--no-reduce-inputs",
+        dest="reduce_inputs",
+        action="store_false",
+        help="Keep the model's inputs: only remove nodes from the end.",
+    )
+    passes.add_argument(
+        "--no-reduce-outputs",
+        dest="reduce_outputs",
+        action="store_false",
+        help="Keep the model's outputs: only remove nodes from the start.",
+    )
+    it = parser.add_argument_group("Iterations")
+    it.add_argument(
+        "--iter-artifact",
+        "--intermediate-artifact",
+        dest="iter_artifact",
+        default="polygraphy_debug.onnx",
+        help="Where each iteration's model is written (the check reads it).",
+    )
+    it.add_argument(
+        "--no-remove-intermediate",
+        dest="remove_intermediate",
+        action="store_false",
+        help="Keep the iteration model after the reduction ends.",
+    )
+    it.add_argument(
+        "--iter-info",
+        "--iteration-info",
+        dest="iteration_info",
+        default=None,
+        help="JSON file rewritten each iteration with the iteration number and candidate size.",
+    )
+    it.add_argument(
+        "--artifacts",
+        nargs="+",
+        default=None,
+        help="Files to sort into good/ and bad/ after each check (the iteration model is copied, "
+        "other files are moved); the iteration number goes into the name.",
+    )
+    it.add_argument(
+        "--art-dir",
+        "--artifacts-dir",
+        dest="artifacts_dir",
+        default="polygraphy_artifacts",
+        help="Folder holding good/ and bad/ (default: polygraphy_artifacts).",
+    )
+    it.add_argument("--load-debug-replay", default=None, help="Resume: verdicts recorded by --save-debug-replay.")
+    it.add_argument(
+        "--save-debug-replay",
+        default="onnx_reducer_debug_replay.json",
+        help="Where verdicts are saved after every check (default: onnx_reducer_debug_replay.json).",
+    )
+    shapes = parser.add_argument_group("Shapes and data")
+    shapes.add_argument(
+        "--model-input-shapes",
+        "--model-inputs",
+        dest="input_shapes",
+        nargs="+",
+        default=[],
+        metavar="NAME:[D0,...]",
+        help="Fix input shapes, then infer intermediate shapes.",
+    )
+    shapes.add_argument(
+        "--no-shape-inference",
+        dest="shape_inference",
+        action="store_false",
+        help="Do not run ONNX shape inference.",
+    )
+    shapes.add_argument(
+        "--force-fallback-shape-inference",
+        action="store_true",
+        help="Take intermediate shapes from an onnxruntime run instead of ONNX shape inference.",
+    )
+    shapes.add_argument(
+        "--load-inputs",
+        "--load-input-data",
+        dest="load_inputs",
+        nargs="+",
+        default=[],
+        help="Tensor values (Polygraphy JSON or .npz): inputs for fallback inference, and the "
+        "values used when a removed branch's output is frozen to a constant.",
+    )
+    shapes.add_argument("--seed", type=int, default=1, help="Seed for generated inputs (fallback inference).")
+    shapes.add_argument(
+        "--external-data-dir",
+        "--load-external-data",
+        dest="external_data_dir",
+        default=None,
+        help="Folder holding the model's external data (default: the model's folder).",
+    )
+    out = parser.add_argument_group("Output")
+    out.add_argument("-v", "--verbose", action="count", default=0, help="More log output.")
+    out.add_argument("-q", "--quiet", action="count", default=0, help="Less log output.")
+    out.add_argument("--no-progress", dest="progress", action="store_false", help="No live progress line.")
+    out.add_argument("--summary-json", default=None, help="[onnx-reducer] Write the final summary as JSON here.")
+    _add_check_args(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="onnx-reducer",
+        description="Reduce a failing ONNX model to the smallest subgraph that still fails.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    reduce = sub.add_parser(
+        "reduce",
+        help="Reduce a failing model (the options of `polygraphy debug reduce`).",
+        description="Reduce a failing model to a minimal failing subgraph. Options and defaults follow "
+        "`polygraphy debug reduce`, so switching tools means changing only the command name.",
+    )
+    _add_reduce_args(reduce)
+    inspect = sub.add_parser("inspect", help="Print a model's inputs, outputs and nodes ('Op: <OpType>').")
+    inspect.add_argument("model")
+    inspect.add_argument("--mode", default="basic", help="Accepted for Polygraphy compatibility.")
+    inspect.add_argument("--external-data-dir", default=None)
+    return parser

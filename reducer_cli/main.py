@@ -1,0 +1,77 @@
+"""Entry point of the ``onnx-reducer`` console script."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from reducer_cli import args as cli_args
+from reducer_cli.progress import ProgressReporter
+from reducer_core.errors import (
+    InvalidModelError,
+    OriginalDidNotFailError,
+    ReducerError,
+    UsageError,
+)
+
+
+def _reduce(ns: argparse.Namespace) -> int:
+    from engine.workspace import load_workspace
+    from reducer_cli.reduce_cmd import Session, build_check, options_from_args, write_summary_json
+
+    log = ProgressReporter(live=ns.progress, quiet=ns.quiet > 0)
+    if not ns.output and not ns.min_good:
+        raise UsageError("Give -o/--output (where to write the reduced model) and/or --min-good.")
+    check = build_check(ns)
+    workspace = load_workspace(options_from_args(ns), log)
+    session = Session(ns, workspace, check, log)
+    log.info(f"Reducing {ns.model}: {len(workspace.index)} nodes, mode={ns.mode}, check: {check.identity}")
+    try:
+        result = session.run()
+        log.summary(result)
+        session.write_results(result)
+        session.discard_skip_current_replay()
+        if ns.summary_json:
+            write_summary_json(ns.summary_json, result, workspace.index)
+    finally:
+        session.cleanup()
+    return cli_args.EXIT_OK
+
+
+def _inspect(ns: argparse.Namespace) -> int:
+    from reducer_cli.inspect_cmd import inspect_model
+
+    print(inspect_model(ns.model, ns.external_data_dir))
+    return cli_args.EXIT_OK
+
+
+def run(argv: Sequence[str]) -> int:
+    ns = cli_args.build_parser().parse_args(list(argv))
+    handlers = {"reduce": _reduce, "inspect": _inspect}
+    log = ProgressReporter(live=False)
+    try:
+        return handlers[ns.command](ns)
+    except OriginalDidNotFailError as exc:
+        log.error(str(exc))
+        return cli_args.EXIT_ORIGINAL_PASSED
+    except InvalidModelError as exc:
+        log.error(str(exc))
+        return cli_args.EXIT_INVALID_MODEL
+    except UsageError as exc:
+        log.error(str(exc))
+        return cli_args.EXIT_USAGE
+    except ReducerError as exc:
+        log.error(str(exc))
+        return cli_args.EXIT_ERROR
+    except KeyboardInterrupt:
+        log.error("Interrupted. Resume with --load-debug-replay and the replay file saved so far.")
+        return cli_args.EXIT_INTERRUPTED
+
+
+def main() -> None:
+    sys.exit(run(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""``onnx-reducer reduce``: the imperative shell around ``reducer_core.reducer.Reduction``.
+
+It loads and prepares the model, writes each candidate to ``--iter-artifact`` (weights by
+reference), runs the check, sorts artifacts, saves the replay after every verdict, and writes the
+minimal failing (and passing) models at the end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from pathlib import Path
+
+import onnx
+
+from checks.command import CommandCheck, tail
+from checks.interactive import InteractiveCheck
+from engine.workspace import ReduceOptions, Workspace
+from reducer_cli.progress import ProgressReporter
+from reducer_core import modelio
+from reducer_core.cache import VerdictCache
+from reducer_core.candidate import Candidate
+from reducer_core.errors import MissingTypeError, UsageError
+from reducer_core.graph import GraphIndex
+from reducer_core.prepare import parse_shape_arg
+from reducer_core.reducer import IterationRecord, Reduction, ReductionResult
+from reducer_core.strategies import SearchSpace, Strategy
+from reducer_core.verdict import Verdict, VerdictKind
+
+Check = CommandCheck | InteractiveCheck
+
+
+def options_from_args(args: argparse.Namespace) -> ReduceOptions:
+    iter_path = Path(args.iter_artifact)
+    return ReduceOptions(
+        model=Path(args.model),
+        work_dir=iter_path.resolve().parent,
+        artifact_stem=iter_path.stem,
+        external_data_dir=Path(args.external_data_dir) if args.external_data_dir else None,
+        input_shapes=dict(parse_shape_arg(s) for s in args.input_shapes),
+        shape_inference=args.shape_inference,
+        force_fallback_shape_inference=args.force_fallback_shape_inference,
+        load_inputs=[Path(p) for p in args.load_inputs],
+        seed=args.seed,
+    )
+
+
+def build_check(args: argparse.Namespace) -> Check:
+    if args.check is None:
+        return InteractiveCheck(args.iter_artifact)
+    if not args.check:
+        raise UsageError("--check needs a command after it, e.g. --check onnx-reducer inspect polygraphy_debug.onnx")
+    return CommandCheck(
+        command=args.check,
+        fail_codes=args.fail_codes or (),
+        ignore_fail_codes=args.ignore_fail_codes or (),
+        fail_regexes=args.fail_regex or (),
+        timeout_s=args.check_timeout,
+    )
+
+
+class Session:
+    """Everything one ``reduce`` run does around the pure loop."""
+
+    def __init__(self, args: argparse.Namespace, workspace: Workspace, check: Check, log: ProgressReporter) -> None:
+        self.args = args
+        self.ws = workspace
+        self.check = check
+        self.log = log
+        self.iter_path = Path(args.iter_artifact)
+        self.cache = VerdictCache(workspace.index.fingerprint, check.identity)
+
+    def oracle(self, candidate: Candidate, iteration: int) -> Verdict:
+        try:
+            self.ws.write(candidate, self.iter_path)
+        except MissingTypeError as exc:
+            return Verdict(VerdictKind.INFRA_ERROR, "", str(exc))
+        self._write_iteration_info(iteration, candidate)
+        self._save_replay(skip_current=candidate)
+        verdict, output = self.check.run()
+        self._show_output(verdict, output)
+        self._sort_artifacts(iteration, verdict)
+        self.cache.put(candidate, verdict)
+        self._save_replay()
+        return verdict
+
+    def _show_output(self, verdict: Verdict, output: str) -> None:
+        failed = verdict.kind is not VerdictKind.PASS
+        if output.strip() and (self.args.show_output or (failed and not self.args.hide_fail_output)):
+            self.log.info("==== check output ====\n" + tail(output))
+
+    def _write_iteration_info(self, iteration: int, candidate: Candidate) -> None:
+        if self.args.iteration_info:
+            info = {"iteration": iteration, "nodes": len(candidate)}
+            Path(self.args.iteration_info).write_text(json.dumps(info))
+
+    def _save_replay(self, skip_current: Candidate | None = None) -> None:
+        """Save the verdicts; with ``skip_current``, also a ``_skip_current`` replay that counts
+        the check about to run as the original failure (resume past a check that kills the tool)."""
+        if not self.args.save_debug_replay:
+            return
+        path = Path(self.args.save_debug_replay)
+        data = self.cache.to_json()
+        if skip_current is not None:
+            original = getattr(self, "original", None)
+            if original is None:
+                return
+            data["verdicts"][skip_current.fingerprint] = original.to_json()
+            path = path.with_name(f"{path.stem}_skip_current{path.suffix}")
+        _atomic_write(path, json.dumps(data, indent=1, sort_keys=True))
+
+    def _sort_artifacts(self, iteration: int, verdict: Verdict) -> None:
+        if not self.args.artifacts:
+            return
+        failed = verdict.is_failure
+        folder = Path(self.args.artifacts_dir) / ("bad" if failed else "good")
+        folder.mkdir(parents=True, exist_ok=True)
+        for artifact in map(Path, self.args.artifacts):
+            target = folder / f"{artifact.stem}_iter{iteration}{artifact.suffix}"
+            if artifact.resolve() == self.iter_path.resolve():
+                modelio.write_iteration_model(
+                    onnx.load(str(artifact), load_external_data=False), target, self.ws.sources
+                )
+            elif artifact.exists():
+                shutil.move(str(artifact), target)
+
+    def on_iteration(self, record: IterationRecord) -> None:
+        if record.phase == "original":
+            self.original = record.verdict
+        self.log.iteration(record)
+
+    def run(self) -> ReductionResult:
+        space = SearchSpace(self.ws.index, self.ws.index.all_nodes(), self.args.reduce_inputs, self.args.reduce_outputs)
+        strategy = Strategy(space, self.args.mode)
+        if self.args.load_debug_replay:
+            loaded = self.cache.merge_json(json.loads(Path(self.args.load_debug_replay).read_text()))
+            self.log.info(
+                f"Loaded {loaded} verdict(s) from {self.args.load_debug_replay}; they will not be re-checked."
+            )
+        self.log.total_nodes = len(space.start)
+        reduction = Reduction(strategy, self.oracle, self.cache, self.args.pin_signature, self.on_iteration)
+        return reduction.run()
+
+    def write_results(self, result: ReductionResult) -> None:
+        if self.args.output:
+            data = self.ws.save_self_contained(result.min_bad, Path(self.args.output))
+            extra = f" (weights in {data})" if data else ""
+            self.log.info(f"Minimal failing model ({len(result.min_bad)} nodes) written to {self.args.output}{extra}")
+        if self.args.min_good:
+            if result.min_good is None:
+                self.log.warning("No passing model close to the minimal failing one was seen; --min-good not written.")
+            else:
+                self.ws.save_self_contained(result.min_good, Path(self.args.min_good))
+                self.log.info(f"Closest passing model ({len(result.min_good)} nodes) written to {self.args.min_good}")
+        self._describe(result.min_bad)
+
+    def _describe(self, candidate: Candidate) -> None:
+        if len(candidate) <= 10:
+            labels = ", ".join(self.ws.index.label(n) for n in sorted(candidate.nodes))
+            self.log.info(f"Minimal failing nodes: {labels}")
+
+    def discard_skip_current_replay(self) -> None:
+        """After a finished run the ``_skip_current`` replay has no use; after a crash it stays."""
+        if self.args.save_debug_replay:
+            replay = Path(self.args.save_debug_replay)
+            replay.with_name(f"{replay.stem}_skip_current{replay.suffix}").unlink(missing_ok=True)
+
+    def cleanup(self) -> None:
+        if self.args.remove_intermediate:
+            self.iter_path.unlink(missing_ok=True)
+            modelio.remove_links(self.iter_path.resolve().parent, self.ws.sources)
+        self.ws.close()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_summary_json(path: str, result: ReductionResult, index: GraphIndex) -> None:
+    summary = {
+        "nodes_before": result.nodes_before,
+        "nodes_after": len(result.min_bad),
+        "min_bad_nodes": [index.label(n) for n in sorted(result.min_bad.nodes)],
+        "min_good_nodes": len(result.min_good) if result.min_good is not None else None,
+        "checks_run": result.checks_run,
+        "cache_hits": result.cache_hits,
+        "elapsed_s": result.elapsed_s,
+        "check_time_s": result.check_time_s,
+        "original": result.original.to_json(),
+        "iterations": [
+            {
+                "number": r.number,
+                "phase": r.phase,
+                "nodes": len(r.candidate),
+                "verdict": r.verdict.kind.value,
+                "reproduces": r.reproduces,
+                "cached": r.cached,
+                "overhead_s": r.overhead_s,
+            }
+            for r in result.iterations
+        ],
+    }
+    Path(path).write_text(json.dumps(summary, indent=1))

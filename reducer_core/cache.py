@@ -1,0 +1,69 @@
+"""The verdict cache: no candidate (same node set, same check) is checked twice in one reduction.
+
+It doubles as the debug replay: saved as JSON after every verdict, loaded to resume a stopped
+reduction without re-running the checks that had finished."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from reducer_core.candidate import Candidate
+from reducer_core.errors import ReplayMismatchError
+from reducer_core.verdict import Verdict
+
+REPLAY_VERSION = 1
+
+
+class VerdictCache:
+    def __init__(self, graph: str, check: str) -> None:
+        self.graph = graph
+        self.check = check
+        self._verdicts: dict[str, Verdict] = {}
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self._verdicts)
+
+    def get(self, candidate: Candidate) -> Verdict | None:
+        verdict = self._verdicts.get(candidate.fingerprint)
+        if verdict is not None:
+            self.hits += 1
+        return verdict
+
+    def put(self, candidate: Candidate, verdict: Verdict) -> None:
+        self._verdicts[candidate.fingerprint] = verdict
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": REPLAY_VERSION,
+            "tool": "onnx-reducer",
+            "graph": self.graph,
+            "check": self.check,
+            "verdicts": {fp: v.to_json() for fp, v in self._verdicts.items()},
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, sort_keys=True)
+
+    def merge_json(self, data: dict[str, Any]) -> int:
+        """Load verdicts saved by an earlier run of the same reduction; returns how many."""
+        if data.get("tool") != "onnx-reducer" or data.get("version") != REPLAY_VERSION:
+            raise ReplayMismatchError(
+                "This is not an onnx-reducer debug replay (Polygraphy's replay files record iteration "
+                "names, not node sets, and cannot be resumed here). Start without --load-debug-replay."
+            )
+        if data.get("graph") != self.graph:
+            raise ReplayMismatchError(
+                "The debug replay was recorded for a different model (graph fingerprint "
+                f"{data.get('graph')} != {self.graph}). Use the replay with the model it was made for."
+            )
+        if data.get("check") != self.check:
+            raise ReplayMismatchError(
+                f"The debug replay was recorded with another check ('{data.get('check')}'); its "
+                f"verdicts do not apply to '{self.check}'. Start without --load-debug-replay."
+            )
+        verdicts = data.get("verdicts", {})
+        for fingerprint, raw in verdicts.items():
+            self._verdicts[fingerprint] = Verdict.from_json(raw)
+        return len(verdicts)

@@ -1,0 +1,121 @@
+"""Extraction: any node set of a ``GraphIndex`` becomes a valid, loadable model.
+
+Rules (ARCHITECTURE.md §2):
+- a tensor read by the set but not produced in it becomes a graph input, unless it is an
+  initializer (kept, by reference: external data keeps its location/offset) or a frozen value;
+- a tensor produced in the set becomes a graph output when it is an original graph output, is read
+  by a node outside the set, or is read by no node at all;
+- opset imports, IR version (capped), metadata, model-local functions and nested bodies (which
+  keep their outer-scope references, now satisfied by inputs or initializers) are preserved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from reducer_core.candidate import Candidate
+from reducer_core.errors import MissingTypeError
+from reducer_core.graph import GraphIndex
+
+
+def boundary_inputs(index: GraphIndex, nodes: frozenset[int]) -> list[str]:
+    """Tensors the set reads but does not produce, in first-use order."""
+    produced = {name for n in nodes for name in index.writes[n]}
+    seen: dict[str, None] = {}
+    for n in sorted(nodes):
+        for name in index.reads[n]:
+            if name not in produced:
+                seen.setdefault(name, None)
+    return list(seen)
+
+
+def boundary_outputs(index: GraphIndex, nodes: frozenset[int]) -> list[str]:
+    """Tensors produced in the set that escape it (see module docstring)."""
+    result: list[str] = []
+    for n in sorted(nodes):
+        for name in index.writes[n]:
+            readers = index.consumers.get(name, ())
+            if index.is_graph_output(name) or not readers or any(r not in nodes for r in readers):
+                result.append(name)
+    return result
+
+
+def _value_info(index: GraphIndex, name: str, required: bool) -> onnx.ValueInfoProto:
+    tensor_type = index.types.get(name)
+    info = onnx.ValueInfoProto(name=name)
+    if tensor_type is not None:
+        info.type.CopyFrom(tensor_type)
+    elif required:
+        raise MissingTypeError(
+            f"Tensor '{name}' becomes a graph input but its dtype is unknown. Run without "
+            "--no-shape-inference, give --model-input-shapes, or use --force-fallback-shape-inference "
+            "(shapes from an onnxruntime run)."
+        )
+    return info
+
+
+def _frozen_initializer(name: str, value: np.ndarray) -> onnx.TensorProto:
+    tensor = numpy_helper.from_array(np.asarray(value), name=name)
+    return tensor
+
+
+def _copy_model_shell(model: onnx.ModelProto, ir_version_cap: int | None) -> onnx.ModelProto:
+    """A model with everything of ``model`` except the top-level graph's contents."""
+    out = onnx.ModelProto()
+    out.ir_version = min(model.ir_version, ir_version_cap) if ir_version_cap else model.ir_version
+    out.opset_import.extend(model.opset_import)
+    out.producer_name = model.producer_name
+    out.producer_version = model.producer_version
+    out.domain = model.domain
+    out.model_version = model.model_version
+    out.doc_string = model.doc_string
+    out.metadata_props.extend(model.metadata_props)
+    out.functions.extend(model.functions)
+    out.graph.name = model.graph.name or "reduced"
+    out.graph.doc_string = model.graph.doc_string
+    return out
+
+
+def extract(
+    index: GraphIndex,
+    candidate: Candidate,
+    frozen_values: Mapping[str, np.ndarray] | None = None,
+    ir_version_cap: int | None = None,
+) -> onnx.ModelProto:
+    """Build the model of ``candidate``. Costs O(nodes): external weights are referenced, not copied.
+
+    ``frozen_values``: when the candidate has a primary node, boundary tensors that are not that
+    node's inputs and have a value here become constants instead of graph inputs (Polygraphy's
+    branch freezing on the input side).
+    """
+    nodes = candidate.nodes
+    model = _copy_model_shell(index.model, ir_version_cap)
+    graph = model.graph
+    primary_reads = set(index.reads[candidate.primary]) if candidate.primary is not None else None
+    for name in boundary_inputs(index, nodes):
+        if name in index.initializers:
+            graph.initializer.append(index.initializers[name])
+        elif primary_reads is not None and frozen_values and name not in primary_reads and name in frozen_values:
+            graph.initializer.append(_frozen_initializer(name, frozen_values[name]))
+        else:
+            graph.input.append(_value_info(index, name, required=True))
+    outputs = boundary_outputs(index, nodes)
+    graph.output.extend(_value_info(index, name, required=False) for name in outputs)
+    graph.node.extend(index.nodes[n] for n in sorted(nodes))
+    escaping = set(outputs)
+    for n in sorted(nodes):
+        for name in index.writes[n]:
+            if name not in escaping and name in index.types:
+                graph.value_info.append(_value_info(index, name, required=False))
+    return model
+
+
+def model_of(index: GraphIndex, candidate: Candidate) -> str:
+    """A one-line description of a candidate for logs: size and first node labels."""
+    labels = [index.label(n) for n in sorted(candidate.nodes)[:4]]
+    more = f", +{len(candidate) - 4} more" if len(candidate) > 4 else ""
+    return f"{len(candidate)} node(s): {', '.join(labels)}{more}"

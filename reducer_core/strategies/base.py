@@ -1,0 +1,139 @@
+"""Step-machine wrapper around generator-based search algorithms.
+
+An algorithm is a generator that yields candidates and receives ``True`` when the candidate
+reproduces the failure. The wrapper adds what every strategy needs: the best failing and closest
+passing candidates, empty candidates answered without a check, and a JSON state made of the
+observations so far. Algorithms are deterministic, so ``Strategy.from_state`` replays the
+observations to rebuild the exact same position without running a single check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+from reducer_core.candidate import Candidate
+from reducer_core.errors import ReplayMismatchError, UsageError
+from reducer_core.strategies.space import SearchSpace
+
+Search = Generator[Candidate, bool, None]
+Algorithm = Callable[[SearchSpace, "Tracker"], Search]
+
+
+class Tracker:
+    """What the algorithms know about verdicts seen so far (shared with the wrapper)."""
+
+    def __init__(self, start: Candidate) -> None:
+        self.best_bad = start
+        self.good: list[Candidate] = []
+        self.phase = "start"
+
+    def record(self, candidate: Candidate, failed: bool) -> None:
+        if failed:
+            if len(candidate) <= len(self.best_bad):
+                self.best_bad = candidate
+        else:
+            self.good.append(candidate)
+
+    def closest_good(self) -> Candidate | None:
+        """Polygraphy's rule: the largest passing candidate smaller than the best bad one, else
+        the smallest larger one; ties go to the one sharing most nodes with the best bad one."""
+        if not self.good:
+            return None
+        size = len(self.best_bad)
+        overlap = self.best_bad.nodes
+        smaller = [g for g in self.good if len(g) < size and g.nodes]
+        if smaller:
+            return max(smaller, key=lambda g: (len(g), len(g.nodes & overlap)))
+        larger = [g for g in self.good if len(g) >= size]
+        return min(larger, key=lambda g: (len(g), -len(g.nodes & overlap))) if larger else None
+
+
+def _algorithms() -> dict[str, Algorithm]:
+    from reducer_core.strategies.bisect import bisect_search, linear_search
+    from reducer_core.strategies.minimize import auto_search, minimize_search
+
+    return {
+        "bisect": bisect_search,
+        "linear": linear_search,
+        "minimize": minimize_search,
+        "auto": auto_search,
+    }
+
+
+MODES = ("auto", "bisect", "linear", "minimize")
+
+
+class Strategy:
+    """``propose()`` the next candidate (None when done), ``observe()`` its verdict, read ``best_bad``."""
+
+    def __init__(self, space: SearchSpace, mode: str) -> None:
+        if mode not in MODES:
+            raise UsageError(f"Unknown mode '{mode}'. Choose one of: {', '.join(MODES)}.")
+        self.space = space
+        self.mode = mode
+        self.tracker = Tracker(Candidate(space.start))
+        self._observations: list[tuple[str, bool]] = []
+        self._search = _algorithms()[mode](space, self.tracker)
+        self._pending: Candidate | None = None
+        self._done = False
+        self._advance(None)
+
+    def _advance(self, failed: bool | None) -> None:
+        try:
+            while True:
+                proposal = next(self._search) if failed is None else self._search.send(failed)
+                if proposal.nodes:
+                    self._pending = proposal
+                    return
+                failed = False  # an empty model reproduces nothing: answer without a check
+        except StopIteration:
+            self._pending = None
+            self._done = True
+
+    @property
+    def phase(self) -> str:
+        return self.tracker.phase
+
+    def propose(self) -> Candidate | None:
+        return self._pending
+
+    def observe(self, candidate: Candidate, failed: bool) -> None:
+        if candidate != self._pending:
+            raise ReplayMismatchError("observe() was given a candidate that is not the pending proposal.")
+        self.tracker.record(candidate, failed)
+        self._observations.append((candidate.fingerprint, failed))
+        self._advance(failed)
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def best_bad(self) -> Candidate:
+        return self.tracker.best_bad
+
+    @property
+    def best_good(self) -> Candidate | None:
+        return self.tracker.closest_good()
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "mode": self.mode,
+            "graph": self.space.index.fingerprint,
+            "start": sorted(self.space.start),
+            "observations": [[fp, failed] for fp, failed in self._observations],
+        }
+
+    @classmethod
+    def from_state(cls, space: SearchSpace, state: dict[str, Any]) -> Strategy:
+        if state.get("graph") != space.index.fingerprint or sorted(space.start) != state.get("start"):
+            raise ReplayMismatchError("The saved strategy state belongs to a different model or start set.")
+        strategy = cls(space, str(state["mode"]))
+        for fingerprint, failed in state["observations"]:
+            pending = strategy.propose()
+            if pending is None or pending.fingerprint != fingerprint:
+                raise ReplayMismatchError("The saved strategy state diverges from this engine's proposals.")
+            strategy.observe(pending, bool(failed))
+        return strategy
