@@ -11,7 +11,7 @@ RUN_DIR ?= build/example
 .PHONY: install run test lint typecheck contracts pytest bench clean
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$$(scripts/ensure-python.sh) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
