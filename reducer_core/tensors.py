@@ -1,5 +1,5 @@
 """Reading tensor files users already have: Polygraphy's JSON (inputs lists and RunResults), and
-NumPy ``.npz``/``.npy``. Returns name -> array maps, one per sample."""
+NumPy ``.npz``. Returns name -> array maps, one per sample."""
 
 from __future__ import annotations
 
@@ -16,11 +16,27 @@ from reducer_core.errors import UsageError
 TensorMap = dict[str, np.ndarray]
 
 
+_LAZY_ARRAY_CLASSES = ("LazyArray", "LazyNumpyArray")
+
+
+def _decode_ndarray(obj: dict[str, Any]) -> np.ndarray:
+    data = base64.b64decode(str(obj["array"]).encode(), validate=True)
+    loaded = np.load(io.BytesIO(data), allow_pickle=False)
+    if isinstance(loaded, np.ndarray):
+        return loaded
+    with loaded as archive:  # very old Polygraphy files wrap the array in an NPZ archive
+        if not archive.files:
+            raise ValueError("an array payload holds an empty NPZ archive")
+        return np.asarray(archive[archive.files[0]])
+
+
 def _decode(obj: Any) -> Any:
     if isinstance(obj, dict):
-        if obj.get("polygraphy_class") == "ndarray" or ("array" in obj and len(obj) <= 2):
-            data = base64.b64decode(str(obj["array"]).encode(), validate=True)
-            return np.load(io.BytesIO(data), allow_pickle=False)
+        kind = obj.get("polygraphy_class")
+        if kind == "ndarray" or (kind is None and "array" in obj and len(obj) == 1):
+            return _decode_ndarray(obj)
+        if kind in _LAZY_ARRAY_CLASSES:  # IterationResult values: {"values": ndarray}
+            return _decode(obj["values"])
         return {k: _decode(v) for k, v in obj.items() if k != "polygraphy_class"}
     if isinstance(obj, list):
         return [_decode(v) for v in obj]
@@ -56,14 +72,20 @@ def load_polygraphy_json(path: Path) -> list[TensorMap]:
 
 
 def load_tensor_file(path: str | Path) -> list[TensorMap]:
-    """Samples from a .json (Polygraphy), .npz or .npy file. Raises UsageError when unreadable."""
+    """Samples from a .json (Polygraphy) or .npz file. Raises UsageError when unreadable."""
     path = Path(path)
     try:
         if path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as archive:
                 return [{name: archive[name] for name in archive.files}]
         if path.suffix == ".json":
-            return load_polygraphy_json(path)
+            samples = load_polygraphy_json(path)
+            if not samples:
+                raise UsageError(
+                    f"'{path}' holds no tensors. Give a file written by `polygraphy run --save-inputs` "
+                    "or `--save-outputs` (or polygraphy.json.save_json of a list of name->array dicts)."
+                )
+            return samples
     except (OSError, ValueError, KeyError) as exc:
         raise UsageError(f"Cannot read tensors from '{path}': {exc}") from exc
     raise UsageError(f"Unsupported tensor file '{path}': use Polygraphy JSON (.json) or NumPy (.npz).")
