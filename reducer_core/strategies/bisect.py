@@ -1,12 +1,18 @@
 """``bisect`` and ``linear``: Polygraphy's meaning, on node sets.
 
-Phase 1 (outputs side) walks the topological order and keeps the *cone* of one node (the node and
-everything upstream), as when Polygraphy marks that node's outputs as the graph outputs. Phase 2
-(inputs side) keeps the *descendants* of one node, as when Polygraphy marks its inputs as the graph
-inputs (other boundary tensors may be frozen, see ``extract``). ``bisect`` binary-searches the
-index, ``linear`` tries every index and keeps the smallest failure. A last phase removes side
-branches that neither phase can (sources and sinks of the result), so one failing node is isolated
-to exactly that node in branchy graphs too.
+Phase 1 (outputs side) removes nodes from the end: it keeps a *prefix* of the topological order,
+as when Polygraphy marks the outputs of node k as graph outputs. Phase 2 (inputs side) removes
+nodes from the start: it keeps a *suffix*, whose first node is the *primary* node whose inputs
+become graph inputs (other boundary tensors may be frozen, see ``extract``), as when Polygraphy
+marks node k's inputs as graph inputs. On a chain, prefix and suffix are exactly Polygraphy's
+candidates; on branchy graphs, where Polygraphy's cone of node k is not monotone in k (its
+bisection can go astray and keep 2-3 nodes), prefixes and suffixes stay monotone. ``bisect``
+binary-searches k, ``linear`` tries every k and keeps the smallest failure.
+
+A last phase removes side branches neither phase can: it tries each weakly connected component
+of the result alone, then (for results of at most ``PRUNE_LIMIT`` nodes, so bisect stays
+logarithmic) removes sources and sinks one at a time. One failing node is thus isolated to
+exactly that node in branchy graphs too.
 """
 
 from __future__ import annotations
@@ -21,14 +27,17 @@ Pick = Callable[[int], Candidate]
 Phase = Generator[Candidate, bool, Candidate]
 
 
-def _cone_picker(space: SearchSpace, current: frozenset[int]) -> tuple[list[int], Pick]:
-    order = space.order(current)
-    return order, lambda k: space.candidate(space.index.ancestors([order[k]], current))
+PRUNE_LIMIT = 16
 
 
-def _descendant_picker(space: SearchSpace, current: frozenset[int]) -> tuple[list[int], Pick]:
+def _prefix_picker(space: SearchSpace, current: frozenset[int]) -> tuple[list[int], Pick]:
     order = space.order(current)
-    return order, lambda k: space.candidate(space.index.descendants([order[k]], current), primary=order[k])
+    return order, lambda k: space.candidate(frozenset(order[: k + 1]))
+
+
+def _suffix_picker(space: SearchSpace, current: frozenset[int]) -> tuple[list[int], Pick]:
+    order = space.order(current)
+    return order, lambda k: space.candidate(frozenset(order[k:]), primary=order[k])
 
 
 def binary_phase(order: list[int], pick: Pick, start: Candidate, fails_low: bool) -> Phase:
@@ -64,9 +73,35 @@ def linear_phase(order: list[int], pick: Pick, start: Candidate, reverse: bool) 
     return best
 
 
+def components(space: SearchSpace, nodes: frozenset[int]) -> list[frozenset[int]]:
+    """Weakly connected components of ``nodes``, in topological order of their first node."""
+    remaining, found = set(nodes), []
+    for start in space.order(nodes):
+        if start not in remaining:
+            continue
+        stack, part = [start], {start}
+        while stack:
+            n = stack.pop()
+            for m in (space.index.preds[n] | space.index.succs[n]) & remaining:
+                if m not in part:
+                    part.add(m)
+                    stack.append(m)
+        remaining -= part
+        found.append(frozenset(part))
+    return found
+
+
 def prune_branches(space: SearchSpace, current: Candidate) -> Phase:
-    """Remove sources and sinks of the set one at a time while the failure persists."""
-    progressed = True
+    """Keep one connected component when it fails alone; then, on small results, remove sources
+    and sinks one at a time while the failure persists."""
+    parts = components(space, current.nodes)
+    if len(parts) > 1:
+        for part in parts:
+            candidate = space.candidate(part, current.primary)
+            if candidate.nodes and candidate.nodes != current.nodes and (yield candidate):
+                current = candidate
+                break
+    progressed = len(current) <= PRUNE_LIMIT
     while progressed:
         progressed = False
         nodes = current.nodes
@@ -86,12 +121,12 @@ def _two_sided(space: SearchSpace, tracker: Tracker, name: str, linear: bool) ->
     current = Candidate(space.start)
     if space.reduce_outputs:
         tracker.phase = f"{name}-outputs"
-        order, pick = _cone_picker(space, current.nodes)
+        order, pick = _prefix_picker(space, current.nodes)
         phase = linear_phase(order, pick, current, True) if linear else binary_phase(order, pick, current, False)
         current = yield from phase
     if space.reduce_inputs:
         tracker.phase = f"{name}-inputs"
-        order, pick = _descendant_picker(space, current.nodes)
+        order, pick = _suffix_picker(space, current.nodes)
         phase = linear_phase(order, pick, current, False) if linear else binary_phase(order, pick, current, True)
         current = yield from phase
     tracker.phase = "prune-branches"
