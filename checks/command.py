@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from reducer_core.verdict import Verdict, VerdictKind
 
@@ -42,8 +43,9 @@ class CommandCheck:
         parts += [f"fail-regex={r}" for r in self.fail_regexes]
         return " ".join(parts)
 
-    def run(self) -> tuple[Verdict, str]:
-        """Run the command once; returns the verdict and the combined output."""
+    def run(self, model_path: Path | None = None) -> tuple[Verdict, str]:
+        """Run the command once; returns the verdict and the combined output. The command reads
+        the iteration model itself, so ``model_path`` is not used (the ModelCheck signature)."""
         started = time.monotonic()
         try:
             proc = subprocess.Popen(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from reducer_core.verdict import Verdict, VerdictKind
 
@@ -17,7 +18,8 @@ class InteractiveCheck:
     def identity(self) -> str:
         return "interactive"
 
-    def run(self) -> tuple[Verdict, str]:
+    def run(self, model_path: Path | None = None) -> tuple[Verdict, str]:
+        """Ask the person; ``model_path`` is the iteration artifact they inspect (not read here)."""
         started = time.monotonic()
         answer = self._ask(f"Did '{self.artifact}' [p]ass or [f]ail?")
         while answer not in ("p", "f"):

@@ -78,7 +78,7 @@ class Session:
             return Verdict(VerdictKind.INFRA_ERROR, "", str(exc))
         self._write_iteration_info(iteration, candidate)
         self._save_replay(skip_current=candidate)
-        verdict, output = self.check.run()
+        verdict, output = self.check.run(self.iter_path)
         self._show_output(verdict, output)
         self._sort_artifacts(iteration, verdict)
         self.cache.put(candidate, verdict)

@@ -1,0 +1,194 @@
+"""Running a check in a fresh child process: its own interpreter (never a fork of this one), its
+own process group and a private working directory, killed (group and all) at the time limit.
+
+A segfault in a runtime becomes a ``crash`` verdict and a hang a ``timeout`` verdict; the
+reduction goes on. The child runs ``python -m checks.child PAYLOAD``; ``PAYLOAD`` names an entry
+point (``module:function``) that takes the payload dict and returns a result dict
+``{kind, signature, detail, output}``, which the child writes to ``PAYLOAD``'s ``result`` path."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checks.command import CommandCheck
+from checks.spec import CheckSpec, ModelCheck
+from reducer_core.verdict import Verdict, VerdictKind
+
+SPEC_ENTRY = "checks.kinds:run_spec"
+_ROOT = str(Path(__file__).resolve().parents[1])
+_SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "CREDENTIAL")
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment without anything that looks like a secret, with the project
+    importable from the child's private working directory."""
+    env = {k: v for k, v in os.environ.items() if not any(m in k.upper() for m in _SECRET_MARKERS)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def run_isolated(payload: Mapping[str, Any], timeout_s: float) -> tuple[Verdict, str]:
+    """Run ``payload['entry']`` in a child process; never raises for what happens in the child."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="onnx-reducer-check-") as tmp:
+        result_path = Path(tmp) / "result.json"
+        payload_path = Path(tmp) / "payload.json"
+        payload_path.write_text(json.dumps({**payload, "result": str(result_path)}))
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "checks.child", str(payload_path)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=tmp,
+                env=child_env(),
+            )
+        except OSError as exc:
+            return Verdict(VerdictKind.INFRA_ERROR, "", f"cannot start the check process: {exc}"), str(exc)
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, _ = proc.communicate()
+            duration = time.monotonic() - started
+            detail = f"timed out after {timeout_s:g}s"
+            return Verdict(VerdictKind.TIMEOUT, "timeout", detail, duration), _decode(out)
+        duration = time.monotonic() - started
+        text = _decode(out)
+        _kill_group(proc)  # grandchildren left behind by the runtime
+        return _verdict_from(proc.returncode, result_path, text, duration)
+
+
+def _verdict_from(code: int, result_path: Path, text: str, duration: float) -> tuple[Verdict, str]:
+    if code < 0:
+        name = _signal_name(-code)
+        return Verdict(VerdictKind.CRASH, f"signal={name}", f"check process killed by {name}", duration), text
+    try:
+        result = json.loads(result_path.read_text())
+    except (OSError, ValueError):
+        detail = f"check process exited with code {code} without a result"
+        return Verdict(VerdictKind.CRASH, f"exit={code}", detail, duration), text
+    output = str(result.get("output", ""))
+    combined = "\n".join(t for t in (text.strip(), output.strip()) if t)
+    kind = VerdictKind(str(result["kind"]))
+    return Verdict(kind, str(result.get("signature", "")), str(result.get("detail", "")), duration), combined
+
+
+def _decode(out: bytes | None) -> str:
+    return (out or b"").decode(errors="replace")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class IsolatedSpecCheck:
+    """compare / golden / error / op-present: the work happens in ``checks.kinds`` in a child."""
+
+    spec: CheckSpec
+    golden: Path | None = None
+    entry: str = SPEC_ENTRY
+
+    @property
+    def identity(self) -> str:
+        golden = f" golden={self.golden.resolve()}" if self.golden is not None else ""
+        return self.spec.identity + golden
+
+    def run(self, model_path: Path) -> tuple[Verdict, str]:
+        payload = {
+            "entry": self.entry,
+            "spec": self.spec.to_json(),
+            "model": str(Path(model_path).resolve()),
+            "golden": str(self.golden.resolve()) if self.golden is not None else None,
+        }
+        return run_isolated(payload, self.spec.timeout)
+
+
+@dataclass(frozen=True)
+class SpecCommandCheck:
+    """kind: command. ``{model}`` in the command is replaced by the iteration model's path;
+    without it the command reads the iteration artifact itself, as with ``--check``."""
+
+    spec: CheckSpec
+
+    @property
+    def identity(self) -> str:
+        return self.spec.identity
+
+    def run(self, model_path: Path) -> tuple[Verdict, str]:
+        command = [part.replace("{model}", str(model_path)) for part in self.spec.command]
+        check = CommandCheck(
+            command=command,
+            fail_codes=self.spec.fail_codes,
+            ignore_fail_codes=self.spec.ignore_fail_codes,
+            fail_regexes=self.spec.fail_regex,
+            timeout_s=self.spec.timeout,
+        )
+        return check.run(model_path)
+
+
+@dataclass
+class RepeatedCheck:
+    """Run ``base`` ``repeat`` times; the model fails when ``fail_if`` (any, all, majority) of the
+    runs fail. The verdict's signature is the most common failing signature; its detail gives the
+    failure rate (``failed 2/3 runs``), also kept in ``last_rate`` for the flaky-original report."""
+
+    base: ModelCheck
+    repeat: int
+    fail_if: str = "any"
+    last_rate: tuple[int, int] = (0, 0)
+
+    @property
+    def identity(self) -> str:
+        return f"{self.base.identity} repeat={self.repeat} fail_if={self.fail_if}"
+
+    def run(self, model_path: Path) -> tuple[Verdict, str]:
+        verdicts: list[Verdict] = []
+        outputs: list[str] = []
+        for _ in range(self.repeat):
+            verdict, output = self.base.run(model_path)
+            if verdict.kind is VerdictKind.INFRA_ERROR:
+                return verdict, output
+            verdicts.append(verdict)
+            outputs.append(output)
+        return self._combine(verdicts, outputs)
+
+    def _combine(self, verdicts: list[Verdict], outputs: list[str]) -> tuple[Verdict, str]:
+        failures = [v for v in verdicts if v.is_failure]
+        runs = len(verdicts)
+        self.last_rate = (len(failures), runs)
+        needed = {"any": 1, "all": runs, "majority": runs // 2 + 1}[self.fail_if]
+        duration = sum(v.duration_s for v in verdicts)
+        rate = f"failed {len(failures)}/{runs} runs (fail_if={self.fail_if})"
+        text = "\n".join(
+            f"--- run {i + 1}: {v.kind.value} {v.signature}\n{o}"
+            for i, (v, o) in enumerate(zip(verdicts, outputs, strict=True))
+        )
+        if len(failures) >= needed and failures:
+            signature, _ = collections.Counter((v.kind, v.signature) for v in failures).most_common(1)[0]
+            first = next(v for v in failures if (v.kind, v.signature) == signature)
+            return Verdict(signature[0], signature[1], f"{first.detail}; {rate}", duration), text
+        return Verdict(VerdictKind.PASS, "", rate, duration), text

@@ -1,0 +1,450 @@
+"""Declarative check specs: the YAML/JSON document the command line (``--check-spec``) and the
+service accept. See ``docs/check-specs.md`` for the schema with examples.
+
+    kind: compare                                   # compare | golden | error | op-present | command
+    reference: {runtime: onnxruntime}               # compare only
+    target: {runtime: onnxruntime, precision: fp16} # compare, golden, error
+    tolerance: {atol: 0.001, rtol: 0.001}           # compare, golden
+    timeout: 600                                    # seconds per check run (every kind)
+    repeat: 1                                       # runs per check (every kind)
+    fail_if: any                                    # any | all | majority of the runs
+
+``parse_check_spec`` validates the document and raises ``CheckSpecError`` naming the offending
+field (``tolerance.atol: must be a number >= 0, got 'abc'``). ``build_check`` turns a spec into a
+``ModelCheck`` whose ``run(model_path)`` runs isolated in a child process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import yaml
+
+from reducer_core.errors import UsageError
+
+if TYPE_CHECKING:
+    from reducer_core.verdict import Verdict
+
+KINDS = ("compare", "golden", "error", "op-present", "command")
+FAIL_IF = ("any", "all", "majority")
+RUNTIMES = ("onnxruntime", "tensorrt")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+ORT_PRECISIONS = ("fp32", "fp16")
+OPTIMIZATIONS = ("all", "extended", "basic", "none")
+DEFAULT_TIMEOUT_S = 600.0
+GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider")
+
+
+class CheckSpecError(UsageError):
+    """A check spec is invalid; the message names the field (``tolerance.atol: ...``)."""
+
+
+class ModelCheck(Protocol):
+    """A check of one model file. ``run`` never raises for problems of the model: a runtime error
+    is a ``fail`` (error kind) or ``crash``, a hang a ``timeout``, a broken tool ``infra-error``."""
+
+    @property
+    def identity(self) -> str: ...
+
+    def run(self, model_path: Path) -> tuple[Verdict, str]: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# spec dataclasses
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """Where a model runs. onnxruntime: ``provider`` (default CPUExecutionProvider),
+    ``optimization`` (graph optimisation level), ``precision`` fp32|fp16 (fp16: converted with
+    onnxconverter-common, inputs/outputs kept fp32). tensorrt: ``precision`` fp32|fp16|bf16|int8."""
+
+    runtime: str = "onnxruntime"
+    precision: str = "fp32"
+    optimization: str = "all"
+    provider: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"runtime": self.runtime, "precision": self.precision}
+        if self.runtime == "onnxruntime":
+            data["optimization"] = self.optimization
+            if self.provider is not None:
+                data["provider"] = self.provider
+        return data
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.runtime == "tensorrt" or (self.provider or "") in GPU_PROVIDERS
+
+    @property
+    def label(self) -> str:
+        parts = [self.runtime, self.precision]
+        if self.runtime == "onnxruntime":
+            parts += [self.provider or "CPUExecutionProvider", f"opt={self.optimization}"]
+        return "/".join(parts)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """A value ``t`` (target) mismatches its reference ``r`` when ``|t - r| > atol`` and
+    ``|t - r| > rtol * |r|`` (Polygraphy's elementwise rule), or when their finiteness differs."""
+
+    atol: float = 1e-5
+    rtol: float = 1e-5
+    per_output: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+    def for_output(self, name: str) -> tuple[float, float]:
+        return self.per_output.get(name, (self.atol, self.rtol))
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"atol": self.atol, "rtol": self.rtol}
+        if self.per_output:
+            data["per_output"] = {k: {"atol": a, "rtol": r} for k, (a, r) in sorted(self.per_output.items())}
+        return data
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One validated check. Fields not used by ``kind`` keep their defaults and are left out of
+    ``to_json`` (and so out of ``identity``)."""
+
+    kind: str
+    timeout: float = DEFAULT_TIMEOUT_S
+    repeat: int = 1
+    fail_if: str = "any"
+    reference: RuntimeSpec | None = None
+    target: RuntimeSpec | None = None
+    tolerance: Tolerance | None = None
+    seed: int = 1
+    input_range: tuple[float, float] = (0.0, 1.0)
+    match: str | None = None
+    ops: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+    command: tuple[str, ...] = ()
+    fail_codes: tuple[int, ...] = ()
+    ignore_fail_codes: tuple[int, ...] = ()
+    fail_regex: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The normalised document (defaults filled in); ``parse_check_spec`` reads it back."""
+        data: dict[str, Any] = {
+            "kind": self.kind,
+            "timeout": self.timeout,
+            "repeat": self.repeat,
+            "fail_if": self.fail_if,
+        }
+        if self.reference is not None:
+            data["reference"] = self.reference.to_json()
+        if self.target is not None:
+            data["target"] = self.target.to_json()
+        if self.tolerance is not None:
+            data["tolerance"] = self.tolerance.to_json()
+        if self.kind in ("compare", "golden", "error"):
+            data["seed"] = self.seed
+            data["input_range"] = list(self.input_range)
+        if self.kind == "error" and self.match is not None:
+            data["match"] = self.match
+        if self.kind == "op-present":
+            data["ops"] = list(self.ops)
+            data["names"] = list(self.names)
+        if self.kind == "command":
+            data["command"] = list(self.command)
+            data["fail_codes"] = list(self.fail_codes)
+            data["ignore_fail_codes"] = list(self.ignore_fail_codes)
+            data["fail_regex"] = list(self.fail_regex)
+        return data
+
+    @property
+    def identity(self) -> str:
+        """Stable text naming what this check does (the verdict cache key includes it)."""
+        return "spec:" + json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def needs_gpu(self) -> bool:
+        return any(r is not None and r.needs_gpu for r in (self.reference, self.target))
+
+    @property
+    def is_accuracy(self) -> bool:
+        """compare/golden: kinds whose failure can be localised layer by layer."""
+        return self.kind in ("compare", "golden")
+
+
+# ---------------------------------------------------------------------------------------------
+# parsing and validation
+
+
+def parse_check_spec(text: str) -> CheckSpec:
+    """Parse and validate a YAML or JSON check spec (JSON is YAML). Raises ``CheckSpecError``."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CheckSpecError(f"check spec: not valid YAML/JSON: {exc}") from exc
+    return check_spec_from_dict(document)
+
+
+def load_check_spec(path: str | Path) -> CheckSpec:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise CheckSpecError(f"--check-spec: cannot read '{path}': {exc}") from exc
+    return parse_check_spec(text)
+
+
+_COMMON = {"kind", "timeout", "repeat", "fail_if"}
+_ALLOWED: dict[str, set[str]] = {
+    "compare": _COMMON | {"reference", "target", "tolerance", "seed", "input_range"},
+    "golden": _COMMON | {"target", "tolerance", "seed", "input_range"},
+    "error": _COMMON | {"target", "match", "seed", "input_range"},
+    "op-present": _COMMON | {"ops", "names"},
+    "command": _COMMON | {"command", "fail_codes", "ignore_fail_codes", "fail_regex"},
+}
+
+
+def check_spec_from_dict(document: Any) -> CheckSpec:
+    """Validate an already-decoded document (what the service receives as JSON)."""
+    if not isinstance(document, Mapping):
+        raise CheckSpecError(f"check spec: must be a mapping with a 'kind' field, got {_show(document)}")
+    kind = document.get("kind")
+    if kind is None:
+        raise CheckSpecError(f"kind: required; one of {', '.join(KINDS)}")
+    if kind not in KINDS:
+        raise CheckSpecError(f"kind: must be one of {', '.join(KINDS)}, got {_show(kind)}")
+    unknown = sorted(str(k) for k in document if k not in _ALLOWED[kind])
+    if unknown:
+        raise CheckSpecError(
+            f"{unknown[0]}: unknown field for kind '{kind}' (allowed: {', '.join(sorted(_ALLOWED[kind]))})"
+        )
+    common: dict[str, Any] = {
+        "kind": kind,
+        "timeout": _number(document, "timeout", DEFAULT_TIMEOUT_S, positive=True),
+        "repeat": _integer(document, "repeat", 1, minimum=1),
+        "fail_if": _choice(document, "fail_if", FAIL_IF, "any"),
+    }
+    return CheckSpec(**common, **_KIND_PARSERS[kind](document))
+
+
+def _parse_compare(doc: Mapping[str, Any]) -> dict[str, Any]:
+    if "target" not in doc:
+        raise CheckSpecError("target: required for kind 'compare', e.g. {runtime: onnxruntime, precision: fp16}")
+    return {
+        "reference": _runtime(doc.get("reference", {}), "reference"),
+        "target": _runtime(doc["target"], "target"),
+        "tolerance": _tolerance(doc.get("tolerance", {})),
+        **_inputs(doc),
+    }
+
+
+def _parse_golden(doc: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "target": _runtime(doc.get("target", {}), "target"),
+        "tolerance": _tolerance(doc.get("tolerance", {})),
+        **_inputs(doc),
+    }
+
+
+def _parse_error(doc: Mapping[str, Any]) -> dict[str, Any]:
+    match = doc.get("match")
+    if match is not None:
+        if not isinstance(match, str) or not match:
+            raise CheckSpecError(f"match: must be a non-empty regular expression, got {_show(match)}")
+        _compile(match, "match")
+    return {"target": _runtime(doc.get("target", {}), "target"), "match": match, **_inputs(doc)}
+
+
+def _parse_op_present(doc: Mapping[str, Any]) -> dict[str, Any]:
+    ops = _strings(doc, "ops")
+    names = _strings(doc, "names")
+    if not ops and not names:
+        raise CheckSpecError("ops: give at least one op type (ops: [Mul]) or node name (names: [...])")
+    return {"ops": ops, "names": names}
+
+
+def _parse_command(doc: Mapping[str, Any]) -> dict[str, Any]:
+    raw = doc.get("command")
+    if isinstance(raw, str):
+        command = tuple(shlex.split(raw))
+    elif isinstance(raw, list) and all(isinstance(p, str | int | float) for p in raw):
+        command = tuple(str(p) for p in raw)
+    else:
+        raise CheckSpecError(f"command: must be a string or a list of strings, got {_show(raw)}")
+    if not command:
+        raise CheckSpecError("command: must not be empty")
+    codes = _integers(doc, "fail_codes")
+    ignored = _integers(doc, "ignore_fail_codes")
+    if codes and ignored:
+        raise CheckSpecError("ignore_fail_codes: cannot be combined with fail_codes (as in Polygraphy)")
+    regexes = _strings(doc, "fail_regex")
+    for i, regex in enumerate(regexes):
+        _compile(regex, f"fail_regex[{i}]")
+    return {"command": command, "fail_codes": codes, "ignore_fail_codes": ignored, "fail_regex": regexes}
+
+
+_KIND_PARSERS = {
+    "compare": _parse_compare,
+    "golden": _parse_golden,
+    "error": _parse_error,
+    "op-present": _parse_op_present,
+    "command": _parse_command,
+}
+
+
+def _runtime(value: Any, where: str) -> RuntimeSpec:
+    if not isinstance(value, Mapping):
+        raise CheckSpecError(f"{where}: must be a mapping like {{runtime: onnxruntime}}, got {_show(value)}")
+    allowed = {"runtime", "precision", "optimization", "provider"}
+    unknown = sorted(str(k) for k in value if k not in allowed)
+    if unknown:
+        raise CheckSpecError(f"{where}.{unknown[0]}: unknown field (allowed: {', '.join(sorted(allowed))})")
+    runtime = _choice(value, "runtime", RUNTIMES, "onnxruntime", where)
+    precisions = ORT_PRECISIONS if runtime == "onnxruntime" else PRECISIONS
+    precision = _choice(value, "precision", precisions, "fp32", where)
+    if runtime == "tensorrt":
+        for key in ("optimization", "provider"):
+            if key in value:
+                raise CheckSpecError(f"{where}.{key}: only for runtime onnxruntime")
+        return RuntimeSpec(runtime, precision)
+    optimization = _choice(value, "optimization", OPTIMIZATIONS, "all", where)
+    provider = value.get("provider")
+    if provider is not None and (not isinstance(provider, str) or not provider.endswith("ExecutionProvider")):
+        raise CheckSpecError(
+            f"{where}.provider: must name an onnxruntime execution provider such as "
+            f"'CUDAExecutionProvider', got {_show(provider)}"
+        )
+    return RuntimeSpec(runtime, precision, optimization, provider)
+
+
+def _tolerance(value: Any) -> Tolerance:
+    if not isinstance(value, Mapping):
+        raise CheckSpecError(f"tolerance: must be a mapping like {{atol: 0.001, rtol: 0.001}}, got {_show(value)}")
+    unknown = sorted(str(k) for k in value if k not in ("atol", "rtol", "per_output"))
+    if unknown:
+        raise CheckSpecError(f"tolerance.{unknown[0]}: unknown field (allowed: atol, rtol, per_output)")
+    atol = _number(value, "atol", 1e-5, where="tolerance")
+    rtol = _number(value, "rtol", 1e-5, where="tolerance")
+    per_output_raw = value.get("per_output", {})
+    if not isinstance(per_output_raw, Mapping):
+        raise CheckSpecError(
+            f"tolerance.per_output: must map output names to {{atol, rtol}}, got {_show(per_output_raw)}"
+        )
+    per_output: dict[str, tuple[float, float]] = {}
+    for name, entry in per_output_raw.items():
+        where = f"tolerance.per_output.{name}"
+        if not isinstance(entry, Mapping):
+            raise CheckSpecError(f"{where}: must be a mapping like {{atol: 0.01}}, got {_show(entry)}")
+        unknown = sorted(str(k) for k in entry if k not in ("atol", "rtol"))
+        if unknown:
+            raise CheckSpecError(f"{where}.{unknown[0]}: unknown field (allowed: atol, rtol)")
+        per_output[str(name)] = (_number(entry, "atol", atol, where=where), _number(entry, "rtol", rtol, where=where))
+    return Tolerance(atol, rtol, per_output)
+
+
+def _inputs(doc: Mapping[str, Any]) -> dict[str, Any]:
+    seed = _integer(doc, "seed", 1, minimum=0)
+    raw = doc.get("input_range", [0.0, 1.0])
+    ok = isinstance(raw, list) and len(raw) == 2 and all(_is_number(v) for v in raw)
+    if not ok or float(raw[0]) >= float(raw[1]):
+        raise CheckSpecError(f"input_range: must be [low, high] with low < high, got {_show(raw)}")
+    return {"seed": seed, "input_range": (float(raw[0]), float(raw[1]))}
+
+
+# --- scalar helpers ------------------------------------------------------------------------------
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _path(where: str | None, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _number(
+    doc: Mapping[str, Any], key: str, default: float, positive: bool = False, where: str | None = None
+) -> float:
+    if key not in doc:
+        return default
+    value = doc[key]
+    ok = _is_number(value) and (value > 0 if positive else value >= 0)
+    if not ok:
+        bound = "> 0" if positive else ">= 0"
+        raise CheckSpecError(f"{_path(where, key)}: must be a number {bound}, got {_show(value)}")
+    return float(value)
+
+
+def _integer(doc: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
+    if key not in doc:
+        return default
+    value = doc[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise CheckSpecError(f"{key}: must be an integer >= {minimum}, got {_show(value)}")
+    return value
+
+
+def _choice(doc: Mapping[str, Any], key: str, choices: Sequence[str], default: str, where: str | None = None) -> str:
+    value = doc.get(key, default)
+    if value not in choices:
+        raise CheckSpecError(f"{_path(where, key)}: must be one of {', '.join(choices)}, got {_show(value)}")
+    return str(value)
+
+
+def _strings(doc: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = doc.get(key, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise CheckSpecError(f"{key}: must be a list of non-empty strings, got {_show(value)}")
+    return tuple(value)
+
+
+def _integers(doc: Mapping[str, Any], key: str) -> tuple[int, ...]:
+    value = doc.get(key, [])
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise CheckSpecError(f"{key}: must be a list of integers, got {_show(value)}")
+    return tuple(value)
+
+
+def _compile(regex: str, where: str) -> None:
+    try:
+        re.compile(regex)
+    except re.error as exc:
+        raise CheckSpecError(f"{where}: not a valid regular expression: {exc}") from exc
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# ---------------------------------------------------------------------------------------------
+# building a runnable check
+
+
+def build_check(spec: CheckSpec, golden: Path | None = None, allow_command: bool = True) -> ModelCheck:
+    """A runnable check for ``spec``. ``golden``: a golden-values file (``onnx-reducer golden``)
+    that feeds every candidate's boundary inputs (required for kind 'golden'). ``allow_command``
+    False (the service's default) refuses kind 'command'."""
+    from checks.isolated import IsolatedSpecCheck, RepeatedCheck, SpecCommandCheck
+
+    if spec.kind == "golden" and golden is None:
+        raise CheckSpecError("kind: 'golden' compares against stored values: give a golden file (--golden GOLDEN)")
+    if spec.kind == "command":
+        if not allow_command:
+            raise CheckSpecError(
+                "kind: 'command' runs an arbitrary program and is disabled here; the operator must enable "
+                "command checks explicitly (they are remote code execution in a shared service)"
+            )
+        base: ModelCheck = SpecCommandCheck(spec)
+    else:
+        base = IsolatedSpecCheck(spec, golden)
+    if spec.repeat > 1:
+        return RepeatedCheck(base, spec.repeat, spec.fail_if)
+    return base
