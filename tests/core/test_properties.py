@@ -1,0 +1,145 @@
+"""Property tests on random DAGs (hypothesis): whatever the wiring and the oracle, the result still
+fails, is never larger than the start, and ``minimize``/``auto`` results are 1-minimal."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import onnx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import helper
+
+from reducer_core.graph import GraphIndex
+from reducer_core.strategies import MODES, SearchSpace
+from tests.models import index_of, make_model, names_in, reduce_with
+
+UNARY = ("Relu", "Neg", "Sigmoid")
+BINARY = ("Add", "Mul")
+INPUTS = ("x0", "x1")
+
+PROPERTY_SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@dataclass(frozen=True)
+class RandomDag:
+    model: onnx.ModelProto
+    names: tuple[str, ...]
+
+
+@st.composite
+def random_dags(draw: st.DrawFn) -> RandomDag:
+    count = draw(st.integers(min_value=3, max_value=25))
+    tensors = list(INPUTS)
+    nodes = []
+    for i in range(count):
+        op = draw(st.sampled_from(UNARY + BINARY))
+        arity = 2 if op in BINARY else 1
+        # Bias towards recent tensors so that graphs get long paths as well as side branches.
+        picks = [draw(st.integers(min_value=0, max_value=len(tensors) - 1)) for _ in range(arity)]
+        if draw(st.booleans()):
+            picks[0] = len(tensors) - 1
+        name = f"N{i:02d}"
+        nodes.append(helper.make_node(op, [tensors[p] for p in picks], [f"t{i:02d}"], name=name))
+        tensors.append(f"t{i:02d}")
+    read = {name for node in nodes for name in node.input}
+    outputs = [t for t in tensors[len(INPUTS) :] if t not in read]
+    extra = draw(st.lists(st.sampled_from(tensors[len(INPUTS) :]), max_size=2))
+    outputs += [t for t in dict.fromkeys(extra) if t not in outputs]
+    used_inputs = [x for x in INPUTS if x in read]
+    model = make_model(nodes, used_inputs, outputs)
+    return RandomDag(model, tuple(n.name for n in nodes))
+
+
+Oracle = Callable[[set[str]], bool]
+
+
+@st.composite
+def dag_and_culprits(draw: st.DrawFn) -> tuple[RandomDag, frozenset[str]]:
+    dag = draw(random_dags())
+    culprits = draw(st.sets(st.sampled_from(dag.names), min_size=1, max_size=3))
+    return dag, frozenset(culprits)
+
+
+def monotone(culprits: frozenset[str]) -> Oracle:
+    return lambda present: culprits <= present
+
+
+def non_monotone(culprits: frozenset[str], full: frozenset[str], salt: int) -> Oracle:
+    """Fails on the full model; elsewhere only when the culprits are present *and* a salted hash
+    of the set says so: removing a node can bring the failure back (not monotone)."""
+
+    def fails(present: set[str]) -> bool:
+        if present == full:
+            return True
+        digest = hashlib.sha256(f"{salt}|{','.join(sorted(present))}".encode()).digest()
+        return culprits <= present and digest[0] % 3 != 0
+
+    return fails
+
+
+def assert_one_minimal(index: GraphIndex, nodes: frozenset[int], fails: Oracle) -> None:
+    space = SearchSpace(index, index.all_nodes())
+    for node in nodes:
+        removed = space.dead_after_removing(nodes, frozenset({node}))
+        rest = space.candidate(nodes - removed).nodes
+        if rest:
+            assert not fails(names_in(index, rest)), f"removing {index.label(node)} still fails"
+
+
+def check_properties(index: GraphIndex, fails: Oracle, mode: str) -> frozenset[int]:
+    result, checker, _ = reduce_with(index, fails, mode)
+    best = result.min_bad.nodes
+    assert best, "the result is never empty"
+    assert fails(names_in(index, best)), "the result still fails"
+    assert len(best) <= len(index.nodes)
+    assert best <= index.all_nodes()
+    fingerprints = [c.fingerprint for c in checker.seen]
+    assert len(fingerprints) == len(set(fingerprints)), "a candidate was checked twice"
+    if mode in ("minimize", "auto"):
+        assert_one_minimal(index, best, fails)
+    return best
+
+
+@PROPERTY_SETTINGS
+@given(case=dag_and_culprits(), mode=st.sampled_from(MODES))
+def test_monotone_oracle(case: tuple[RandomDag, frozenset[str]], mode: str) -> None:
+    dag, culprits = case
+    index = index_of(dag.model, shape_inference=False)
+    best = check_properties(index, monotone(culprits), mode)
+    if mode in ("minimize", "auto"):
+        # With a monotone oracle, 1-minimal means: the culprits plus nothing that can go.
+        assert culprits <= names_in(index, best)
+    if len(culprits) == 1:
+        # One failing node is isolated to exactly that node, in every mode.
+        assert names_in(index, best) == set(culprits)
+
+
+@PROPERTY_SETTINGS
+@given(case=dag_and_culprits(), mode=st.sampled_from(MODES), salt=st.integers(0, 2**16))
+def test_non_monotone_oracle(case: tuple[RandomDag, frozenset[str]], mode: str, salt: int) -> None:
+    dag, culprits = case
+    index = index_of(dag.model, shape_inference=False)
+    check_properties(index, non_monotone(culprits, frozenset(dag.names), salt), mode)
+
+
+@PROPERTY_SETTINGS
+@given(dag=random_dags(), mode=st.sampled_from(MODES), op=st.sampled_from(UNARY + BINARY))
+def test_op_type_oracle(dag: RandomDag, mode: str, op: str) -> None:
+    """Polygraphy's classic: the failure is an op type; the result is one node of that type."""
+    index = index_of(dag.model, shape_inference=False)
+    ops = {node.name: node.op_type for node in index.nodes}
+    if op not in ops.values():
+        return
+
+    def fails(present: set[str]) -> bool:
+        return any(ops[name] == op for name in present)
+
+    best = check_properties(index, fails, mode)
+    assert [index.nodes[n].op_type for n in best] == [op]

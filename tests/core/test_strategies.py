@@ -1,0 +1,198 @@
+"""Pure strategy tests (no I/O): a fake checker that fails when named nodes are present drives
+``Strategy`` + ``Reduction`` on a branchy two-input two-output model, in every mode."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reducer_core.candidate import Candidate
+from reducer_core.errors import ReplayMismatchError, UsageError
+from reducer_core.graph import GraphIndex
+from reducer_core.strategies import MODES, SearchSpace, Strategy
+from tests.models import BRANCHY_NODES, branchy_model, fails_with_all, index_of, names_in, reduce_with
+
+
+@pytest.fixture(scope="module")
+def branchy() -> GraphIndex:
+    return index_of(branchy_model())
+
+
+def node_index(index: GraphIndex, name: str) -> int:
+    return next(i for i, node in enumerate(index.nodes) if node.name == name)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("culprit", BRANCHY_NODES)
+def test_single_failing_node_is_isolated_exactly(branchy: GraphIndex, mode: str, culprit: str) -> None:
+    result, checker, _ = reduce_with(branchy, fails_with_all([culprit]), mode)
+    assert names_in(branchy, result.min_bad) == {culprit}
+    assert result.nodes_before == len(BRANCHY_NODES)
+    assert result.checks_run == len(checker.seen)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("op_type", ["Relu", "Sub", "Max"])
+def test_failing_op_type_is_isolated(branchy: GraphIndex, mode: str, op_type: str) -> None:
+    def fails(present: set[str]) -> bool:
+        return any(branchy.nodes[node_index(branchy, name)].op_type == op_type for name in present)
+
+    result, _, _ = reduce_with(branchy, fails, mode)
+    assert [branchy.nodes[n].op_type for n in result.min_bad.nodes] == [op_type]
+
+
+# Pairs on different branches, on one path, and across the two outputs.
+PAIRS = [("A", "B"), ("C", "E"), ("A", "H"), ("D", "F"), ("B", "G"), ("G", "D")]
+
+
+@pytest.mark.parametrize("mode", ["auto", "minimize"])
+@pytest.mark.parametrize("pair", PAIRS)
+def test_two_interacting_nodes_are_both_kept_and_nothing_else(
+    branchy: GraphIndex, mode: str, pair: tuple[str, str]
+) -> None:
+    result, _, _ = reduce_with(branchy, fails_with_all(pair), mode)
+    assert names_in(branchy, result.min_bad) == set(pair)
+
+
+@pytest.mark.parametrize("mode", ["bisect", "linear"])
+@pytest.mark.parametrize("pair", PAIRS)
+def test_bisect_and_linear_keep_both_needed_nodes_and_drop_unrelated_branches(
+    branchy: GraphIndex, mode: str, pair: tuple[str, str]
+) -> None:
+    result, _, _ = reduce_with(branchy, fails_with_all(pair), mode)
+    kept = names_in(branchy, result.min_bad)
+    assert set(pair) <= kept
+    # Bisect/linear keep at most what lies between the two nodes (the smallest connected cover):
+    # never a node that is neither an ancestor nor a descendant of one of the pair.
+    ids = [node_index(branchy, name) for name in pair]
+    everything = branchy.all_nodes()
+    related = branchy.ancestors(ids, everything) | branchy.descendants(ids, everything)
+    assert kept <= names_in(branchy, related)
+    assert len(kept) < len(BRANCHY_NODES)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("culprit", BRANCHY_NODES)
+def test_no_reduce_inputs_keeps_the_culprits_whole_upstream_cone(branchy: GraphIndex, mode: str, culprit: str) -> None:
+    result, _, _ = reduce_with(branchy, fails_with_all([culprit]), mode, reduce_inputs=False)
+    cone = branchy.ancestors([node_index(branchy, culprit)], branchy.all_nodes())
+    assert result.min_bad.nodes == cone
+    for n in result.min_bad.nodes:  # closed upwards: every input is an original graph input
+        assert branchy.preds[n] <= result.min_bad.nodes
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("culprit", BRANCHY_NODES)
+def test_no_reduce_outputs_keeps_the_culprits_whole_downstream_cone(
+    branchy: GraphIndex, mode: str, culprit: str
+) -> None:
+    result, _, _ = reduce_with(branchy, fails_with_all([culprit]), mode, reduce_outputs=False)
+    cone = branchy.descendants([node_index(branchy, culprit)], branchy.all_nodes())
+    assert result.min_bad.nodes == cone
+    for n in result.min_bad.nodes:  # closed downwards: every output stays inside or is a model output
+        assert branchy.succs[n] <= result.min_bad.nodes
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("culprits", [("F",), ("C", "E"), ("A", "H")])
+def test_no_candidate_is_checked_twice(branchy: GraphIndex, mode: str, culprits: tuple[str, ...]) -> None:
+    result, checker, _ = reduce_with(branchy, fails_with_all(culprits), mode)
+    fingerprints = [c.fingerprint for c in checker.seen]
+    assert len(fingerprints) == len(set(fingerprints))
+    assert result.checks_run == len(fingerprints)
+    # Every proposal the strategy made was either checked or answered from the cache.
+    assert len(result.iterations) == result.checks_run - 1 + result.cache_hits
+
+
+CHECK_BUDGET = {"auto": 8, "minimize": 8, "bisect": 9, "linear": 17}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_single_node_costs_few_checks(branchy: GraphIndex, mode: str) -> None:
+    """Isolating one node of 8 (original check included): the search modes beat one check per
+    node, bisect stays near it, linear never needs more than two sweeps."""
+    for culprit in BRANCHY_NODES:
+        result, _, _ = reduce_with(branchy, fails_with_all([culprit]), mode)
+        assert result.checks_run <= CHECK_BUDGET[mode], (mode, culprit, result.checks_run)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_min_good_passes_and_is_a_proposed_candidate(branchy: GraphIndex, mode: str) -> None:
+    fails = fails_with_all(["H"])
+    result, checker, _ = reduce_with(branchy, fails, mode)
+    assert result.min_good is not None
+    assert result.min_good in checker.seen
+    assert not fails(names_in(branchy, result.min_good))
+
+
+def drive(strategy: Strategy, index: GraphIndex, culprits: set[str], steps: int) -> int:
+    """Answer ``steps`` proposals (fewer if the strategy ends); returns how many were answered."""
+    for done in range(steps):
+        candidate = strategy.propose()
+        if candidate is None:
+            return done
+        strategy.observe(candidate, culprits <= names_in(index, candidate))
+    return steps
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("steps", [0, 1, 3, 6])
+def test_state_round_trip_resumes_at_the_same_proposal(branchy: GraphIndex, mode: str, steps: int) -> None:
+    space = SearchSpace(branchy, branchy.all_nodes())
+    culprits = {"C", "E"}
+    original = Strategy(space, mode)
+    answered = drive(original, branchy, culprits, steps)
+    state = json.loads(json.dumps(original.state()))  # JSON-serialisable
+    assert len(state["observations"]) == answered
+
+    resumed = Strategy.from_state(space, state)
+    assert resumed.propose() == original.propose()
+    assert resumed.best_bad == original.best_bad
+    assert resumed.phase == original.phase
+    # Both continue identically to the same end.
+    drive(original, branchy, culprits, 1000)
+    drive(resumed, branchy, culprits, 1000)
+    assert resumed.done and original.done
+    assert resumed.best_bad == original.best_bad
+    assert names_in(branchy, resumed.best_bad) == culprits
+
+
+def test_state_of_another_graph_is_refused(branchy: GraphIndex) -> None:
+    from onnx import helper
+
+    from tests.models import make_model
+
+    other = index_of(make_model([helper.make_node("Relu", ["x"], ["y"], name="R")], ["x"], ["y"]))
+    state = Strategy(SearchSpace(branchy, branchy.all_nodes()), "auto").state()
+    with pytest.raises(ReplayMismatchError):
+        Strategy.from_state(SearchSpace(other, other.all_nodes()), state)
+
+
+def test_state_with_diverging_observations_is_refused(branchy: GraphIndex) -> None:
+    space = SearchSpace(branchy, branchy.all_nodes())
+    strategy = Strategy(space, "minimize")
+    drive(strategy, branchy, {"F"}, 2)
+    state = strategy.state()
+    state["observations"][1][0] = "0" * 24
+    with pytest.raises(ReplayMismatchError):
+        Strategy.from_state(space, state)
+
+
+def test_observe_refuses_a_candidate_that_was_not_proposed(branchy: GraphIndex) -> None:
+    strategy = Strategy(SearchSpace(branchy, branchy.all_nodes()), "bisect")
+    with pytest.raises(ReplayMismatchError):
+        strategy.observe(Candidate(frozenset({0})), True)
+
+
+def test_unknown_mode_is_a_usage_error(branchy: GraphIndex) -> None:
+    with pytest.raises(UsageError, match="Choose one of"):
+        Strategy(SearchSpace(branchy, branchy.all_nodes()), "fastest")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_never_proposes_empty_or_foreign_nodes(branchy: GraphIndex, mode: str) -> None:
+    _, checker, _ = reduce_with(branchy, fails_with_all(["E", "D"]), mode)
+    for candidate in checker.seen:
+        assert candidate.nodes
+        assert candidate.nodes <= branchy.all_nodes()
