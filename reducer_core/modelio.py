@@ -17,6 +17,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import onnx
 
@@ -31,6 +32,8 @@ class WeightSources:
     """Location (as written in the model) -> resolved file path on disk."""
 
     files: dict[str, Path] = field(default_factory=dict)
+    copies: dict[Path, Path] = field(default_factory=dict)
+    """Weight copies made where a hardlink was impossible (copy -> source), reused by later writes."""
 
 
 def _external_info(tensor: onnx.TensorProto) -> dict[str, str]:
@@ -79,15 +82,58 @@ def resolve_location(base_dir: Path, location: str) -> Path:
     return path.resolve()
 
 
-def check_external_bounds(tensor: onnx.TensorProto, path: Path) -> None:
-    info = _external_info(tensor)
-    offset, length = int(info.get("offset", 0)), info.get("length")
-    size = path.stat().st_size
-    end = offset + int(length) if length is not None else size
-    if offset < 0 or end > size:
+def _int_field(tensor: onnx.TensorProto, info: dict[str, str], key: str) -> int | None:
+    if key not in info:
+        return None
+    try:
+        return int(info[key])
+    except ValueError:
         raise InvalidModelError(
-            f"Tensor '{tensor.name}' claims bytes {offset}..{end} of '{info.get('location')}', "
-            f"but that file has {size} bytes. The model and its weight file do not belong together."
+            f"Tensor '{tensor.name}' has external-data {key} '{info[key]}', which is not a whole number. "
+            "Re-export the model (onnx.save_model(..., save_as_external_data=True))."
+        ) from None
+
+
+_FOUR_BIT_TYPES = {
+    getattr(onnx.TensorProto, name) for name in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(onnx.TensorProto, name)
+}
+
+
+def declared_nbytes(tensor: onnx.TensorProto) -> int | None:
+    """Bytes the tensor's dims and dtype need (None for strings and unknown types)."""
+    if tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return None
+    try:
+        bits = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize * 8
+    except (KeyError, TypeError, ValueError):
+        return None
+    if tensor.data_type in _FOUR_BIT_TYPES:
+        bits = 4
+    count = 1
+    for dim in tensor.dims:
+        count *= dim
+    return (count * bits + 7) // 8
+
+
+def check_external_bounds(tensor: onnx.TensorProto, path: Path) -> None:
+    """Refuse external data that lies outside its file, or a shape that needs more bytes than are
+    stored (a tensor bomb: a runtime would allocate the declared size)."""
+    info = _external_info(tensor)
+    offset, length = _int_field(tensor, info, "offset") or 0, _int_field(tensor, info, "length")
+    size = path.stat().st_size
+    end = offset + length if length is not None else size
+    where = f"'{info.get('location')}'"
+    if offset < 0 or offset > size or (length is not None and length < 0) or end > size:
+        raise InvalidModelError(
+            f"Tensor '{tensor.name}' claims bytes {offset}..{end} of {where}, but that file has {size} bytes. "
+            "The model and its weight file do not belong together: re-export both, or give the right folder "
+            "with --external-data-dir."
+        )
+    needed = declared_nbytes(tensor)
+    if needed is not None and needed > end - offset:
+        raise InvalidModelError(
+            f"Tensor '{tensor.name}' has shape {list(tensor.dims)} ({needed} bytes) but only {end - offset} bytes "
+            f"are stored for it in {where}. The model and its weight file do not belong together: re-export both."
         )
 
 
@@ -99,7 +145,15 @@ def load_model(path: str | Path, external_data_dir: str | Path | None = None) ->
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError and others
-        raise InvalidModelError(f"'{path}' is not a readable ONNX model ({type(exc).__name__}: {exc}).") from exc
+        raise InvalidModelError(
+            f"'{path}' is not a readable ONNX model ({type(exc).__name__}: {exc}). Is the file truncated "
+            "or not an .onnx file? Export or copy it again."
+        ) from exc
+    if not model.HasField("graph") or model.ir_version <= 0 or not model.opset_import:
+        raise InvalidModelError(
+            f"'{path}' is not a complete ONNX model (missing graph, IR version or opset imports); the file "
+            "is probably truncated or not an .onnx file. Export or copy it again."
+        )
     base_dir = Path(external_data_dir) if external_data_dir else path.parent
     sources = WeightSources()
     for tensor in all_tensors(model.graph):
@@ -128,13 +182,20 @@ def externalize_inline_weights(
 
     Returns the number of bytes written. Done once per reduction, so iterations never copy weights.
     """
+    movable = [
+        t
+        for t in model.graph.initializer
+        if t.data_location != onnx.TensorProto.EXTERNAL
+        and t.data_type != onnx.TensorProto.STRING
+        and t.ByteSize() >= INLINE_LIMIT_BYTES
+    ]
+    if not movable:
+        return 0
     written = 0
-    with open(weights_path, "wb") as sink:
-        for tensor in model.graph.initializer:
-            if tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.data_type == onnx.TensorProto.STRING:
-                continue
-            if tensor.ByteSize() < INLINE_LIMIT_BYTES:
-                continue
+    # Append when the file already holds weights this model references (a second call).
+    mode = "ab" if weights_path.resolve() in set(sources.files.values()) else "wb"
+    with open(weights_path, mode) as sink:
+        for tensor in movable:
             raw = onnx.numpy_helper.to_array(tensor).tobytes() if not tensor.HasField("raw_data") else tensor.raw_data
             offset = sink.tell()
             sink.write(raw)
@@ -143,24 +204,24 @@ def externalize_inline_weights(
                 tensor.ClearField(name)
             _set_external(tensor, location, offset, len(raw))
             written += len(raw)
-    if written:
-        sources.files[location] = weights_path.resolve()
-    else:
-        weights_path.unlink(missing_ok=True)
+    sources.files[location] = weights_path.resolve()
     return written
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
-    if target.exists():
-        if target.is_symlink() or not os.path.samefile(source, target):
-            target.unlink()
-        else:
-            return
+def _link_or_copy(source: Path, target: Path, sources: WeightSources) -> None:
+    """Make ``target`` hold ``source``'s bytes: a hardlink, or (across devices) one copy that later
+    iterations reuse instead of copying again."""
+    reusable = target.exists() and not target.is_symlink()
+    if reusable and (os.path.samefile(source, target) or sources.copies.get(target.resolve()) == source):
+        return
+    if target.exists() or target.is_symlink():
+        target.unlink()
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
+        sources.copies[target.resolve()] = source
 
 
 def referenced_locations(model: onnx.ModelProto) -> set[str]:
@@ -176,46 +237,77 @@ def write_iteration_model(model: onnx.ModelProto, path: str | Path, sources: Wei
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for location in referenced_locations(model):
-        _link_or_copy(sources.files[location], path.parent / location)
+        _link_or_copy(sources.files[location], path.parent / location, sources)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(model.SerializeToString())
     os.replace(tmp, path)
 
 
-def _read_external(tensor: onnx.TensorProto, sources: WeightSources) -> bytes:
+COPY_CHUNK_BYTES = 64 * 1024 * 1024
+
+
+def _external_span(tensor: onnx.TensorProto, sources: WeightSources) -> tuple[Path, int, int]:
+    """(file, offset, length) of an external tensor's bytes."""
     info = _external_info(tensor)
+    source = sources.files[info["location"]]
     offset = int(info.get("offset", 0))
-    with open(sources.files[info["location"]], "rb") as f:
+    length = int(info["length"]) if "length" in info else source.stat().st_size - offset
+    return source, offset, length
+
+
+def _read_external(tensor: onnx.TensorProto, sources: WeightSources) -> bytes:
+    source, offset, length = _external_span(tensor, sources)
+    with open(source, "rb") as f:
         f.seek(offset)
-        return f.read(int(info["length"])) if "length" in info else f.read()
+        return f.read(length)
+
+
+def _copy_range(source: Path, offset: int, length: int, sink: BinaryIO) -> None:
+    """Append ``length`` bytes of ``source`` from ``offset`` to ``sink``, in bounded chunks."""
+    with open(source, "rb") as f:
+        f.seek(offset)
+        left = length
+        while left > 0:
+            chunk = f.read(min(left, COPY_CHUNK_BYTES))
+            if not chunk:
+                raise InvalidModelError(f"Weight file '{source}' ended early (truncated while reducing?).")
+            sink.write(chunk)
+            left -= len(chunk)
 
 
 def save_self_contained(model: onnx.ModelProto, path: str | Path, sources: WeightSources) -> Path | None:
-    """Write ``model`` with its weights materialised. Returns the external data file, if one was needed."""
+    """Write ``model`` with its weights materialised: inline, or in ``<name>.data`` beside it when
+    they exceed protobuf's 2 GB limit (copied in bounded chunks). Returns that data file, if any.
+
+    Files are written under temporary names and moved into place, so saving over the model being
+    reduced (whose weights may be ``<name>.data`` themselves) never truncates its own source."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     external = [t for t in all_tensors(out.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
-    total = sum(int(_external_info(t).get("length", 0)) for t in external) + out.ByteSize()
+    total = sum(_external_span(t, sources)[2] for t in external) + out.ByteSize()
+    data_path: Path | None = None
     if total < PROTOBUF_LIMIT_BYTES:
         for tensor in external:
             raw = _read_external(tensor, sources)
             del tensor.external_data[:]
             tensor.data_location = onnx.TensorProto.DEFAULT
             tensor.raw_data = raw
-        path.write_bytes(out.SerializeToString())
-        return None
-    data_name = path.name + ".data"
-    data_path = path.with_name(data_name)
-    with open(data_path, "wb") as sink:
-        for tensor in external:
-            raw = _read_external(tensor, sources)
-            offset = sink.tell()
-            sink.write(raw)
-            sink.write(b"\0" * (-len(raw) % 4096))
-            _set_external(tensor, data_name, offset, len(raw))
-    path.write_bytes(out.SerializeToString())
+    else:
+        data_path = path.with_name(path.name + ".data")
+        tmp_data = data_path.with_name(data_path.name + ".tmp")
+        with open(tmp_data, "wb") as sink:
+            for tensor in external:
+                source, offset, length = _external_span(tensor, sources)
+                start = sink.tell()
+                _copy_range(source, offset, length, sink)
+                sink.write(b"\0" * (-length % 4096))
+                _set_external(tensor, data_path.name, start, length)
+        os.replace(tmp_data, data_path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(out.SerializeToString())
+    os.replace(tmp, path)
     return data_path
 
 
