@@ -73,24 +73,25 @@ class CommandCheck:
     def judge(self, code: int, output: str, duration: float) -> Verdict:
         """Polygraphy's rule: ignored codes pass; with --fail-code only those codes fail (and
         also need a regex match when regexes are given); otherwise a regex match fails (even with
-        exit 0) or, without regexes, any non-zero exit fails."""
+        exit 0) or, without regexes, any non-zero exit fails. A death by signal that neither
+        fail codes nor regexes decide is a ``crash``."""
         matched = [r.pattern for r in self.compiled if r.search(output)]
         if code in self.ignore_fail_codes:
             failed = False
         elif self.fail_codes:
             failed = code in self.fail_codes and (bool(matched) or not self.compiled)
-        else:
-            failed = bool(matched) if self.compiled else code != 0
-        if failed:
-            signature = f"exit={code};regex={matched[0]}" if matched else f"exit={code}"
-            return Verdict(VerdictKind.FAIL, signature, f"exit code {code}", duration)
-        if code < 0 and not self.compiled:
+        elif code < 0 and not self.compiled:
             return Verdict(
                 VerdictKind.CRASH,
                 f"signal={_signal_name(-code)}",
                 f"killed by {_signal_name(-code)}",
                 duration,
             )
+        else:
+            failed = bool(matched) if self.compiled else code != 0
+        if failed:
+            signature = f"exit={code};regex={matched[0]}" if matched else f"exit={code}"
+            return Verdict(VerdictKind.FAIL, signature, f"exit code {code}", duration)
         return Verdict(VerdictKind.PASS, "", f"exit code {code}", duration)
 
 

@@ -44,11 +44,13 @@ def make_model(
     return model
 
 
-def branchy_model() -> onnx.ModelProto:
+def branchy_model(prefix: str = "", suffix: str = "") -> onnx.ModelProto:
     """Two inputs, two outputs, side branches, one distinct op type per node::
 
     A = Relu(x0)   B = Neg(y0)    C = Add(a, b)   D = Sigmoid(c) -> out0
     E = Mul(b, b)  G = Abs(x0)    H = Max(e, g)   F = Sub(c, h)  -> out1
+
+    ``prefix``/``suffix`` decorate node names, e.g. so a check can grep for them in the file.
     """
     nodes = [
         helper.make_node("Relu", ["x0"], ["a"], name="A"),
@@ -60,6 +62,8 @@ def branchy_model() -> onnx.ModelProto:
         helper.make_node("Max", ["e", "g"], ["h"], name="H"),
         helper.make_node("Sub", ["c", "h"], ["out1"], name="F"),
     ]
+    for node in nodes:
+        node.name = f"{prefix}{node.name}{suffix}"
     return make_model(nodes, ["x0", "y0"], ["out0", "out1"])
 
 
