@@ -9,9 +9,10 @@ from reducer_core.reducer import IterationRecord, ReductionResult
 
 
 class ProgressReporter:
-    def __init__(self, stream: TextIO = sys.stderr, live: bool = True, quiet: bool = False) -> None:
-        self.stream = stream
-        self.live = live and stream.isatty()
+    def __init__(self, stream: TextIO | None = None, live: bool = True, quiet: bool = False) -> None:
+        # Resolved now, not at import: a caller that redirected sys.stderr gets the log there.
+        self.stream = stream if stream is not None else sys.stderr
+        self.live = live and self.stream.isatty()
         self.quiet = quiet
         self.total_nodes = 0
 
