@@ -220,7 +220,7 @@ def tiny_external_model(location: str, offset: int = 0, length: int | None = 16,
         [info("y", TensorProto.FLOAT, [4])],
         [weight],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    return bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
 
 
 @pytest.fixture

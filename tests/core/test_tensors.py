@@ -57,7 +57,7 @@ def test_polygraphy_run_results_keep_output_names_and_dtypes(tmp_path: Path) -> 
 
 
 def test_npz_archive_is_one_sample(tmp_path: Path) -> None:
-    arrays = {"a": np.arange(6, dtype=np.int32).reshape(2, 3), "b": np.ones((1,), dtype=np.float64)}
+    arrays: dict[str, np.ndarray] = {"a": np.arange(6, dtype=np.int32).reshape(2, 3), "b": np.ones((1,), np.float64)}
     np.savez(tmp_path / "values.npz", **arrays)
 
     samples = load_tensor_file(tmp_path / "values.npz")
