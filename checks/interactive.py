@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from reducer_core.errors import CheckInfraError
 from reducer_core.verdict import Verdict, VerdictKind
 
 
@@ -32,5 +33,9 @@ class InteractiveCheck:
         print(f">>> {prompt} ", end="", file=sys.stderr, flush=True)
         line = sys.stdin.readline()
         if not line:
-            raise EOFError("Interactive mode needs answers on standard input; none came. Give --check CMD instead.")
+            # A ReducerError, so the command line reports it (exit 1) instead of a traceback.
+            raise CheckInfraError(
+                "Interactive mode needs answers on standard input; none came. Give --check CMD instead, "
+                "or resume with --load-debug-replay and the replay saved so far."
+            )
         return line.strip().lower()[:1]
