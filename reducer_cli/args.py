@@ -71,6 +71,61 @@ def _add_check_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_spec_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Declarative checks [onnx-reducer]")
+    group.add_argument(
+        "--check-spec",
+        default=None,
+        metavar="SPEC",
+        help="A YAML/JSON check spec (kind: compare | golden | error | op-present | command; see "
+        "docs/check-specs.md). Runs each check isolated in a child process. Instead of --check.",
+    )
+    group.add_argument(
+        "--golden",
+        default=None,
+        metavar="GOLDEN",
+        help="Golden values (`onnx-reducer golden`, or Polygraphy JSON): every candidate's boundary inputs "
+        "come from here, so a subgraph sees the values it saw inside the full model.",
+    )
+    group.add_argument(
+        "--no-localize",
+        dest="localize",
+        action="store_false",
+        help="For compare/golden specs, skip the layerwise localisation (first tensor beyond tolerance) and "
+        "reduce straight away.",
+    )
+
+
+def _add_golden_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="The ONNX model.")
+    parser.add_argument("-o", "--output", required=True, help="Where to write the golden values.")
+    parser.add_argument(
+        "--load-inputs",
+        "--load-input-data",
+        dest="load_inputs",
+        nargs="+",
+        default=[],
+        help="Input values (Polygraphy JSON or .npz); each sample in them is one golden sample.",
+    )
+    parser.add_argument("--seed", type=int, default=1, help="Seed for generated inputs (sample i uses seed+i).")
+    parser.add_argument("--samples", type=int, default=1, help="Number of generated input samples (default 1).")
+    parser.add_argument(
+        "--input-range",
+        nargs=2,
+        type=float,
+        default=(0.0, 1.0),
+        metavar=("LOW", "HIGH"),
+        help="Range of generated inputs (default 0 1, as Polygraphy).",
+    )
+    parser.add_argument(
+        "--chunk-mb",
+        type=float,
+        default=256.0,
+        help="Mark at most this many MB of tensors as outputs per run, so memory never holds them all.",
+    )
+    parser.add_argument("--external-data-dir", default=None, help="Folder holding the model's external data.")
+
+
 def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="The ONNX model to reduce.")
     parser.add_argument("-o", "--output", default=None, help="Where to write the minimal failing model.")
@@ -186,6 +241,7 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
     out.add_argument("-q", "--quiet", action="count", default=0, help="Less log output.")
     out.add_argument("--no-progress", dest="progress", action="store_false", help="No live progress line.")
     out.add_argument("--summary-json", default=None, help="[onnx-reducer] Write the final summary as JSON here.")
+    _add_spec_args(parser)
     _add_check_args(parser)
 
 
@@ -202,6 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
         "`polygraphy debug reduce`, so switching tools means changing only the command name.",
     )
     _add_reduce_args(reduce)
+    golden = sub.add_parser(
+        "golden",
+        help="Store a model's inputs and every intermediate tensor (onnxruntime CPU) for --golden.",
+        description="Run the model on onnxruntime CPU with every tensor marked as an output and store the "
+        "inputs plus every tensor's value, sample by sample, in one file (written as it goes).",
+    )
+    _add_golden_args(golden)
     inspect = sub.add_parser("inspect", help="Print a model's inputs, outputs and nodes ('Op: <OpType>').")
     inspect.add_argument("model")
     inspect.add_argument("--mode", default="basic", help="Accepted for Polygraphy compatibility.")

@@ -33,10 +33,16 @@ def _reduce(ns: argparse.Namespace) -> int:
         session.write_results(result)
         session.discard_skip_current_replay()
         if ns.summary_json:
-            write_summary_json(ns.summary_json, result, workspace.index)
+            write_summary_json(ns.summary_json, result, workspace.index, session.summary_extra())
     finally:
         session.cleanup()
     return cli_args.EXIT_OK
+
+
+def _golden(ns: argparse.Namespace) -> int:
+    from reducer_cli.golden_cmd import run_golden
+
+    return run_golden(ns)
 
 
 def _inspect(ns: argparse.Namespace) -> int:
@@ -48,7 +54,7 @@ def _inspect(ns: argparse.Namespace) -> int:
 
 def run(argv: Sequence[str]) -> int:
     ns = cli_args.build_parser().parse_args(list(argv))
-    handlers = {"reduce": _reduce, "inspect": _inspect}
+    handlers = {"reduce": _reduce, "inspect": _inspect, "golden": _golden}
     log = ProgressReporter(live=False)
     try:
         return handlers[ns.command](ns)

@@ -7,15 +7,19 @@ minimal failing (and passing) models at the end."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import onnx
 
 from checks.command import CommandCheck, tail
 from checks.interactive import InteractiveCheck
+from checks.spec import CheckSpec, ModelCheck, load_check_spec
+from engine.localize import Localization
 from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.progress import ProgressReporter
 from reducer_core import modelio
@@ -28,7 +32,7 @@ from reducer_core.reducer import IterationRecord, Reduction, ReductionResult
 from reducer_core.strategies import SearchSpace, Strategy
 from reducer_core.verdict import Verdict, VerdictKind
 
-Check = CommandCheck | InteractiveCheck
+Check = ModelCheck
 
 
 def options_from_args(args: argparse.Namespace) -> ReduceOptions:
@@ -46,7 +50,26 @@ def options_from_args(args: argparse.Namespace) -> ReduceOptions:
     )
 
 
+def spec_from_args(args: argparse.Namespace) -> CheckSpec | None:
+    """The ``--check-spec`` document (None without one); ``--check-timeout`` overrides its timeout."""
+    if getattr(args, "check_spec", None) is None:
+        if getattr(args, "golden", None) is not None:
+            raise UsageError("--golden feeds a --check-spec check; give --check-spec SPEC too.")
+        return None
+    if args.check is not None:
+        raise UsageError("Give either --check-spec SPEC or --check COMMAND, not both.")
+    spec = load_check_spec(args.check_spec)
+    if args.check_timeout is not None:
+        spec = dataclasses.replace(spec, timeout=args.check_timeout)
+    return spec
+
+
 def build_check(args: argparse.Namespace) -> Check:
+    spec = spec_from_args(args)
+    if spec is not None:
+        from checks.spec import build_check as build_spec_check
+
+        return build_spec_check(spec, Path(args.golden) if args.golden else None)
     if args.check is None:
         return InteractiveCheck(args.iter_artifact)
     if not args.check:
@@ -70,6 +93,8 @@ class Session:
         self.log = log
         self.iter_path = Path(args.iter_artifact)
         self.cache = VerdictCache(workspace.index.fingerprint, check.identity)
+        self.localization: Localization | None = None
+        self.failure_rate: float | None = None
 
     def oracle(self, candidate: Candidate, iteration: int) -> Verdict:
         try:
@@ -140,7 +165,68 @@ class Session:
             )
         self.log.total_nodes = len(space.start)
         reduction = Reduction(strategy, self.oracle, self.cache, self.args.pin_signature, self.on_iteration)
-        return reduction.run()
+        spec = spec_from_args(self.args)
+        if spec is None:
+            return reduction.run()
+        localized = self._check_original_and_localize(reduction, spec)
+        if localized is not None:
+            return localized
+        result = reduction.run()
+        result.checks_run += self.localization.checks if self.localization is not None else 0
+        return result
+
+    def _check_original_and_localize(self, reduction: Reduction, spec: CheckSpec) -> ReductionResult | None:
+        """Check the original (and report a flaky one); for compare/golden specs, try the
+        accuracy-debugging flowchart first. Returns a result when it found the failing node."""
+        from engine.localize import localize
+
+        started = time.monotonic()
+        original = reduction.check_original()
+        self._report_failure_rate()
+        if not spec.is_accuracy or not self.args.localize:
+            reason = "not a compare/golden check" if not spec.is_accuracy else "--no-localize"
+            self.localization = Localization("reduction", reason, 0)
+            return None
+        golden = Path(self.args.golden) if self.args.golden else None
+
+        def check(candidate: Candidate) -> Verdict:
+            cached = self.cache.get(candidate)
+            if cached is not None:
+                return cached
+            reduction.iteration += 1
+            return self.oracle(candidate, reduction.iteration)
+
+        found = localize(self.ws, spec, golden, original, check, self.args.pin_signature)
+        self.localization = found
+        self.log.info(f"Localisation: path={found.path}: {found.reason} ({found.checks} check(s))")
+        if found.candidate is None:
+            return None
+        nodes = len(self.ws.index)
+        result = ReductionResult(original, nodes, found.candidate, None)
+        result.checks_run = 1 + found.checks
+        result.elapsed_s = time.monotonic() - started
+        return result
+
+    def summary_extra(self) -> dict[str, object]:
+        """Fields of ``--summary-json`` beyond the engine's: localisation path, failure rate."""
+        extra: dict[str, object] = {}
+        if self.localization is not None:
+            extra["localization"] = self.localization.to_json()
+        if self.failure_rate is not None:
+            extra["original_failure_rate"] = self.failure_rate
+        return extra
+
+    def _report_failure_rate(self) -> None:
+        rate = getattr(self.check, "last_rate", None)
+        if not rate or not rate[1]:
+            return
+        failed, runs = rate
+        self.failure_rate = failed / runs
+        if 0 < failed < runs:
+            self.log.warning(
+                f"The original model is flaky: it failed {failed}/{runs} runs ({100 * failed / runs:.0f}%). "
+                "Reduction counts a candidate by the spec's fail_if rule; consider a larger repeat."
+            )
 
     def write_results(self, result: ReductionResult) -> None:
         if self.args.output:
@@ -179,8 +265,11 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_summary_json(path: str, result: ReductionResult, index: GraphIndex) -> None:
-    summary = {
+def write_summary_json(
+    path: str, result: ReductionResult, index: GraphIndex, extra: dict[str, object] | None = None
+) -> None:
+    summary: dict[str, object] = {
+        **(extra or {}),
         "nodes_before": result.nodes_before,
         "nodes_after": len(result.min_bad),
         "min_bad_nodes": [index.label(n) for n in sorted(result.min_bad.nodes)],

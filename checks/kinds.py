@@ -1,0 +1,279 @@
+"""What a spec check does inside its child process (``checks.child`` calls ``run_spec`` or
+``layerwise`` with the payload). Each returns ``{kind, signature, detail, output}``.
+
+Signatures (what signature pinning compares; stable while the graph shrinks):
+- compare / golden: ``mismatch:nonfinite`` (the target gives inf/NaN where the reference is
+  finite, or the reverse: an overflow) or ``mismatch:tolerance`` (finite values beyond atol/rtol).
+  The outputs that exceeded tolerance, and the worst one, are in the detail; names are not in the
+  signature because a subgraph's outputs are other tensors than the full model's.
+  A runtime error while comparing is ``error:<ExceptionClass>``.
+- error: ``error:<ExceptionClass>``, or ``error:match=<regex>`` when ``match`` is given.
+- op-present: ``op-present:<matched op types and node names>``.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from checks.spec import CheckSpec, Tolerance, check_spec_from_dict
+
+Result = dict[str, Any]
+
+
+def _result(kind: str, signature: str = "", detail: str = "", output: str = "") -> Result:
+    return {"kind": kind, "signature": signature, "detail": detail, "output": output}
+
+
+# --- comparison ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    name: str
+    nonfinite: bool
+    max_abs: float
+    max_rel: float
+    bad: int
+    total: int
+
+    def describe(self) -> str:
+        what = "non-finite values differ" if self.nonfinite else "beyond tolerance"
+        return (
+            f"{self.name}: {what}, max abs err {self.max_abs:.4g}, max rel err {self.max_rel:.4g}, "
+            f"{self.bad}/{self.total} elements"
+        )
+
+    @property
+    def severity(self) -> tuple[bool, float]:
+        return (self.nonfinite, self.max_abs if np.isfinite(self.max_abs) else float("inf"))
+
+
+def compare_tensor(name: str, reference: np.ndarray, target: np.ndarray, atol: float, rtol: float) -> Mismatch | None:
+    """Polygraphy's elementwise rule: an element mismatches when ``|t - r| > atol`` and
+    ``|t - r| > rtol * |r|``; finiteness must agree (inf/NaN where the other is finite fails)."""
+    ref, tgt = np.asarray(reference), np.asarray(target)
+    if ref.shape != tgt.shape:
+        return Mismatch(name, False, float("inf"), float("inf"), tgt.size, max(ref.size, tgt.size))
+    if not (np.issubdtype(ref.dtype, np.floating) or np.issubdtype(tgt.dtype, np.floating)):
+        bad = int(np.count_nonzero(ref != tgt))
+        return Mismatch(name, False, float(bad > 0), float(bad > 0), bad, ref.size) if bad else None
+    r, t = ref.astype(np.float64), tgt.astype(np.float64)
+    fin_r, fin_t = np.isfinite(r), np.isfinite(t)
+    both = fin_r & fin_t
+    nonfinite = (fin_r != fin_t) | (~fin_r & ~fin_t & ~((r == t) | (np.isnan(r) & np.isnan(t))))
+    diff = np.where(both, np.abs(t - r), 0.0)
+    rel = np.where(both, diff / np.maximum(np.abs(r), np.finfo(np.float64).tiny), 0.0)
+    beyond = both & (diff > atol) & (rel > rtol)
+    bad = int(np.count_nonzero(beyond | nonfinite))
+    if not bad:
+        return None
+    any_nonfinite = bool(nonfinite.any())
+    max_abs = float("inf") if any_nonfinite else float(diff.max(initial=0.0))
+    max_rel = float("inf") if any_nonfinite else float(rel.max(initial=0.0))
+    return Mismatch(name, any_nonfinite, max_abs, max_rel, bad, r.size)
+
+
+def compare_outputs(
+    reference: Mapping[str, np.ndarray], target: Mapping[str, np.ndarray], tolerance: Tolerance
+) -> list[Mismatch]:
+    found: list[Mismatch] = []
+    for name, value in target.items():
+        if name not in reference:
+            continue
+        atol, rtol = tolerance.for_output(name)
+        mismatch = compare_tensor(name, reference[name], value, atol, rtol)
+        if mismatch is not None:
+            found.append(mismatch)
+    return found
+
+
+def mismatch_signature(mismatches: list[Mismatch]) -> str:
+    return "mismatch:nonfinite" if any(m.nonfinite for m in mismatches) else "mismatch:tolerance"
+
+
+def mismatch_detail(mismatches: list[Mismatch], sample: int) -> str:
+    worst = max(mismatches, key=lambda m: m.severity)
+    names = ", ".join(m.name for m in mismatches)
+    return f"sample {sample}: outputs beyond tolerance: {names}; worst {worst.describe()}"
+
+
+# --- inputs ----------------------------------------------------------------------------------------
+
+
+def load_model(path: Path) -> onnx.ModelProto:
+    return onnx.load(str(path), load_external_data=True)
+
+
+def feeds_for(
+    model: onnx.ModelProto, spec: CheckSpec, golden: Mapping[str, np.ndarray] | None
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Graph inputs from the golden values (by tensor name) where present, random otherwise."""
+    from checks.ort_runtime import random_inputs
+
+    low, high = spec.input_range
+    random = random_inputs(model, spec.seed, low, high)
+    feeds: dict[str, np.ndarray] = {}
+    generated: list[str] = []
+    for name, value in random.items():
+        if golden is not None and name in golden:
+            feeds[name] = np.asarray(golden[name]).astype(value.dtype, copy=False)
+        else:
+            feeds[name] = value
+            generated.append(name)
+    return feeds, generated
+
+
+def _golden_samples(payload: Mapping[str, Any]) -> list[Mapping[str, np.ndarray] | None]:
+    if not payload.get("golden"):
+        return [None]
+    from checks.golden import GoldenStore
+
+    store = GoldenStore.open(payload["golden"])
+    return [store.sample(i) for i in range(store.samples)]
+
+
+# --- kinds -----------------------------------------------------------------------------------------
+
+
+def run_spec(payload: Mapping[str, Any]) -> Result:
+    spec = check_spec_from_dict(payload["spec"])
+    model_path = Path(payload["model"])
+    if spec.kind == "op-present":
+        return _op_present(spec, onnx.load(str(model_path), load_external_data=False))
+    from checks.runtimes import RuntimeUnavailableError
+
+    try:
+        model = load_model(model_path)
+    except Exception as exc:  # noqa: BLE001 - an unreadable candidate is a problem of the tool
+        return _result("infra-error", detail=f"cannot load {model_path}: {exc}")
+    try:
+        with tempfile.TemporaryDirectory(prefix="runtime-", dir=".") as workdir:
+            if spec.kind == "error":
+                return _error(spec, model, Path(workdir), _golden_samples(payload))
+            return _accuracy(spec, model, Path(workdir), _golden_samples(payload))
+    except RuntimeUnavailableError as exc:
+        return _result("infra-error", detail=str(exc))
+
+
+def _op_present(spec: CheckSpec, model: onnx.ModelProto) -> Result:
+    ops = sorted({n.op_type for n in model.graph.node if n.op_type in spec.ops})
+    names = sorted({n.name for n in model.graph.node if n.name in spec.names})
+    matched = ops + names
+    if not matched:
+        return _result("pass", detail="none of the listed ops/names is present")
+    return _result("fail", "op-present:" + ",".join(matched), f"present: {', '.join(matched)}")
+
+
+def _error(
+    spec: CheckSpec, model: onnx.ModelProto, workdir: Path, samples: list[Mapping[str, np.ndarray] | None]
+) -> Result:
+    from checks.runtimes import RuntimeUnavailableError, make_runner
+
+    assert spec.target is not None
+    try:
+        runner = make_runner(spec.target, model, workdir)
+        for golden in samples:
+            runner.run(feeds_for(model, spec, golden)[0])
+    except RuntimeUnavailableError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the target's errors are what this check looks for
+        message = f"{type(exc).__name__}: {exc}"
+        if spec.match is None:
+            return _result("fail", f"error:{type(exc).__name__}", message[:500], message)
+        if re.search(spec.match, message):
+            return _result("fail", f"error:match={spec.match}", message[:500], message)
+        return _result("pass", detail=f"error not matching {spec.match!r}: {message[:300]}", output=message)
+    return _result("pass", detail=f"{spec.target.label} ran without error")
+
+
+def _reference_values(
+    spec: CheckSpec,
+    model: onnx.ModelProto,
+    workdir: Path,
+    feeds: Mapping[str, np.ndarray],
+    golden: Mapping[str, np.ndarray] | None,
+) -> Mapping[str, np.ndarray]:
+    if spec.kind == "golden":
+        assert golden is not None
+        return {o.name: golden[o.name] for o in model.graph.output if o.name in golden}
+    from checks.runtimes import make_runner
+
+    assert spec.reference is not None
+    return make_runner(spec.reference, model, workdir).run(feeds)
+
+
+def _accuracy(
+    spec: CheckSpec, model: onnx.ModelProto, workdir: Path, samples: list[Mapping[str, np.ndarray] | None]
+) -> Result:
+    from checks.runtimes import RuntimeUnavailableError, make_runner
+
+    assert spec.target is not None and spec.tolerance is not None
+    for i, golden in enumerate(samples):
+        feeds, generated = feeds_for(model, spec, golden)
+        try:
+            reference = _reference_values(spec, model, workdir, feeds, golden)
+            target = make_runner(spec.target, model, workdir).run(feeds)
+        except RuntimeUnavailableError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a runtime error is a (different) failure
+            message = f"{type(exc).__name__}: {exc}"
+            return _result("fail", f"error:{type(exc).__name__}", message[:500], message)
+        mismatches = compare_outputs(reference, target, spec.tolerance)
+        if mismatches:
+            note = f" (random values for {', '.join(generated)})" if generated else ""
+            return _result("fail", mismatch_signature(mismatches), mismatch_detail(mismatches, i) + note)
+    return _result("pass", detail=f"all outputs within tolerance in {len(samples)} sample(s)")
+
+
+# --- layerwise (localisation) ----------------------------------------------------------------------
+
+
+def mark_all_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    marked = onnx.ModelProto()
+    marked.CopyFrom(model)
+    existing = {o.name for o in marked.graph.output}
+    for node in marked.graph.node:
+        for name in node.output:
+            if name and name not in existing:
+                marked.graph.output.append(onnx.ValueInfoProto(name=name))
+                existing.add(name)
+    return marked
+
+
+def layerwise(payload: Mapping[str, Any]) -> Result:
+    """Run the full model with every tensor marked as an output in both runtimes (the reference
+    values come from the golden file for kind 'golden'), compare tensor by tensor in node order,
+    and report every tensor beyond tolerance (``output`` holds them, one per line, in order)."""
+    spec = check_spec_from_dict(payload["spec"])
+    assert spec.target is not None and spec.tolerance is not None
+    from checks.runtimes import make_runner
+
+    model = mark_all_outputs(load_model(Path(payload["model"])))
+    golden = _golden_samples(payload)[0]
+    feeds, _ = feeds_for(model, spec, golden)
+    with tempfile.TemporaryDirectory(prefix="layerwise-", dir=".") as workdir:
+        if spec.kind == "golden":
+            assert golden is not None
+            reference: Mapping[str, np.ndarray] = golden
+        else:
+            assert spec.reference is not None
+            reference = make_runner(spec.reference, model, Path(workdir)).run(feeds)
+        target = make_runner(spec.target, model, Path(workdir)).run(feeds)
+    lines: list[str] = []
+    for node in model.graph.node:
+        for name in node.output:
+            if name in target and name in reference:
+                atol, rtol = spec.tolerance.for_output(name)
+                mismatch = compare_tensor(name, reference[name], target[name], atol, rtol)
+                if mismatch is not None:
+                    lines.append(f"{'nonfinite' if mismatch.nonfinite else 'tolerance'}\t{name}")
+    kind = "fail" if lines else "pass"
+    return _result(kind, "", f"{len(lines)} tensor(s) beyond tolerance", "\n".join(lines))
