@@ -1,0 +1,226 @@
+"""Verdict cache, debug replay and the reduction loop's verdict rules (pure: no I/O)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reducer_core.cache import VerdictCache
+from reducer_core.candidate import Candidate
+from reducer_core.errors import CheckInfraError, OriginalDidNotFailError, ReplayMismatchError
+from reducer_core.graph import GraphIndex
+from reducer_core.reducer import Reduction
+from reducer_core.strategies import MODES, SearchSpace, Strategy
+from reducer_core.verdict import Verdict, VerdictKind
+from tests.models import FAIL, PASS, FakeChecker, branchy_model, fails_with_all, index_of, names_in, reduce_with
+
+
+@pytest.fixture(scope="module")
+def branchy() -> GraphIndex:
+    return index_of(branchy_model())
+
+
+class ToolKilledError(Exception):
+    """Stands for the tool being killed in the middle of a check."""
+
+
+def test_fingerprint_is_canonical() -> None:
+    a = Candidate(frozenset([3, 1, 2]))
+    assert a.fingerprint == Candidate(frozenset([2, 3, 1])).fingerprint
+    assert a.fingerprint != Candidate(frozenset([1, 2])).fingerprint
+    assert a.fingerprint != Candidate(frozenset([1, 2, 3]), primary=2).fingerprint
+    assert Candidate.from_json(json.loads(json.dumps(a.to_json()))) == a
+    with_primary = Candidate(frozenset([1, 2, 3]), primary=2)
+    assert Candidate.from_json(json.loads(json.dumps(with_primary.to_json()))) == with_primary
+
+
+def test_verdict_json_round_trip() -> None:
+    verdict = Verdict(VerdictKind.TIMEOUT, "timeout", "timed out after 1s", 1.25)
+    assert Verdict.from_json(json.loads(json.dumps(verdict.to_json()))) == verdict
+
+
+def test_cache_counts_hits_only_on_found_verdicts() -> None:
+    cache = VerdictCache("g", "c")
+    candidate = Candidate(frozenset({1, 2}))
+    assert cache.get(candidate) is None
+    cache.put(candidate, FAIL)
+    assert cache.get(Candidate(frozenset({2, 1}))) == FAIL
+    assert cache.hits == 1
+    assert len(cache) == 1
+
+
+def test_replay_round_trip_and_refusals() -> None:
+    cache = VerdictCache("graph1", "check1")
+    cache.put(Candidate(frozenset({0})), FAIL)
+    cache.put(Candidate(frozenset({1})), PASS)
+    data = json.loads(cache.dumps())
+    fresh = VerdictCache("graph1", "check1")
+    assert fresh.merge_json(data) == 2
+    assert fresh.get(Candidate(frozenset({0}))) == FAIL
+    assert fresh.get(Candidate(frozenset({1}))) == PASS
+    with pytest.raises(ReplayMismatchError, match="different model"):
+        VerdictCache("graph2", "check1").merge_json(data)
+    with pytest.raises(ReplayMismatchError, match="another check"):
+        VerdictCache("graph1", "check2").merge_json(data)
+    with pytest.raises(ReplayMismatchError, match="not an onnx-reducer debug replay"):
+        VerdictCache("graph1", "check1").merge_json({"iterations": ["polygraphy replay"]})
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_full_replay_resumes_with_zero_checks(branchy: GraphIndex, mode: str) -> None:
+    fails = fails_with_all(["C", "H"])
+    first, _, _ = reduce_with(branchy, fails, mode)
+    cache = VerdictCache(branchy.fingerprint, "fake")
+    space = SearchSpace(branchy, branchy.all_nodes())
+    first_run = Reduction(Strategy(space, mode), FakeChecker(branchy, fails), cache).run()
+    saved = json.loads(cache.dumps())
+
+    resumed_cache = VerdictCache(branchy.fingerprint, "fake")
+    resumed_cache.merge_json(saved)
+    checker = FakeChecker(branchy, fails)
+    second = Reduction(Strategy(space, mode), checker, resumed_cache).run()
+    assert checker.seen == []
+    assert second.checks_run == 0
+    assert second.min_bad == first_run.min_bad == first.min_bad
+    assert second.min_good == first_run.min_good
+    assert second.cache_hits == first_run.checks_run + first_run.cache_hits
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("stop_after", [1, 3, 5])
+def test_interrupted_reduction_resumes_without_rerunning_finished_checks(
+    branchy: GraphIndex, mode: str, stop_after: int
+) -> None:
+    fails = fails_with_all(["B", "F"])
+    full, full_checker, _ = reduce_with(branchy, fails, mode)
+    space = SearchSpace(branchy, branchy.all_nodes())
+    cache = VerdictCache(branchy.fingerprint, "fake")
+    checker = FakeChecker(branchy, fails)
+
+    def dying(candidate: Candidate, iteration: int) -> Verdict:
+        if len(checker.seen) == stop_after:
+            raise ToolKilledError
+        return checker(candidate, iteration)
+
+    with pytest.raises(ToolKilledError):
+        Reduction(Strategy(space, mode), dying, cache).run()
+    assert len(cache) == stop_after
+    resumed_cache = VerdictCache(branchy.fingerprint, "fake")
+    resumed_cache.merge_json(json.loads(cache.dumps()))
+    rest = FakeChecker(branchy, fails)
+    resumed = Reduction(Strategy(space, mode), rest, resumed_cache).run()
+    assert resumed.min_bad == full.min_bad
+    assert len(rest.seen) == len(full_checker.seen) - stop_after
+    assert not {c.fingerprint for c in rest.seen} & {c.fingerprint for c in checker.seen}
+
+
+def test_original_that_passes_stops_at_once(branchy: GraphIndex) -> None:
+    checker = FakeChecker(branchy, lambda present: False)
+    space = SearchSpace(branchy, branchy.all_nodes())
+    with pytest.raises(OriginalDidNotFailError, match="did not fail"):
+        Reduction(Strategy(space, "auto"), checker, VerdictCache("g", "c")).run()
+    assert len(checker.seen) == 1
+
+
+def test_original_with_an_infrastructure_error_is_not_a_model_verdict(branchy: GraphIndex) -> None:
+    space = SearchSpace(branchy, branchy.all_nodes())
+
+    def broken(candidate: Candidate, iteration: int) -> Verdict:
+        return Verdict(VerdictKind.INFRA_ERROR, "", "GPU lost")
+
+    with pytest.raises(CheckInfraError, match="GPU lost"):
+        Reduction(Strategy(space, "auto"), broken, VerdictCache("g", "c")).run()
+
+
+class RuleChecker:
+    """The first rule whose node is present decides the verdict (else pass)."""
+
+    def __init__(self, index: GraphIndex, rules: dict[str, Verdict]) -> None:
+        self.index = index
+        self.rules = rules
+        self.seen: list[Candidate] = []
+
+    def __call__(self, candidate: Candidate, iteration: int) -> Verdict:
+        self.seen.append(candidate)
+        present = names_in(self.index, candidate)
+        return next((v for name, v in self.rules.items() if name in present), PASS)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pinned_signature_ignores_other_failures(branchy: GraphIndex, mode: str) -> None:
+    """F fails with signature 'exit=2'; E alone fails differently ('exit=9'): pinned, only F counts."""
+    rules = {"F": Verdict(VerdictKind.FAIL, "exit=2"), "E": Verdict(VerdictKind.FAIL, "exit=9")}
+    checker = RuleChecker(branchy, rules)
+    space = SearchSpace(branchy, branchy.all_nodes())
+    result = Reduction(Strategy(space, mode), checker, VerdictCache("g", "c")).run()
+    assert names_in(branchy, result.min_bad) == {"F"}
+
+
+@pytest.mark.parametrize("mode", ["auto", "minimize"])
+def test_unpinned_any_failure_counts(branchy: GraphIndex, mode: str) -> None:
+    """Unpinned, E's different failure counts too; auto/minimize keep whichever single node they
+    reach first, but never a node that does not fail."""
+    rules = {"F": Verdict(VerdictKind.FAIL, "exit=2"), "E": Verdict(VerdictKind.FAIL, "exit=9")}
+    checker = RuleChecker(branchy, rules)
+    space = SearchSpace(branchy, branchy.all_nodes())
+    result = Reduction(Strategy(space, mode), checker, VerdictCache("g", "c"), pin_signature=False).run()
+    assert len(result.min_bad) == 1
+    assert names_in(branchy, result.min_bad) <= {"E", "F"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_infrastructure_errors_never_count_as_failures(branchy: GraphIndex, mode: str) -> None:
+    """Candidates with G hit an infrastructure error; the reduction must not keep G for it."""
+    rules = {
+        "D": Verdict(VerdictKind.FAIL, "exit=1"),
+        "G": Verdict(VerdictKind.INFRA_ERROR, "", "disk full"),
+    }
+    checker = RuleChecker(branchy, rules)
+    space = SearchSpace(branchy, branchy.all_nodes())
+    for pinned in (True, False):
+        result = Reduction(Strategy(space, mode), checker, VerdictCache("g", "c"), pin_signature=pinned).run()
+        assert names_in(branchy, result.min_bad) == {"D"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_timing_out_original_reduces_the_timeout(branchy: GraphIndex, mode: str) -> None:
+    rules = {"C": Verdict(VerdictKind.TIMEOUT, "timeout"), "A": Verdict(VerdictKind.FAIL, "exit=1")}
+    checker = RuleChecker(branchy, rules)
+    space = SearchSpace(branchy, branchy.all_nodes())
+    result = Reduction(Strategy(space, mode), checker, VerdictCache("g", "c")).run()
+    assert result.original.kind is VerdictKind.TIMEOUT
+    assert names_in(branchy, result.min_bad) == {"C"}  # A's plain failure is another bug
+
+
+def test_unpinned_a_timeout_counts_only_when_the_original_timed_out() -> None:
+    timeout = Verdict(VerdictKind.TIMEOUT, "timeout")
+    fail = Verdict(VerdictKind.FAIL, "exit=1")
+    assert timeout.reproduces(timeout, pinned=False)
+    assert not timeout.reproduces(fail, pinned=False)
+    assert fail.reproduces(timeout, pinned=False)
+    assert not fail.reproduces(timeout, pinned=True)
+    assert not Verdict(VerdictKind.INFRA_ERROR).reproduces(Verdict(VerdictKind.INFRA_ERROR), pinned=True)
+
+
+def test_should_stop_ends_early_with_the_best_so_far(branchy: GraphIndex) -> None:
+    checker = FakeChecker(branchy, fails_with_all(["H"]))
+    space = SearchSpace(branchy, branchy.all_nodes())
+    result = Reduction(
+        Strategy(space, "minimize"), checker, VerdictCache("g", "c"), should_stop=lambda: len(checker.seen) >= 3
+    ).run()
+    assert result.stopped_early
+    assert len(checker.seen) == 3
+    assert "H" in names_in(branchy, result.min_bad)
+    assert len(result.min_bad) < len(branchy.nodes)
+
+
+def test_iteration_records_cover_every_check(branchy: GraphIndex) -> None:
+    seen = []
+    checker = FakeChecker(branchy, fails_with_all(["E"]))
+    space = SearchSpace(branchy, branchy.all_nodes())
+    result = Reduction(Strategy(space, "auto"), checker, VerdictCache("g", "c"), on_iteration=seen.append).run()
+    assert seen[0].phase == "original" and seen[0].number == 1
+    assert [r.number for r in seen if not r.cached] == list(range(1, result.checks_run + 1))
+    assert all(r.best_size >= len(result.min_bad) for r in seen)
+    assert seen[-1].best_size == 1
