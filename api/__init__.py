@@ -1,0 +1,1 @@
+"""The HTTP api: ``create_app(settings, enqueue)``. It enqueues by task name and never imports the worker."""

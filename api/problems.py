@@ -1,0 +1,80 @@
+"""RFC 9457 problem details: every error the api returns is ``application/problem+json``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+PROBLEM_JSON = "application/problem+json"
+log = logging.getLogger("onnx_reducer.api")
+
+
+class ProblemError(Exception):
+    """Raise anywhere in a request to answer with a problem document."""
+
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        detail: str,
+        type_: str = "about:blank",
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail, self.type, self.extra = status, title, detail, type_, extra
+        self.headers = headers
+
+
+def not_found(what: str) -> ProblemError:
+    return ProblemError(404, "Not Found", f"{what} was not found.")
+
+
+def problem_response(
+    status: int,
+    title: str,
+    detail: str,
+    type_: str = "about:blank",
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    body = {"type": type_, "title": title, "status": status, "detail": detail, **extra}
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+async def _problem(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ProblemError)
+    return problem_response(
+        exc.status, exc.title, exc.detail, exc.type, exc.headers, instance=request.url.path, **exc.extra
+    )
+
+
+async def _http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers) if exc.headers else None
+    title = {401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed"}.get(exc.status_code, "Error")
+    return problem_response(exc.status_code, title, str(exc.detail), headers=headers, instance=request.url.path)
+
+
+async def _validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))} for e in exc.errors()]
+    detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors)
+    return problem_response(422, "Invalid request", detail, instance=request.url.path, errors=errors)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s", request.url.path, exc_info=exc)
+    return problem_response(500, "Internal Server Error", "An unexpected error occurred.", instance=request.url.path)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ProblemError, _problem)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,1 @@
+"""Routers: jobs, events (SSE), artifacts, health."""

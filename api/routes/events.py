@@ -1,0 +1,110 @@
+"""``GET /v1/jobs/{id}/events``: server-sent events. Replays the event rows after ``Last-Event-ID``
+(the per-job sequence number), then follows new rows, woken by Redis pub/sub (or polling the
+database in embedded mode), with heartbeat comments, until the job ends or the stream's maximum
+lifetime passes (the client reconnects with ``Last-Event-ID``; nothing is lost or repeated)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import StreamingResponse
+
+from api.deps import ServicesDep, TeamDep
+from api.routes.jobs import load_job
+from api.services import Services
+from persistence.contracts import events_channel
+from persistence.enums import EventKind, JobStatus
+from persistence.models import Event
+from persistence.repositories import EventRepository, JobRepository
+
+router = APIRouter(prefix="/v1/jobs", tags=["events"])
+
+
+def format_event(event: Event) -> str:
+    data = json.dumps({"seq": event.seq, "kind": event.kind, **event.payload}, separators=(",", ":"))
+    return f"id: {event.seq}\nevent: {event.kind}\ndata: {data}\n\n"
+
+
+class _Follower:
+    """Reads new event rows in a thread; waits for a wake-up from Redis or a poll interval."""
+
+    def __init__(self, services: Services, job_id: str) -> None:
+        self.services, self.job_id = services, job_id
+        self.pubsub: Any = None
+
+    async def open(self) -> None:
+        url = self.services.settings.redis_url
+        if url:
+            import redis.asyncio as aioredis
+
+            self.client = aioredis.Redis.from_url(url)
+            self.pubsub = self.client.pubsub()
+            await self.pubsub.subscribe(events_channel(self.job_id))
+
+    async def close(self) -> None:
+        if self.pubsub is not None:
+            await self.pubsub.aclose()
+            await self.client.aclose()
+
+    def _read(self, after: int) -> tuple[list[Event], bool]:
+        with self.services.db.session() as session:
+            events = list(EventRepository(session).after(self.job_id, after))
+            job = JobRepository(session).get(self.job_id)
+            ended = job is None or JobStatus(job.status).terminal
+        return events, ended
+
+    async def read(self, after: int) -> tuple[list[Event], bool]:
+        return await anyio.to_thread.run_sync(self._read, after)
+
+    async def wait(self, timeout: float) -> None:
+        if self.pubsub is None:
+            await anyio.sleep(min(timeout, self.services.settings.sse_poll_s))
+            return
+        await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)
+
+
+async def _stream(services: Services, job_id: str, after: int, request: Request) -> AsyncIterator[str]:
+    settings = services.settings
+    follower = _Follower(services, job_id)
+    await follower.open()
+    deadline = time.monotonic() + settings.sse_max_lifetime_s
+    last_sent = time.monotonic()
+    try:
+        yield "retry: 2000\n\n"
+        while time.monotonic() < deadline and not await request.is_disconnected():
+            events, ended = await follower.read(after)
+            for event in events:
+                yield format_event(event)
+                after, last_sent = event.seq, time.monotonic()
+                if EventKind(event.kind).terminal:
+                    return
+            if ended and not events:
+                return
+            if time.monotonic() - last_sent >= settings.sse_heartbeat_s:
+                yield ": heartbeat\n\n"
+                last_sent = time.monotonic()
+            if not events:
+                await follower.wait(min(settings.sse_heartbeat_s, max(deadline - time.monotonic(), 0.01)))
+    finally:
+        await follower.close()
+
+
+@router.get("/{job_id}/events", response_class=StreamingResponse)
+async def job_events(
+    job_id: str,
+    request: Request,
+    services: ServicesDep,
+    team: TeamDep,
+    last_event_id: Annotated[str | None, Header()] = None,
+    after: Annotated[int | None, Query(ge=0, description="resume after this event id")] = None,
+) -> StreamingResponse:
+    """Server-sent events of a job, resumable with ``Last-Event-ID``."""
+    await anyio.to_thread.run_sync(load_job, services, team.id, job_id)
+    start = after if after is not None else (int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(_stream(services, job_id, start, request), media_type="text/event-stream", headers=headers)

@@ -1,0 +1,55 @@
+"""Liveness (no dependencies), readiness (database, Redis, data folder) and Prometheus metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.exc import SQLAlchemyError
+
+from api.deps import ServicesDep
+from api.problems import problem_response
+from api.services import Services
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+def _readiness(services: Services) -> dict[str, str]:
+    checks: dict[str, str] = {}
+    try:
+        services.db.ping()
+        checks["database"] = "ok"
+    except SQLAlchemyError as exc:
+        checks["database"] = f"error: {type(exc).__name__}"
+    if services.settings.redis_url:
+        import redis
+
+        try:
+            redis.Redis.from_url(services.settings.redis_url, socket_timeout=2).ping()
+            checks["redis"] = "ok"
+        except redis.RedisError as exc:
+            checks["redis"] = f"error: {type(exc).__name__}"
+    store = services.layout.store
+    checks["data_dir"] = "ok" if store.tmp_dir.is_dir() else "error: missing"
+    return checks
+
+
+@router.get("/readyz", response_model=None)
+async def readyz(services: ServicesDep) -> Any:
+    checks = await anyio.to_thread.run_sync(_readiness, services)
+    if all(v == "ok" for v in checks.values()):
+        return {"status": "ok", "checks": checks}
+    failing = ", ".join(f"{k} ({v})" for k, v in checks.items() if v != "ok")
+    return problem_response(503, "Not ready", f"Dependencies not ready: {failing}.", checks=checks)
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(services: ServicesDep) -> Response:
+    return Response(generate_latest(services.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,152 @@
+"""Jobs: submit (202 + Location), list, show, iterations, cancel."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session
+
+from api.cursor import decode_cursor, encode_cursor
+from api.deps import ServicesDep, TeamDep
+from api.intake import JobIntake
+from api.problems import ProblemError, not_found
+from api.schemas import IterationList, JobCreated, JobList, JobOut, iteration_from_row, job_from_row
+from api.services import Services
+from persistence.enums import EventKind, JobStatus
+from persistence.models import Job
+from persistence.repositories import EventRepository, IterationRepository, JobRepository
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+log = logging.getLogger("onnx_reducer.api")
+
+_UPLOAD_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["model", "check_spec"],
+                    "properties": {
+                        "model": {"type": "string", "format": "binary", "description": ".onnx, or .tar/.zip bundle"},
+                        "check_spec": {"type": "string", "description": "check spec as YAML or JSON text"},
+                        "mode": {"type": "string", "enum": ["auto", "bisect", "linear", "minimize"]},
+                        "model_path": {"type": "string", "description": "the model inside a bundle"},
+                        "reduce_inputs": {"type": "boolean"},
+                        "reduce_outputs": {"type": "boolean"},
+                        "pin_signature": {"type": "boolean"},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post("", status_code=202, response_model=JobCreated, openapi_extra=_UPLOAD_DOC)
+async def submit_job(
+    request: Request,
+    services: ServicesDep,
+    team: TeamDep,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> JSONResponse:
+    """Upload a model and a check spec; the job is committed, then queued."""
+    if idempotency_key:
+        with services.db.session() as session:
+            existing = JobRepository(session).by_idempotency_key(team.id, idempotency_key)
+        if existing is not None:
+            return _accepted(existing.id, existing.status, replayed=True)
+    intake = await JobIntake(services, team).accept(request, idempotency_key)
+    if intake.created:
+        try:
+            services.enqueue(intake.job_id, intake.queue)
+        except Exception:
+            log.exception("enqueue of %s failed; worker recovery will pick it up", intake.job_id)
+    return _accepted(intake.job_id, "queued", replayed=not intake.created)
+
+
+def _accepted(job_id: str, status: str, replayed: bool) -> JSONResponse:
+    location = f"/v1/jobs/{job_id}"
+    headers = {"Location": location}
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    body = JobCreated(id=job_id, status=status, location=location).model_dump()
+    return JSONResponse(body, status_code=202, headers=headers)
+
+
+@router.get("", response_model=JobList)
+def list_jobs(
+    services: ServicesDep,
+    team: TeamDep,
+    status: JobStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: str | None = None,
+) -> JobList:
+    after = decode_cursor(cursor) if cursor else None
+    with services.db.session() as session:
+        page = JobRepository(session).page(team.id, status, limit, after)
+        items = [_job_out(session, job) for job in page.jobs]
+    return JobList(items=items, next_cursor=encode_cursor(page.next_key) if page.next_key else None)
+
+
+def load_job(services: Services, team_id: str, job_id: str) -> Job:
+    with services.db.session() as session:
+        job = JobRepository(session).for_team(team_id, job_id)
+    if job is None:
+        raise not_found(f"Job '{job_id}'")
+    return job
+
+
+def _job_out(session: Session, job: Job) -> JobOut:
+    return job_from_row(job, IterationRepository(session).mean_duration(job.id))
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
+    with services.db.session() as session:
+        job = JobRepository(session).for_team(team.id, job_id)
+        if job is None:
+            raise not_found(f"Job '{job_id}'")
+        return _job_out(session, job)
+
+
+@router.get("/{job_id}/iterations", response_model=IterationList)
+def list_iterations(
+    job_id: str,
+    services: ServicesDep,
+    team: TeamDep,
+    after: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> IterationList:
+    load_job(services, team.id, job_id)
+    with services.db.session() as session:
+        rows = IterationRepository(session).list(job_id, after, limit)
+        items = [iteration_from_row(r) for r in rows]
+    return IterationList(items=items, next_after=items[-1].number if len(items) == limit else None)
+
+
+@router.post("/{job_id}/cancel", status_code=202, response_model=JobOut)
+def cancel_job(job_id: str, services: ServicesDep, team: TeamDep, response: Response) -> JobOut:
+    """Queued jobs are cancelled at once; a running job stops within seconds (its check is killed)."""
+    seq = None
+    with services.db.session() as session:
+        jobs = JobRepository(session)
+        job = jobs.for_team(team.id, job_id)
+        if job is None:
+            raise not_found(f"Job '{job_id}'")
+        if job.status in (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value):
+            raise ProblemError(409, "Job already finished", f"Job '{job_id}' has already {job.status}.")
+        if job.status == JobStatus.QUEUED.value:
+            jobs.request_cancel(job)
+            seq = EventRepository(session).append(job.id, EventKind.CANCELLED, {"status": "cancelled"}).seq
+        elif job.status == JobStatus.RUNNING.value:
+            jobs.request_cancel(job)
+        out = _job_out(session, job)
+    if seq is not None:
+        services.notify(job_id, seq)
+    if out.status == JobStatus.CANCELLED.value:
+        response.status_code = 200
+    return out

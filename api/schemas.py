@@ -1,0 +1,153 @@
+"""Response bodies (pydantic), built from rows by small ``*_from_*`` converters."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from persistence.models import Iteration, Job
+
+
+class Progress(BaseModel):
+    iteration: int
+    best_size: int | None
+    checks_run: int
+    check_time_s: float
+    mean_check_s: float | None
+    eta_s: float | None
+
+
+class ErrorInfo(BaseModel):
+    code: str
+    message: str | None
+
+
+class ModelInfo(BaseModel):
+    filename: str
+    sha256: str
+    size: int
+
+
+class JobOut(BaseModel):
+    id: str
+    status: str
+    mode: str
+    queue: str
+    check_kind: str
+    check_spec: str
+    options: dict[str, Any]
+    model: ModelInfo
+    nodes_before: int | None
+    nodes_after: int | None
+    progress: Progress
+    error: ErrorInfo | None
+    attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    links: dict[str, str]
+
+
+class JobCreated(BaseModel):
+    id: str
+    status: str
+    location: str
+
+
+class JobList(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None
+
+
+class IterationOut(BaseModel):
+    number: int
+    phase: str
+    fingerprint: str
+    nodes: int
+    pending: bool
+    verdict: str | None
+    reproduces: bool | None
+    signature: str | None
+    detail: str | None
+    duration_s: float | None
+    output_tail: str | None
+    artifact: str | None
+
+
+class IterationList(BaseModel):
+    items: list[IterationOut]
+    next_after: int | None
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """SQLite hands datetimes back without a zone; they were stored as UTC."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+def remaining_checks(mode: str, best_size: int) -> int:
+    """A rough count of the checks still to come (bisect windows, then the 1-minimal pass)."""
+    bisect = 2 * math.ceil(math.log2(best_size + 1))
+    return {"bisect": bisect, "linear": best_size}.get(mode, bisect + best_size)
+
+
+def job_from_row(job: Job, mean_check_s: float | None) -> JobOut:
+    eta = None
+    if job.status == "running" and mean_check_s is not None and job.best_size is not None:
+        eta = round(mean_check_s * remaining_checks(job.mode, job.best_size), 1)
+    base = f"/v1/jobs/{job.id}"
+    return JobOut(
+        id=job.id,
+        status=job.status,
+        mode=job.mode,
+        queue=job.queue,
+        check_kind=job.check_kind,
+        check_spec=job.check_spec,
+        options=dict(job.options),
+        model=ModelInfo(filename=job.model_filename, sha256=job.model_sha256, size=job.model_size),
+        nodes_before=job.nodes_before,
+        nodes_after=job.nodes_after,
+        progress=Progress(
+            iteration=job.iterations_done,
+            best_size=job.best_size,
+            checks_run=job.checks_run,
+            check_time_s=round(job.check_time_s, 4),
+            mean_check_s=round(mean_check_s, 4) if mean_check_s is not None else None,
+            eta_s=eta,
+        ),
+        error=ErrorInfo(code=job.error_code, message=job.error_message) if job.error_code else None,
+        attempts=job.attempts,
+        created_at=utc(job.created_at) or job.created_at,
+        started_at=utc(job.started_at),
+        finished_at=utc(job.finished_at),
+        links={
+            "self": base,
+            "events": f"{base}/events",
+            "iterations": f"{base}/iterations",
+            "min_bad": f"{base}/artifacts/min-bad",
+            "min_good": f"{base}/artifacts/min-good",
+            "original": f"{base}/artifacts/original",
+            "cancel": f"{base}/cancel",
+        },
+    )
+
+
+def iteration_from_row(row: Iteration) -> IterationOut:
+    return IterationOut(
+        number=row.number,
+        phase=row.phase,
+        fingerprint=row.fingerprint,
+        nodes=row.node_count,
+        pending=row.pending,
+        verdict=row.verdict,
+        reproduces=row.reproduces,
+        signature=row.signature,
+        detail=row.detail,
+        duration_s=row.duration_s,
+        output_tail=row.output_tail,
+        artifact=f"/v1/jobs/{row.job_id}/artifacts/iteration-{row.number}" if row.artifact_id else None,
+    )

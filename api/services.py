@@ -1,0 +1,22 @@
+"""What the routes share, held on ``app.state`` (built by the app factory)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+
+from api.settings import ApiSettings
+from persistence.contracts import Enqueue, Notifier
+from persistence.db import Database
+from persistence.layout import DataLayout
+
+
+@dataclass
+class Services:
+    settings: ApiSettings
+    db: Database
+    layout: DataLayout
+    enqueue: Enqueue
+    notify: Notifier
+    registry: CollectorRegistry

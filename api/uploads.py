@@ -1,0 +1,136 @@
+"""Streaming multipart parsing: the ``model`` part goes straight to a file with a running sha256
+(never into memory); text fields are small and capped. Over the size limit the request is
+answered 413 as soon as the limit is crossed (or at once, from ``Content-Length``)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+from fastapi import Request
+from python_multipart import MultipartParser
+from python_multipart.multipart import parse_options_header
+
+from api.problems import ProblemError
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks
+
+MULTIPART_OVERHEAD = 1024 * 1024
+
+
+@dataclass
+class UploadedForm:
+    fields: dict[str, str] = field(default_factory=dict)
+    file_path: Path | None = None
+    filename: str = ""
+    size: int = 0
+    sha256: str = ""
+
+
+def too_large(limit: int) -> ProblemError:
+    return ProblemError(
+        413,
+        "Upload too large",
+        f"The upload is larger than this server's limit of {limit} bytes (MAX_UPLOAD_BYTES).",
+        max_upload_bytes=limit,
+    )
+
+
+class _FormSink:
+    """python-multipart callbacks writing the file part to disk and collecting text fields."""
+
+    def __init__(self, target: Path, max_file: int, max_field: int) -> None:
+        self.form = UploadedForm()
+        self.target, self.max_file, self.max_field = target, max_file, max_field
+        self.digest = hashlib.sha256()
+        self.header_field, self.header_value = b"", b""
+        self.headers: dict[bytes, bytes] = {}
+        self.name = ""
+        self.is_file = False
+        self.buffer = bytearray()
+        self.sink: BinaryIO | None = None
+
+    def on_part_begin(self) -> None:
+        self.headers, self.buffer = {}, bytearray()
+
+    def on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self.header_field += data[start:end]
+
+    def on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self.header_value += data[start:end]
+
+    def on_header_end(self) -> None:
+        self.headers[self.header_field.lower()] = self.header_value
+        self.header_field, self.header_value = b"", b""
+
+    def on_headers_finished(self) -> None:
+        _, options = parse_options_header(self.headers.get(b"content-disposition", b""))
+        self.name = options.get(b"name", b"").decode(errors="replace")
+        self.is_file = self.name == "model"
+        if self.is_file:
+            if self.sink is not None:
+                raise ProblemError(422, "Invalid upload", "Send exactly one 'model' file part.")
+            self.form.filename = options.get(b"filename", b"model.onnx").decode(errors="replace")
+            self.sink = open(self.target, "wb")  # noqa: SIM115 - closed in on_part_end/close
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        chunk = data[start:end]
+        if self.is_file:
+            assert self.sink is not None
+            self.form.size += len(chunk)
+            if self.form.size > self.max_file:
+                raise too_large(self.max_file)
+            self.digest.update(chunk)
+            self.sink.write(chunk)
+            return
+        self.buffer += chunk
+        if len(self.buffer) > self.max_field:
+            raise ProblemError(413, "Field too large", f"Form field '{self.name}' exceeds {self.max_field} bytes.")
+
+    def on_part_end(self) -> None:
+        if self.is_file and self.sink is not None:
+            self.sink.close()
+            self.form.file_path = self.target
+        elif self.name:
+            self.form.fields[self.name] = self.buffer.decode(errors="replace")
+
+    def close(self) -> None:
+        if self.sink is not None and not self.sink.closed:
+            self.sink.close()
+
+
+async def read_form(request: Request, target: Path, max_file: int, max_field: int) -> UploadedForm:
+    """Parse the multipart body into ``target`` (the model part) and the text fields."""
+    content_type, options = parse_options_header(request.headers.get("content-type", ""))
+    if content_type != b"multipart/form-data" or b"boundary" not in options:
+        raise ProblemError(415, "Unsupported Media Type", "Send the job as multipart/form-data.")
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > max_file + MULTIPART_OVERHEAD:
+        raise too_large(max_file)
+    sink = _FormSink(target, max_file, max_field)
+    parser = MultipartParser(options[b"boundary"], callbacks=_callbacks(sink))
+    try:
+        async for chunk in request.stream():
+            parser.write(chunk)
+        parser.finalize()
+    finally:
+        sink.close()
+    if sink.form.file_path is None:
+        raise ProblemError(422, "Invalid upload", "The form has no 'model' file part (the ONNX model or a bundle).")
+    sink.form.sha256 = sink.digest.hexdigest()
+    return sink.form
+
+
+def _callbacks(sink: _FormSink) -> MultipartCallbacks:
+    return {
+        "on_part_begin": sink.on_part_begin,
+        "on_header_field": sink.on_header_field,
+        "on_header_value": sink.on_header_value,
+        "on_header_end": sink.on_header_end,
+        "on_headers_finished": sink.on_headers_finished,
+        "on_part_data": sink.on_part_data,
+        "on_part_end": sink.on_part_end,
+    }

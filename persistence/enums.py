@@ -1,0 +1,51 @@
+"""The closed vocabularies of the service."""
+
+from __future__ import annotations
+
+import enum
+
+
+class JobStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+TERMINAL_STATUSES = tuple(s for s in JobStatus if s.terminal)
+
+
+class ArtifactKind(enum.StrEnum):
+    ORIGINAL = "original"
+    WEIGHTS = "weights"
+    ITERATION = "iteration"
+    MIN_BAD = "min-bad"
+    MIN_GOOD = "min-good"
+
+
+class EventKind(enum.StrEnum):
+    QUEUED = "job.queued"
+    STARTED = "job.started"
+    ITERATION = "iteration"
+    SUCCEEDED = "job.succeeded"
+    FAILED = "job.failed"
+    CANCELLED = "job.cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (EventKind.SUCCEEDED, EventKind.FAILED, EventKind.CANCELLED)
+
+
+class ErrorCode(enum.StrEnum):
+    ORIGINAL_DID_NOT_FAIL = "original-did-not-fail"
+    INVALID_MODEL = "invalid-model"
+    CHECK_INFRA_ERROR = "check-infra-error"
+    INVALID_CHECK = "invalid-check"
+    TOO_MANY_ATTEMPTS = "too-many-attempts"
+    TIME_LIMIT = "time-limit-exceeded"
+    INTERNAL = "internal-error"

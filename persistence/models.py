@@ -1,0 +1,125 @@
+"""SQLAlchemy 2 models. Portable types only (PostgreSQL in production, SQLite embedded)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import UniqueConstraint as Unique
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
+
+
+class Team(Base):
+    __tablename__ = "teams"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Unique("team_id", "idempotency_key", name="uq_jobs_team_idempotency_key"),
+        Index("ix_jobs_team_created", "team_id", "created_at", "id"),
+    )
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    queue: Mapped[str] = mapped_column(String(32))
+    mode: Mapped[str] = mapped_column(String(16))
+    options: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    check_spec: Mapped[str] = mapped_column(Text)
+    check_kind: Mapped[str] = mapped_column(String(32))
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), default=None)
+    model_filename: Mapped[str] = mapped_column(String(255))
+    model_sha256: Mapped[str] = mapped_column(String(64))
+    model_size: Mapped[int] = mapped_column(BigInteger)
+    model_path: Mapped[str] = mapped_column(String(500))
+    nodes_before: Mapped[int | None] = mapped_column(default=None)
+    nodes_after: Mapped[int | None] = mapped_column(default=None)
+    best_size: Mapped[int | None] = mapped_column(default=None)
+    iterations_done: Mapped[int] = mapped_column(default=0)
+    checks_run: Mapped[int] = mapped_column(default=0)
+    check_time_s: Mapped[float] = mapped_column(Float, default=0.0)
+    error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+    error_message: Mapped[str | None] = mapped_column(Text, default=None)
+    attempts: Mapped[int] = mapped_column(default=0)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    strategy_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    verdict_cache: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    event_seq: Mapped[int] = mapped_column(default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Iteration(Base):
+    __tablename__ = "iterations"
+    __table_args__ = (Unique("job_id", "number", name="uq_iterations_job_number"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column()
+    phase: Mapped[str] = mapped_column(String(32))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    node_count: Mapped[int] = mapped_column()
+    pending: Mapped[bool] = mapped_column(Boolean, default=True)
+    verdict: Mapped[str | None] = mapped_column(String(16), default=None)
+    signature: Mapped[str | None] = mapped_column(Text, default=None)
+    detail: Mapped[str | None] = mapped_column(Text, default=None)
+    reproduces: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    duration_s: Mapped[float | None] = mapped_column(Float, default=None)
+    output_tail: Mapped[str | None] = mapped_column(Text, default=None)
+    artifact_id: Mapped[str | None] = mapped_column(ForeignKey("artifacts.id", ondelete="SET NULL"), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Event(Base):
+    __tablename__ = "events"
+    __table_args__ = (Unique("job_id", "seq", name="uq_events_job_seq"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    seq: Mapped[int] = mapped_column()
+    kind: Mapped[str] = mapped_column(String(32))
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Artifact(Base):
+    __tablename__ = "artifacts"
+    __table_args__ = (Unique("job_id", "kind", "name", name="uq_artifacts_job_kind_name"),)
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(255))
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    storage_key: Mapped[str] = mapped_column(String(200))
+    meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -1,0 +1,42 @@
+"""Artifact rows: what the content-addressed store holds for a job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from persistence.enums import ArtifactKind
+from persistence.models import Artifact
+from persistence.store import StoredBlob
+
+
+class ArtifactRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def put(
+        self, job_id: str, kind: ArtifactKind, name: str, blob: StoredBlob, meta: Mapping[str, Any] | None = None
+    ) -> Artifact:
+        """Insert or replace the (job, kind, name) artifact."""
+        artifact = self.get(job_id, kind, name)
+        if artifact is None:
+            artifact = Artifact(job_id=job_id, kind=kind.value, name=name)
+            self.session.add(artifact)
+        artifact.size, artifact.sha256, artifact.storage_key = blob.size, blob.sha256, blob.key
+        artifact.meta = dict(meta or {})
+        self.session.flush()
+        return artifact
+
+    def get(self, job_id: str, kind: ArtifactKind, name: str) -> Artifact | None:
+        query = select(Artifact).where(Artifact.job_id == job_id, Artifact.kind == kind.value, Artifact.name == name)
+        return self.session.scalar(query)
+
+    def of_kind(self, job_id: str, kind: ArtifactKind) -> Sequence[Artifact]:
+        query = select(Artifact).where(Artifact.job_id == job_id, Artifact.kind == kind.value).order_by(Artifact.name)
+        return self.session.scalars(query).all()
+
+    def references(self, storage_key: str) -> int:
+        return self.session.scalar(select(func.count()).where(Artifact.storage_key == storage_key)) or 0

@@ -1,0 +1,112 @@
+"""A content-addressed artifact folder (a shared volume in a farm).
+
+Blobs live at ``sha256/ab/abcdef...``. Writes stream through a running sha256 into a temporary
+file that is renamed into place, so a blob is either complete or absent. ``put_file`` hardlinks an
+existing file (a job's weights) instead of copying it when the store is on the same filesystem."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StoredBlob:
+    key: str
+    sha256: str
+    size: int
+
+
+class BlobTooLargeError(Exception):
+    """The stream exceeded the size limit; nothing was stored."""
+
+
+class ArtifactStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.tmp_dir = root / "tmp"
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        (root / "sha256").mkdir(parents=True, exist_ok=True)
+
+    @staticmethod
+    def key_for(sha256: str) -> str:
+        return f"sha256/{sha256[:2]}/{sha256}"
+
+    def path(self, key: str) -> Path:
+        if not key.startswith("sha256/") or ".." in key:
+            raise ValueError(f"not a storage key: {key!r}")
+        return self.root / key
+
+    def open(self, key: str) -> BinaryIO:
+        return open(self.path(key), "rb")
+
+    def exists(self, key: str) -> bool:
+        return self.path(key).is_file()
+
+    def temp_path(self, suffix: str = "") -> Path:
+        return self.tmp_dir / f"{uuid.uuid4().hex}{suffix}"
+
+    def put_stream(self, chunks: Iterable[bytes], max_size: int | None = None) -> StoredBlob:
+        tmp = self.temp_path()
+        digest, size = hashlib.sha256(), 0
+        try:
+            with open(tmp, "wb") as sink:
+                for chunk in chunks:
+                    size += len(chunk)
+                    if max_size is not None and size > max_size:
+                        raise BlobTooLargeError(f"more than {max_size} bytes")
+                    digest.update(chunk)
+                    sink.write(chunk)
+            return self.adopt(tmp, digest.hexdigest(), size)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def put_bytes(self, data: bytes) -> StoredBlob:
+        return self.put_stream([data])
+
+    def put_file(self, path: Path) -> StoredBlob:
+        """Store an existing file by hardlink (no copy) or, across filesystems, by one copy."""
+        digest, size = hashlib.sha256(), 0
+        with open(path, "rb") as source:
+            while chunk := source.read(CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+        sha = digest.hexdigest()
+        target = self.path(self.key_for(sha))
+        if not target.exists():
+            tmp = self.temp_path()
+            try:
+                os.link(path, tmp)
+            except OSError:
+                shutil.copyfile(path, tmp)
+            self._install(tmp, target)
+        return StoredBlob(self.key_for(sha), sha, size)
+
+    def adopt(self, tmp: Path, sha256: str, size: int) -> StoredBlob:
+        """Move a fully written temporary file (whose hash is known) into place."""
+        target = self.path(self.key_for(sha256))
+        if target.exists():
+            tmp.unlink(missing_ok=True)
+        else:
+            self._install(tmp, target)
+        return StoredBlob(self.key_for(sha256), sha256, size)
+
+    @staticmethod
+    def _install(tmp: Path, target: Path) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, target)
+
+    def delete(self, key: str) -> None:
+        self.path(key).unlink(missing_ok=True)
+
+    def scratch_dir(self, prefix: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp_dir))

@@ -1,0 +1,120 @@
+"""Running one check so that it can be stopped: the spec's ``ModelCheck`` runs inside a fresh
+interpreter in its own process group; the worker polls for cancellation while it runs and kills
+the whole group when asked, so a cancelled job stops within about a second.
+
+``python -m worker.check_process`` is that child: it reads ``{spec, model, allow_command}`` as
+JSON on stdin and writes ``{verdict, output}`` as JSON on stdout."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from checks.command import tail
+from checks.isolated import child_env
+from reducer_core.verdict import Verdict, VerdictKind
+
+POLL_S = 0.25
+_SERVICE_VARIABLES = ("DATABASE_URL", "REDIS_URL")
+
+
+class CheckStoppedError(Exception):
+    """The check was killed because the job was cancelled (or ran out of time)."""
+
+
+def run_stoppable(
+    spec_text: str, model: Path, allow_command: bool, should_stop: Callable[[], bool], work_dir: Path
+) -> tuple[Verdict, str]:
+    """Run the check on ``model``; ``should_stop`` is polled about every quarter second."""
+    env = {k: v for k, v in child_env().items() if k not in _SERVICE_VARIABLES}
+    request = json.dumps({"spec": spec_text, "model": str(model), "allow_command": allow_command})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker.check_process"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        cwd=work_dir,
+        env=env,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(request.encode())
+    proc.stdin.close()
+    while True:
+        try:
+            proc.wait(timeout=POLL_S)
+            break
+        except subprocess.TimeoutExpired:
+            if should_stop():
+                _kill(proc)
+                raise CheckStoppedError() from None
+    out = proc.stdout.read() if proc.stdout else b""
+    err = proc.stderr.read() if proc.stderr else b""
+    return _result(proc.returncode, out, err)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the runner's group and the groups of its descendants (the spec's own check child
+    starts a session of its own, so killing one group is not enough)."""
+    groups = {proc.pid} | {_group_of(pid) for pid in _descendants(proc.pid)}
+    groups.discard(os.getpgrp())
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    proc.wait()
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid, from /proc (Linux)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text()
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def _descendants(root: int) -> set[int]:
+    parents = _parents()
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _group_of(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return pid
+
+
+def _result(code: int, out: bytes, err: bytes) -> tuple[Verdict, str]:
+    try:
+        data = json.loads(out)
+        return Verdict.from_json(data["verdict"]), str(data["output"])
+    except (ValueError, KeyError, TypeError):
+        text = err.decode(errors="replace")
+        return Verdict(VerdictKind.INFRA_ERROR, "", f"the check runner exited with {code}: {tail(text, 500)}"), text
+
+
+def main() -> None:
+    from checks.spec import build_check, parse_check_spec
+
+    request = json.loads(sys.stdin.read())
+    check = build_check(parse_check_spec(request["spec"]), allow_command=bool(request["allow_command"]))
+    verdict, output = check.run(Path(request["model"]))
+    sys.stdout.write(json.dumps({"verdict": verdict.to_json(), "output": tail(output)}))
+
+
+if __name__ == "__main__":
+    main()
