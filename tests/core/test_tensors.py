@@ -23,7 +23,7 @@ def _assert_same(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray])
 
 def test_polygraphy_input_list_gives_one_sample_per_feed_dict(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    feeds = [
+    feeds: list[dict[str, np.ndarray]] = [
         {"x": rng.standard_normal((2, 3)).astype(np.float32), "ids": np.arange(4, dtype=np.int64)},
         {"x": rng.standard_normal((2, 3)).astype(np.float32), "ids": np.arange(4, 8, dtype=np.int64)},
     ]
