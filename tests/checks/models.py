@@ -1,0 +1,71 @@
+"""Models with planted faults for the check tests, built in code (never committed as files)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+IR_VERSION = 8
+
+
+def _const(name: str, value: float) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(value, dtype=np.float32), name)
+
+
+def overflow_model(width: int = 16) -> onnx.ModelProto:
+    """x -> Relu -> Mul(*400) -> Mul(*200) [overflow: up to 80000 > 65504] -> Div(/1000) -> Add(+1) -> Relu -> y
+
+    With model inputs in [0, 1) the third node's output exceeds fp16's range; fed fresh random
+    [0, 1) values instead of the ones it sees inside the model, that node alone stays in range."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r0"], name="relu_in"),
+        helper.make_node("Mul", ["r0", "k400"], ["s"], name="scale_up"),
+        helper.make_node("Mul", ["s", "k200"], ["p"], name="overflow"),
+        helper.make_node("Div", ["p", "k1000"], ["q"], name="scale_down"),
+        helper.make_node("Add", ["q", "one"], ["a"], name="shift"),
+        helper.make_node("Relu", ["a"], ["y"], name="relu_out"),
+    ]
+    inits = [_const("k400", 400.0), _const("k200", 200.0), _const("k1000", 1000.0), _const("one", 1.0)]
+    return _model(nodes, inits, width)
+
+
+def chain_model(length: int, fault_at: int, width: int = 16, residual_every: int = 0) -> onnx.ModelProto:
+    """A chain of ``length`` benign nodes (Relu, Add, Mul by values near 1, optional residual
+    Adds every ``residual_every`` nodes) with an fp16 overflow planted at node ``fault_at``:
+    a Mul by 1e5 followed (later) by a Mul by 1e-5 that brings the values back."""
+    nodes: list[onnx.NodeProto] = []
+    inits = [_const("big", 1e5), _const("small", 1e-5), _const("half", 0.5), _const("tiny", 0.01)]
+    current, anchor = "x", "x"
+    for i in range(length):
+        out = f"t{i}"
+        if i == fault_at:
+            nodes.append(helper.make_node("Mul", [current, "big"], [out], name=f"n{i}_overflow"))
+        elif i == fault_at + 1:
+            nodes.append(helper.make_node("Mul", [current, "small"], [out], name=f"n{i}_restore"))
+        elif residual_every and i % residual_every == residual_every - 1 and anchor != current:
+            nodes.append(helper.make_node("Add", [current, anchor], [f"{out}_sum"], name=f"n{i}_residual"))
+            nodes.append(helper.make_node("Mul", [f"{out}_sum", "half"], [out], name=f"n{i}_halve"))
+            anchor = out
+        elif i % 2:
+            nodes.append(helper.make_node("Relu", [current], [out], name=f"n{i}_relu"))
+        else:
+            nodes.append(helper.make_node("Add", [current, "tiny"], [out], name=f"n{i}_add"))
+        current = out
+    nodes.append(helper.make_node("Identity", [current], ["y"], name="out"))
+    return _model(nodes, inits, width)
+
+
+def _model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], width: int) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "planted",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    return model
