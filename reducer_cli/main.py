@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from reducer_cli import args as cli_args
+from reducer_cli import service_cmd
 from reducer_cli.progress import ProgressReporter
 from reducer_core.errors import (
     InvalidModelError,
@@ -54,7 +55,7 @@ def _inspect(ns: argparse.Namespace) -> int:
 
 def run(argv: Sequence[str]) -> int:
     ns = cli_args.build_parser().parse_args(list(argv))
-    handlers = {"reduce": _reduce, "inspect": _inspect, "golden": _golden}
+    handlers = {"reduce": _reduce, "inspect": _inspect, "golden": _golden, **service_cmd.HANDLERS}
     log = ProgressReporter(live=False)
     try:
         return handlers[ns.command](ns)

@@ -23,7 +23,7 @@ class LocalRunner:
         self.jobs: queue.Queue[str] = queue.Queue()
         self.thread = threading.Thread(target=self._loop, name="local-runner", daemon=True)
 
-    def __call__(self, job_id: str, queue_name: str) -> None:
+    def __call__(self, job_id: str, queue: str) -> None:
         """The api's ``Enqueue``: every queue runs here in embedded mode."""
         self.jobs.put(job_id)
 
