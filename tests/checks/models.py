@@ -33,14 +33,17 @@ def overflow_model(width: int = 16) -> onnx.ModelProto:
 
 def chain_model(length: int, fault_at: int, width: int = 16, residual_every: int = 0) -> onnx.ModelProto:
     """A chain of ``length`` benign nodes (Relu, Add, Mul by values near 1, optional residual
-    Adds every ``residual_every`` nodes) with an fp16 overflow planted at node ``fault_at``:
-    a Mul by 1e5 followed (later) by a Mul by 1e-5 that brings the values back."""
+    Adds every ``residual_every`` nodes) with an fp16 overflow planted at node ``fault_at``: two
+    Muls by 400 (weights stay inside the converter's clamp of 1e4) take values near 1 above 65504,
+    and a Mul by 1/160000 right after brings them back."""
     nodes: list[onnx.NodeProto] = []
-    inits = [_const("big", 1e5), _const("small", 1e-5), _const("half", 0.5), _const("tiny", 0.01)]
+    inits = [_const("big", 400.0), _const("small", 1 / 160000), _const("half", 0.5), _const("tiny", 0.01)]
     current, anchor = "x", "x"
     for i in range(length):
         out = f"t{i}"
-        if i == fault_at:
+        if i == fault_at - 1:
+            nodes.append(helper.make_node("Mul", [current, "big"], [out], name=f"n{i}_scale"))
+        elif i == fault_at:
             nodes.append(helper.make_node("Mul", [current, "big"], [out], name=f"n{i}_overflow"))
         elif i == fault_at + 1:
             nodes.append(helper.make_node("Mul", [current, "small"], [out], name=f"n{i}_restore"))
