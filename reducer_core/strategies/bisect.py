@@ -117,6 +117,23 @@ def prune_branches(space: SearchSpace, current: Candidate) -> Phase:
     return current
 
 
+def boundary_cone(space: SearchSpace, current: Candidate, upward: bool) -> Phase:
+    """One check of Polygraphy's own candidate: the cone of the boundary node a phase found (the
+    last node of a prefix with everything upstream, or the primary node of a suffix with everything
+    downstream). It drops the unrelated branches a prefix or suffix carries along, also when the
+    result is too large for ``prune_branches`` to remove them one by one."""
+    order = space.order(current.nodes)
+    if not order:
+        return current
+    if upward:
+        cone = space.candidate(space.index.ancestors([order[-1]], current.nodes))
+    else:
+        cone = space.candidate(space.index.descendants([order[0]], current.nodes), primary=order[0])
+    if cone.nodes and cone.nodes != current.nodes and (yield cone):
+        return cone
+    return current
+
+
 def _two_sided(space: SearchSpace, tracker: Tracker, name: str, linear: bool) -> Search:
     current = Candidate(space.start)
     if space.reduce_outputs:
@@ -124,11 +141,13 @@ def _two_sided(space: SearchSpace, tracker: Tracker, name: str, linear: bool) ->
         order, pick = _prefix_picker(space, current.nodes)
         phase = linear_phase(order, pick, current, True) if linear else binary_phase(order, pick, current, False)
         current = yield from phase
+        current = yield from boundary_cone(space, current, upward=True)
     if space.reduce_inputs:
         tracker.phase = f"{name}-inputs"
         order, pick = _suffix_picker(space, current.nodes)
         phase = linear_phase(order, pick, current, False) if linear else binary_phase(order, pick, current, True)
         current = yield from phase
+        current = yield from boundary_cone(space, current, upward=False)
     tracker.phase = "prune-branches"
     yield from prune_branches(space, current)
 

@@ -143,3 +143,45 @@ def test_op_type_oracle(dag: RandomDag, mode: str, op: str) -> None:
 
     best = check_properties(index, fails, mode)
     assert [index.nodes[n].op_type for n in best] == [op]
+
+
+@PROPERTY_SETTINGS
+@given(case=dag_and_culprits(), mode=st.sampled_from(MODES), keep=st.sampled_from(["inputs", "outputs"]))
+def test_constraints_hold_on_random_dags(case: tuple[RandomDag, frozenset[str]], mode: str, keep: str) -> None:
+    """--no-reduce-inputs keeps results closed upwards, --no-reduce-outputs closed downwards; a
+    single culprit ends as exactly its cone, and several culprits never lose one."""
+    dag, culprits = case
+    index = index_of(dag.model, shape_inference=False)
+    fails = monotone(culprits)
+    result, checker, _ = reduce_with(
+        index, fails, mode, reduce_inputs=keep != "inputs", reduce_outputs=keep != "outputs"
+    )
+    best = result.min_bad.nodes
+    assert fails(names_in(index, best))
+    edges = index.preds if keep == "inputs" else index.succs
+    for candidate in [result.min_bad, *checker.seen]:
+        for n in candidate.nodes:
+            assert edges[n] <= candidate.nodes, "a proposed candidate breaks the constraint"
+    culprit_ids = [i for i, node in enumerate(index.nodes) if node.name in culprits]
+    closure = index.ancestors if keep == "inputs" else index.descendants
+    cone = closure(culprit_ids, index.all_nodes())
+    if len(culprits) == 1 or mode in ("minimize", "auto"):
+        assert best == cone
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=dag_and_culprits(), mode=st.sampled_from(MODES))
+def test_every_candidate_of_a_random_dag_is_a_valid_model(case: tuple[RandomDag, frozenset[str]], mode: str) -> None:
+    import onnxruntime as ort
+
+    from reducer_core.extract import extract
+    from tests.models import random_feeds
+
+    dag, culprits = case
+    index = index_of(dag.model)
+    _, checker, _ = reduce_with(index, monotone(culprits), mode)
+    for candidate in checker.seen:
+        model = extract(index, candidate)
+        onnx.checker.check_model(model, full_check=True)
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session.run(None, random_feeds(model))

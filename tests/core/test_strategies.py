@@ -196,3 +196,38 @@ def test_never_proposes_empty_or_foreign_nodes(branchy: GraphIndex, mode: str) -
     for candidate in checker.seen:
         assert candidate.nodes
         assert candidate.nodes <= branchy.all_nodes()
+
+
+def hub_model(side_branches: int = 20) -> GraphIndex:
+    """A hub feeding many side branches (all graph outputs) and a chain at the end of the order:
+    one connected component, larger than what pruning removes node by node."""
+    from onnx import helper
+
+    from tests.models import make_model
+
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="HUB")]
+    nodes += [helper.make_node("Neg", ["h"], [f"s{i}"], name=f"SIDE{i}") for i in range(side_branches)]
+    nodes += [
+        helper.make_node("Sigmoid", ["h"], ["c0"], name="C0"),
+        helper.make_node("Tanh", ["c0"], ["c1"], name="C1"),
+        helper.make_node("Abs", ["c1"], ["y"], name="C2"),
+    ]
+    outputs = [f"s{i}" for i in range(side_branches)] + ["y"]
+    return index_of(make_model(nodes, ["x"], outputs))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_reduce_inputs_drops_side_branches_of_a_large_prefix(mode: str) -> None:
+    """Polygraphy's --no-reduce-inputs result is the culprit's cone; a topological prefix carries
+    the 20 side branches along and must not be the answer."""
+    index = hub_model()
+    result, _, _ = reduce_with(index, fails_with_all(["C1"]), mode, reduce_inputs=False)
+    assert names_in(index, result.min_bad) == {"HUB", "C0", "C1"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("culprit", ["C1", "SIDE7", "HUB"])
+def test_single_node_is_isolated_in_a_large_component(mode: str, culprit: str) -> None:
+    index = hub_model()
+    result, _, _ = reduce_with(index, fails_with_all([culprit]), mode)
+    assert names_in(index, result.min_bad) == {culprit}
