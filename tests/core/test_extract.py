@@ -3,6 +3,8 @@ checker and loads and runs in onnxruntime; boundary tensors become the right inp
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -236,3 +238,30 @@ def test_frozen_values_replace_side_branch_inputs_of_a_primary_candidate() -> No
     assert sorted(i.name for i in model.graph.input) == ["a", "b"]  # C's own inputs stay inputs
     assert [t.name for t in model.graph.initializer] == ["h"]
     run_in_ort(model)
+
+
+@pytest.mark.parametrize("mode", ["bisect", "linear"])
+def test_input_side_candidates_with_frozen_branches_are_valid(tmp_path: Path, mode: str) -> None:
+    """The input-side phases make primary candidates; the shell freezes side-branch tensors with
+    values from one onnxruntime run. Every such model is valid and runs."""
+    from engine.workspace import ReduceOptions, load_workspace
+
+    class Log:
+        def info(self, message: str) -> None: ...
+
+        def warning(self, message: str) -> None: ...
+
+    onnx.save(branchy_model(), tmp_path / "model.onnx")
+    ws = load_workspace(ReduceOptions(model=tmp_path / "model.onnx", work_dir=tmp_path), Log())
+    try:
+        _, checker, _ = reduce_with(ws.index, fails_with_all(["F"]), mode)
+        primaries = [c for c in checker.seen if c.primary is not None]
+        assert primaries, "the input side proposes primary candidates"
+        frozen = 0
+        for candidate in checker.seen:
+            model = ws.model_for(candidate)
+            frozen += sum(1 for t in model.graph.initializer)
+            run_in_ort(model)
+        assert frozen > 0, "some side branch was frozen to a constant"
+    finally:
+        ws.close()
