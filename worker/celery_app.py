@@ -78,7 +78,7 @@ def _start_recovery(ctx: RunnerContext, send: Any, lease_s: float) -> None:
     def loop() -> None:
         while not stop.wait(max(lease_s, 5.0)):
             try:
-                requeue_orphans(ctx, send, queued_older_than_s=float("inf"))
+                requeue_orphans(ctx, send, queued_older_than_s=None)
             except Exception:
                 log.exception("orphan recovery failed")
 

@@ -12,7 +12,7 @@ from worker.context import RunnerContext
 log = logging.getLogger("onnx_reducer.worker")
 
 
-def requeue_orphans(ctx: RunnerContext, send: Callable[[str, str], None], queued_older_than_s: float) -> int:
+def requeue_orphans(ctx: RunnerContext, send: Callable[[str, str], None], queued_older_than_s: float | None) -> int:
     with ctx.db.session() as session:
         orphans = [(job.id, job.queue) for job in JobRepository(session).orphans(queued_older_than_s)]
     for job_id, queue in orphans:

@@ -115,16 +115,15 @@ class JobRepository:
         job.error_code = code.value if code else None
         job.error_message = message
 
-    def orphans(self, older_than_s: float) -> Sequence[Job]:
-        """Jobs nobody is working on: running with an expired lease, or queued for a while."""
+    def orphans(self, queued_older_than_s: float | None) -> Sequence[Job]:
+        """Jobs nobody is working on: running with an expired lease, and (unless None) jobs queued
+        for longer than ``queued_older_than_s``."""
         now = utcnow()
-        query = select(Job).where(
-            or_(
-                and_(Job.status == JobStatus.RUNNING.value, Job.lease_expires_at < now),
-                and_(Job.status == JobStatus.QUEUED.value, Job.created_at < now - timedelta(seconds=older_than_s)),
-            )
-        )
-        return self.session.scalars(query).all()
+        condition = and_(Job.status == JobStatus.RUNNING.value, Job.lease_expires_at < now)
+        if queued_older_than_s is not None:
+            since = now - timedelta(seconds=queued_older_than_s)
+            condition = or_(condition, and_(Job.status == JobStatus.QUEUED.value, Job.created_at < since))
+        return self.session.scalars(select(Job).where(condition)).all()
 
     def counts_by_status(self) -> dict[str, int]:
         rows = self.session.execute(select(Job.status, func.count()).group_by(Job.status)).all()

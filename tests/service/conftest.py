@@ -1,0 +1,152 @@
+"""Fixtures of the service tests: a fresh PostgreSQL database per test (created and dropped here),
+a Redis database flushed around each test, the api as a real HTTP server, and real Celery worker
+processes. ``make test`` starts PostgreSQL and Redis first when they are not running
+(scripts/test-services.sh)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+import uvicorn
+from fastapi import FastAPI
+from sqlalchemy import create_engine, text
+
+from persistence.db import Database, normalize_url
+from persistence.migrate import upgrade
+from persistence.repositories import TeamRepository
+from tests.service.commands import WORKER_COMMAND, api_command
+from tests.service.helpers import Proc, free_port, start, wait_http
+
+ADMIN_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+BIN = str(Path(sys.executable).parent)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database, dropped after the test."""
+    name = f"orx_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(normalize_url(ADMIN_URL), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def db_url(pg_url: str) -> str:
+    upgrade(pg_url)
+    return pg_url
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    yield REDIS_URL
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def tokens(db_url: str) -> dict[str, str]:
+    database = Database(db_url)
+    with database.session() as session:
+        teams = TeamRepository(session)
+        result = {name: teams.create_token(teams.get_or_create(name)) for name in ("team-a", "team-b")}
+    database.dispose()
+    return result
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "data"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def service_env(db_url: str, redis_url: str, data_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=db_url,
+        REDIS_URL=redis_url,
+        DATA_DIR=str(data_dir),
+        JOB_LEASE_S="3",
+        SSE_HEARTBEAT_S="1",
+        PATH=BIN + os.pathsep + env.get("PATH", ""),
+        PYTHONPATH=str(Path(__file__).resolve().parents[2]),
+    )
+    return env
+
+
+@dataclass
+class Processes:
+    env: dict[str, str]
+    cwd: Path
+    started: list[Proc] = field(default_factory=list)
+
+    def start(self, command: list[str], name: str) -> Proc:
+        proc = start(command, self.env, self.cwd, self.cwd / f"{name}-{len(self.started)}.log")
+        self.started.append(proc)
+        return proc
+
+    def worker(self) -> Proc:
+        proc = self.start(WORKER_COMMAND, "worker")
+        proc.wait_for("ready.", timeout=60)
+        return proc
+
+
+@pytest.fixture
+def processes(service_env: dict[str, str], tmp_path: Path) -> Iterator[Processes]:
+    procs = Processes(service_env, tmp_path)
+    yield procs
+    for proc in procs.started:
+        proc.stop()
+
+
+@pytest.fixture
+def api_url(processes: Processes) -> str:
+    port = free_port()
+    processes.start(api_command(port), "api")
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/healthz")
+    return url
+
+
+def client_for(base_url: str, token: str) -> httpx.Client:
+    return httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+
+@pytest.fixture
+def serve_app() -> Iterator[Callable[[FastAPI], str]]:
+    """Serve an app object over real HTTP from a thread of this process; returns its base url."""
+    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def serve(app: FastAPI) -> str:
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        servers.append((server, thread))
+        return f"http://127.0.0.1:{port}"
+
+    yield serve
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(10)

@@ -1,0 +1,169 @@
+"""Helpers of the service tests: models, bundles, an SSE reader and subprocess management."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import onnx
+from onnx import TensorProto, helper
+
+OP_PRESENT_MUL = "kind: op-present\nops: [Mul]\n"
+
+
+def chain_model(length: int = 24, mul_at: int = 15) -> onnx.ModelProto:
+    """x -> unary ops ... -> Mul(t, t) at ``mul_at`` -> ... -> y: many iterations to reduce."""
+    ops = ["Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Exp", "Floor", "Ceil"]
+    nodes, current = [], "x"
+    for i in range(length):
+        out = f"t{i}" if i < length - 1 else "y"
+        if i == mul_at:
+            nodes.append(helper.make_node("Mul", [current, current], [out], name=f"n{i}_Mul"))
+        else:
+            op = ops[i % len(ops)]
+            nodes.append(helper.make_node(op, [current], [out], name=f"n{i}_{op}"))
+        current = out
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def tar_bundle(files: dict[str, bytes], links: dict[str, tuple[str, bytes]] | None = None) -> bytes:
+    """A tar of ``files``; ``links`` maps a member name to (target, kind SYMTYPE/LNKTYPE)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        for name, (target, kind) in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, target
+            archive.addfile(info)
+    return buffer.getvalue()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Proc:
+    """A started subprocess whose output goes to a log file (read it when a test fails)."""
+
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.output():
+                return
+            if self.popen.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"'{text}' did not appear; output:\n{self.output()[-4000:]}")
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def start(command: list[str], env: dict[str, str], cwd: Path, log: Path) -> Proc:
+    sink = open(log, "ab")  # noqa: SIM115 - owned by the child
+    popen = subprocess.Popen(command, env=env, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    sink.close()
+    return Proc(popen, log)
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} did not answer within {timeout}s")
+
+
+@dataclass
+class SseEvent:
+    id: int
+    kind: str
+    data: dict[str, Any]
+
+
+def read_sse(
+    client: httpx.Client,
+    url: str,
+    last_event_id: int | None = None,
+    stop: Callable[[SseEvent], bool] | None = None,
+    timeout: float = 180.0,
+) -> Iterator[SseEvent]:
+    """Yield the events of one SSE connection until it ends (or ``stop`` says so)."""
+    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+    with client.stream("GET", url, headers=headers, timeout=timeout) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        fields: dict[str, str] = {}
+        for line in response.iter_lines():
+            if line == "":
+                if "data" in fields:
+                    event = SseEvent(int(fields["id"]), fields["event"], json.loads(fields["data"]))
+                    yield event
+                    if stop is not None and stop(event):
+                        return
+                fields = {}
+            elif not line.startswith(":"):
+                key, _, value = line.partition(":")
+                fields[key] = value.removeprefix(" ")
+
+
+def wait_job(client: httpx.Client, job_id: str, timeout: float = 180.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} did not finish: {job}")
+
+
+def submit(
+    client: httpx.Client, model: bytes, spec: str = OP_PRESENT_MUL, filename: str = "model.onnx", **fields: str
+) -> httpx.Response:
+    return client.post("/v1/jobs", files={"model": (filename, model)}, data={"check_spec": spec, **fields})
