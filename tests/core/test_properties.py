@@ -185,3 +185,36 @@ def test_every_candidate_of_a_random_dag_is_a_valid_model(case: tuple[RandomDag,
         onnx.checker.check_model(model, full_check=True)
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         session.run(None, random_feeds(model))
+
+
+@PROPERTY_SETTINGS
+@given(
+    case=dag_and_culprits(),
+    mode=st.sampled_from(MODES),
+    salt=st.integers(0, 2**16),
+    steps=st.integers(0, 40),
+)
+def test_state_round_trip_on_random_dags(
+    case: tuple[RandomDag, frozenset[str]], mode: str, salt: int, steps: int
+) -> None:
+    """Stopped after any number of verdicts, from_state() rebuilds the same position (next
+    proposal, best so far) from JSON, without asking the oracle anything."""
+    import json
+
+    from reducer_core.strategies import Strategy
+
+    dag, culprits = case
+    index = index_of(dag.model, shape_inference=False)
+    fails = non_monotone(culprits, frozenset(dag.names), salt)
+    space = SearchSpace(index, index.all_nodes())
+    strategy = Strategy(space, mode)
+    for _ in range(steps):
+        candidate = strategy.propose()
+        if candidate is None:
+            break
+        strategy.observe(candidate, fails(names_in(index, candidate)))
+    resumed = Strategy.from_state(space, json.loads(json.dumps(strategy.state())))
+    assert resumed.propose() == strategy.propose()
+    assert resumed.best_bad == strategy.best_bad
+    assert resumed.best_good == strategy.best_good
+    assert resumed.done == strategy.done
