@@ -157,3 +157,19 @@ def test_a_signal_death_is_a_pass_when_fail_codes_do_not_list_it() -> None:
     assert verdict.kind is VerdictKind.PASS
     verdict, _ = CommandCheck(["sh", "-c", "kill -SEGV $$"], fail_codes=[-11]).run()
     assert verdict.kind is VerdictKind.FAIL
+
+
+@pytest.mark.parametrize(
+    ("option", "fail_shown", "pass_shown"),
+    [(None, True, False), ("--hide-fail-output", False, False), ("--show-output", True, True)],
+)
+def test_check_output_display(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str], option: str | None, fail_shown: bool, pass_shown: bool
+) -> None:
+    body = f'if grep -q "{node("D")}" "$1"; then echo "FAILING-RUN"; exit 1; fi\necho "PASSING-RUN"\nexit 0'
+    check = write_script(SCRIPT, body)
+    options = [option] if option else []
+    assert reduce(save_branchy(), "-o", "r.onnx", *options, check=check) == 0
+    err = capsys.readouterr().err
+    assert ("FAILING-RUN" in err) == fail_shown
+    assert ("PASSING-RUN" in err) == pass_shown
