@@ -90,9 +90,17 @@ class CommandCheck:
         else:
             failed = bool(matched) if self.compiled else code != 0
         if failed:
-            signature = f"exit={code};regex={matched[0]}" if matched else f"exit={code}"
+            signature = _signature(code, matched[0] if matched else None, bool(self.fail_codes))
             return Verdict(VerdictKind.FAIL, signature, f"exit code {code}", duration)
         return Verdict(VerdictKind.PASS, "", f"exit code {code}", duration)
+
+
+def _signature(code: int, regex: str | None, codes_pinned: bool) -> str:
+    """How a command failed. A matched --fail-regex is the user's own pin, so alone it is the
+    signature; the exit code joins it only when --fail-code chose the codes too."""
+    if regex is None:
+        return f"exit={code}"
+    return f"exit={code};regex={regex}" if codes_pinned else f"regex={regex}"
 
 
 def _signal_name(number: int) -> str:

@@ -173,3 +173,23 @@ def test_check_output_display(
     err = capsys.readouterr().err
     assert ("FAILING-RUN" in err) == fail_shown
     assert ("PASSING-RUN" in err) == pass_shown
+
+
+def test_a_matched_regex_pins_the_failure_whatever_the_exit_code(in_tmp: Path) -> None:
+    """With --fail-regex alone the regex is the signature: the same message with another exit
+    code (a wrapper that exits 1 or 2 depending on the subgraph) still reproduces the failure."""
+    # F causes BOOM; the exit code is 2 while A is also present (the full model), 1 without it.
+    body = "\n".join(
+        [
+            f'grep -q "{node("F")}" "$1" || exit 0',
+            'echo "BOOM"',
+            f'grep -q "{node("A")}" "$1" && exit 2',
+            "exit 1",
+        ]
+    )
+    check = write_script(SCRIPT, body)
+    summary = "summary.json"
+    code = reduce(save_branchy(), "-o", "r.onnx", "--fail-regex", "BOOM", "--summary-json", summary, check=check)
+    assert code == 0
+    assert json.loads(Path(summary).read_text())["original"]["signature"] == "regex=BOOM"
+    assert node_names("r.onnx") == [node("F")]
