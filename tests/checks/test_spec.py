@@ -31,7 +31,10 @@ def test_json_equals_yaml_and_identity_is_stable() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("kind: compare\ntarget: {precision: fp16}\ntolerance: {atol: abc}", "tolerance.atol: must be a number >= 0, got 'abc'"),
+        (
+            "kind: compare\ntarget: {precision: fp16}\ntolerance: {atol: abc}",
+            "tolerance.atol: must be a number >= 0, got 'abc'",
+        ),
         ("kind: compare\ntarget: {precision: fp16}\ntolerance: {rtol: -1}", "tolerance.rtol: must be a number >= 0"),
         ("kind: compare\ntarget: {precision: fp8}", "target.precision: must be one of fp32, fp16"),
         ("kind: compare\ntarget: {runtime: tvm}", "target.runtime: must be one of onnxruntime, tensorrt"),
@@ -47,8 +50,14 @@ def test_json_equals_yaml_and_identity_is_stable() -> None:
         ("kind: error\nmatch: '(unclosed'", "match: not a valid regular expression"),
         ("kind: command", "command: must be a string or a list of strings"),
         ("kind: command\ncommand: x\nfail_regex: ['[']", "fail_regex[0]: not a valid regular expression"),
-        ("kind: compare\ntarget: {runtime: tensorrt, optimization: all}", "target.optimization: only for runtime onnxruntime"),
-        ("kind: compare\ntarget: {precision: fp16}\ntolerance: {per_output: {y: {atol: x}}}", "tolerance.per_output.y.atol"),
+        (
+            "kind: compare\ntarget: {runtime: tensorrt, optimization: all}",
+            "target.optimization: only for runtime onnxruntime",
+        ),
+        (
+            "kind: compare\ntarget: {precision: fp16}\ntolerance: {per_output: {y: {atol: x}}}",
+            "tolerance.per_output.y.atol",
+        ),
         ("[1, 2]", "check spec: must be a mapping"),
         ("kind: [", "not valid YAML/JSON"),
     ],
