@@ -1,0 +1,198 @@
+"""Hostile or broken uploads: each answer is a 4xx problem+json saying what is wrong, and nothing
+is left half-stored (no job row, no blob in the store, no job folder)."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnx
+import pytest
+from fastapi import FastAPI
+from onnx import TensorProto, helper, numpy_helper
+from sqlalchemy import create_engine, text
+
+from api.app import create_app
+from api.settings import ApiSettings
+from examples.build_example_model import build_example_model
+from persistence.db import normalize_url
+from tests.service.conftest import client_for
+from tests.service.helpers import OP_PRESENT_MUL, submit, tar_bundle
+
+MAX_UPLOAD = 200_000
+
+
+def _model(nodes: list[onnx.NodeProto], initializers: list[onnx.TensorProto] = (), shape: list[int] = (2, 2)) -> bytes:  # type: ignore[assignment]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
+        initializer=list(initializers),
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _external_weights_model(location: str) -> bytes:
+    weight = numpy_helper.from_array(np.ones((2, 2), np.float32), "w")
+    weight.ClearField("raw_data")
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", "16")):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    return _model([helper.make_node("Mul", ["x", "w"], ["y"])], [weight])
+
+
+def _bomb() -> bytes:
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [2, 2], b"\0" * 16, raw=True)
+    weight.ClearField("dims")
+    weight.dims.extend([1 << 30])  # declares 4 GiB, carries 16 bytes
+    return _model([helper.make_node("Mul", ["x", "w"], ["y"])], [weight])
+
+
+def _zip_with_symlink() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("model.onnx", _external_weights_model("w.bin"))
+        info = zipfile.ZipInfo("w.bin")
+        info.external_attr = 0o120777 << 16
+        archive.writestr(info, "/etc/passwd")
+    return buffer.getvalue()
+
+
+EXAMPLE = build_example_model().SerializeToString()
+CASES: dict[str, tuple[bytes, str, dict[str, str], int, str]] = {
+    "not-onnx": (b"hello, this is not a model" * 10, OP_PRESENT_MUL, {}, 422, "not a readable ONNX model"),
+    "truncated": (EXAMPLE[: len(EXAMPLE) // 2], OP_PRESENT_MUL, {}, 422, "ONNX"),
+    "unknown-op": (_model([helper.make_node("FrobnicateX", ["x"], ["y"])]), OP_PRESENT_MUL, {}, 422, "FrobnicateX"),
+    "cycle": (
+        _model(
+            [
+                helper.make_node("Add", ["x", "b"], ["a"]),
+                helper.make_node("Relu", ["a"], ["b"]),
+                helper.make_node("Relu", ["a"], ["y"]),
+            ]
+        ),
+        OP_PRESENT_MUL,
+        {},
+        422,
+        "cycle",
+    ),
+    "dotdot-location": (
+        tar_bundle({"model.onnx": _external_weights_model("../w.bin"), "w.bin": b"\0" * 16}),
+        OP_PRESENT_MUL,
+        {},
+        422,
+        "'..'",
+    ),
+    "absolute-location": (_external_weights_model("/etc/passwd"), OP_PRESENT_MUL, {}, 422, "absolute"),
+    "dotdot-member": (tar_bundle({"../evil.onnx": EXAMPLE}), OP_PRESENT_MUL, {}, 422, "'..'"),
+    "absolute-member": (tar_bundle({"/tmp/evil.onnx": EXAMPLE}), OP_PRESENT_MUL, {}, 422, "absolute"),
+    "symlink-member": (
+        tar_bundle({"model.onnx": _external_weights_model("w.bin")}, {"w.bin": ("/etc/passwd", tarfile.SYMTYPE)}),
+        OP_PRESENT_MUL,
+        {},
+        422,
+        "symlink",
+    ),
+    "hardlink-member": (
+        tar_bundle({"model.onnx": _external_weights_model("w.bin")}, {"w.bin": ("model.onnx", tarfile.LNKTYPE)}),
+        OP_PRESENT_MUL,
+        {},
+        422,
+        "hardlink",
+    ),
+    "zip-symlink": (_zip_with_symlink(), OP_PRESENT_MUL, {}, 422, "symlink"),
+    "tensor-bomb": (_bomb(), OP_PRESENT_MUL, {}, 422, "declares"),
+    "input-shape-bomb": (
+        _model([helper.make_node("Relu", ["x"], ["y"])], shape=[100_000, 100_000, 100]),
+        OP_PRESENT_MUL,
+        {},
+        422,
+        "declares shape",
+    ),
+    "too-large": (b"\0" * (MAX_UPLOAD + 10), OP_PRESENT_MUL, {}, 413, "MAX_UPLOAD_BYTES"),
+    "bad-spec-kind": (EXAMPLE, "kind: nonsense\n", {}, 422, "kind"),
+    "bad-spec-field": (EXAMPLE, "kind: op-present\nops: 7\n", {}, 422, "ops"),
+    "command-check-disabled": (EXAMPLE, "kind: command\ncommand: [true]\n", {}, 422, "disabled"),
+    "bad-mode": (EXAMPLE, OP_PRESENT_MUL, {"mode": "sideways"}, 422, "mode"),
+    "missing-spec": (EXAMPLE, "", {}, 422, "check_spec"),
+}
+
+
+@pytest.fixture
+def api(db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str]) -> Iterator[str]:
+    queued: list[str] = []
+    settings = ApiSettings(
+        database_url=db_url, data_dir=data_dir, max_upload_bytes=MAX_UPLOAD, declared_bytes_floor=1 << 20
+    )
+    yield serve_app(create_app(settings, enqueue=lambda job_id, queue: queued.append(job_id)))
+
+
+def _stored(db_url: str, data_dir: Path) -> tuple[int, list[Path]]:
+    engine = create_engine(normalize_url(db_url))
+    with engine.connect() as conn:
+        jobs = int(conn.execute(text("SELECT count(*) FROM jobs")).scalar_one())
+        jobs += int(conn.execute(text("SELECT count(*) FROM artifacts")).scalar_one())
+    engine.dispose()
+    leftovers = ("sha256", "jobs", "staging", "tmp")
+    files = [p for p in data_dir.rglob("*") if p.is_file() and any(part in leftovers for part in p.parts)]
+    return jobs, files
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_upload_is_a_problem_and_stores_nothing(
+    case: str, api: str, tokens: dict[str, str], db_url: str, data_dir: Path
+) -> None:
+    body, spec, fields, status, words = CASES[case]
+    with client_for(api, tokens["team-a"]) as client:
+        response = submit(client, body, spec, filename="upload.bin", **fields)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["status"] == status and problem["title"]
+    assert words.lower() in problem["detail"].lower(), problem
+    assert _stored(db_url, data_dir) == (0, [])
+
+
+def test_missing_or_wrong_token_is_401(api: str) -> None:
+    assert httpx.get(api + "/v1/jobs").status_code == 401
+    with client_for(api, "orx_not-a-token") as client:
+        response = client.get("/v1/jobs")
+    assert response.status_code == 401
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_valid_bundle_with_external_data_is_accepted(api: str, tokens: dict[str, str], data_dir: Path) -> None:
+    bundle = tar_bundle({"m/model.onnx": _external_weights_model("w.bin"), "m/w.bin": np.ones(4, np.float32).tobytes()})
+    with client_for(api, tokens["team-a"]) as client:
+        response = submit(client, bundle, filename="bundle.tar", mode="bisect")
+        assert response.status_code == 202, response.text
+        again = submit(client, bundle, filename="bundle.tar")
+        original = client.get(f"/v1/jobs/{response.json()['id']}/artifacts/original")
+    assert again.json()["id"] != response.json()["id"]
+    assert original.content == bundle
+
+
+def test_idempotency_key_returns_the_same_job(api: str, tokens: dict[str, str]) -> None:
+    with client_for(api, tokens["team-a"]) as client:
+        headers = {"Idempotency-Key": "abc-123"}
+        first = client.post(
+            "/v1/jobs", headers=headers, files={"model": ("m.onnx", EXAMPLE)}, data={"check_spec": OP_PRESENT_MUL}
+        )
+        second = client.post(
+            "/v1/jobs", headers=headers, files={"model": ("m.onnx", EXAMPLE)}, data={"check_spec": OP_PRESENT_MUL}
+        )
+        listed = client.get("/v1/jobs").json()["items"]
+    assert first.status_code == second.status_code == 202
+    assert first.json()["id"] == second.json()["id"]
+    assert second.headers["idempotent-replayed"] == "true"
+    assert len(listed) == 1
