@@ -15,7 +15,7 @@ import onnx
 
 from reducer_core import modelio
 from reducer_core.candidate import Candidate
-from reducer_core.extract import boundary_inputs, extract
+from reducer_core.extract import SerializedPieces, boundary_inputs, extract, extract_bytes
 from reducer_core.graph import GraphIndex
 from reducer_core.prepare import Shape, apply_tensor_metadata, prepare
 from reducer_core.tensors import TensorMap, load_tensor_file, merge_samples
@@ -52,6 +52,7 @@ class Workspace:
     ir_cap: int | None = None
     scratch: Path | None = None
     _fallback_done: bool = False
+    _pieces: SerializedPieces | None = None
 
     def model_for(self, candidate: Candidate) -> onnx.ModelProto:
         """The candidate's model; side-branch tensors are frozen when the candidate has a primary
@@ -59,7 +60,11 @@ class Workspace:
         return extract(self.index, candidate, self._frozen_values(candidate), self.ir_cap)
 
     def write(self, candidate: Candidate, path: Path) -> None:
-        modelio.write_iteration_model(self.model_for(candidate), path, self.sources)
+        """Write the iteration model: O(candidate) concatenation of pre-serialized nodes."""
+        if self._pieces is None or self._pieces.index is not self.index:
+            self._pieces = SerializedPieces(self.index)
+        data = extract_bytes(self._pieces, candidate, self._frozen_values(candidate), self.ir_cap)
+        modelio.write_iteration_bytes(data, path, self.sources)
 
     def save_self_contained(self, candidate: Candidate, path: Path) -> Path | None:
         return modelio.save_self_contained(self.model_for(candidate), path, self.sources)

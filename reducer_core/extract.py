@@ -36,10 +36,11 @@ def boundary_inputs(index: GraphIndex, nodes: frozenset[int]) -> list[str]:
 def boundary_outputs(index: GraphIndex, nodes: frozenset[int]) -> list[str]:
     """Tensors produced in the set that escape it (see module docstring)."""
     result: list[str] = []
+    consumers, is_output = index.consumers, index.is_graph_output
     for n in sorted(nodes):
         for name in index.writes[n]:
-            readers = index.consumers.get(name, ())
-            if index.is_graph_output(name) or not readers or any(r not in nodes for r in readers):
+            readers = consumers.get(name)
+            if not readers or is_output(name) or not nodes.issuperset(readers):
                 result.append(name)
     return result
 
@@ -80,19 +81,16 @@ def _copy_model_shell(model: onnx.ModelProto, ir_version_cap: int | None) -> onn
     return out
 
 
-def extract(
+def _extract_light(
     index: GraphIndex,
     candidate: Candidate,
-    frozen_values: Mapping[str, np.ndarray] | None = None,
-    ir_version_cap: int | None = None,
-) -> onnx.ModelProto:
-    """Build the model of ``candidate``. Costs O(nodes): external weights are referenced, not copied.
-
-    ``frozen_values``: when the candidate has a primary node, boundary tensors that are not that
-    node's inputs and have a value here become constants instead of graph inputs (Polygraphy's
-    branch freezing on the input side).
-    """
+    frozen_values: Mapping[str, np.ndarray] | None,
+    ir_version_cap: int | None,
+) -> tuple[onnx.ModelProto, list[int], list[str]]:
+    """The candidate's model without nodes and value_info, its node order and its inner tensors
+    (the ones that get a value_info entry)."""
     nodes = candidate.nodes
+    order = sorted(nodes)
     model = _copy_model_shell(index.model, ir_version_cap)
     graph = model.graph
     primary_reads = set(index.reads[candidate.primary]) if candidate.primary is not None else None
@@ -105,13 +103,82 @@ def extract(
             graph.input.append(_value_info(index, name, required=True))
     outputs = boundary_outputs(index, nodes)
     graph.output.extend(_value_info(index, name, required=False) for name in outputs)
-    graph.node.extend(index.nodes[n] for n in sorted(nodes))
     escaping = set(outputs)
-    for n in sorted(nodes):
-        for name in index.writes[n]:
-            if name not in escaping and name in index.types:
-                graph.value_info.append(_value_info(index, name, required=False))
+    types, writes = index.types, index.writes
+    inner = [name for n in order for name in writes[n] if name not in escaping and name in types]
+    return model, order, inner
+
+
+def extract(
+    index: GraphIndex,
+    candidate: Candidate,
+    frozen_values: Mapping[str, np.ndarray] | None = None,
+    ir_version_cap: int | None = None,
+) -> onnx.ModelProto:
+    """Build the model of ``candidate``. Costs O(nodes): external weights are referenced, not copied.
+
+    ``frozen_values``: when the candidate has a primary node, boundary tensors that are not that
+    node's inputs and have a value here become constants instead of graph inputs (Polygraphy's
+    branch freezing on the input side).
+    """
+    model, order, inner = _extract_light(index, candidate, frozen_values, ir_version_cap)
+    graph = model.graph
+    graph.node.extend(index.nodes[n] for n in order)
+    graph.value_info.extend(_value_info(index, name, required=False) for name in inner)
     return model
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+_GRAPH_NODE, _GRAPH_VALUE_INFO, _MODEL_GRAPH = 1, 13, 7
+
+
+class SerializedPieces:
+    """Each node (and, lazily, each tensor's value_info) of one ``GraphIndex``, serialized once as
+    a ready-made GraphProto field, so writing a candidate is concatenation instead of copying and
+    serializing thousands of protobuf messages per iteration."""
+
+    def __init__(self, index: GraphIndex) -> None:
+        self.index = index
+        self.nodes = [_field(_GRAPH_NODE, node.SerializeToString()) for node in index.nodes]
+        self._value_info: dict[str, bytes] = {}
+
+    def value_info(self, name: str) -> bytes:
+        piece = self._value_info.get(name)
+        if piece is None:
+            info = _value_info(self.index, name, required=False)
+            piece = self._value_info[name] = _field(_GRAPH_VALUE_INFO, info.SerializeToString())
+        return piece
+
+
+def extract_bytes(
+    pieces: SerializedPieces,
+    candidate: Candidate,
+    frozen_values: Mapping[str, np.ndarray] | None = None,
+    ir_version_cap: int | None = None,
+) -> bytes:
+    """``extract(...).SerializeToString()``, parsed equal, built from pre-serialized pieces."""
+    model, order, inner = _extract_light(pieces.index, candidate, frozen_values, ir_version_cap)
+    graph = model.graph.SerializeToString()
+    body = b"".join([graph, *(pieces.nodes[n] for n in order), *map(pieces.value_info, inner)])
+    model.ClearField("graph")
+    shell: bytes = model.SerializeToString()
+    return shell + _field(_MODEL_GRAPH, body)
 
 
 def model_of(index: GraphIndex, candidate: Candidate) -> str:

@@ -238,8 +238,23 @@ def write_iteration_model(model: onnx.ModelProto, path: str | Path, sources: Wei
     path.parent.mkdir(parents=True, exist_ok=True)
     for location in referenced_locations(model):
         _link_or_copy(sources.files[location], path.parent / location, sources)
+    _write_atomic(path, model.SerializeToString())
+
+
+def write_iteration_bytes(data: bytes, path: str | Path, sources: WeightSources) -> None:
+    """Write an already serialized iteration model; every weight file of ``sources`` is made
+    resolvable beside it (the original model references them all, so after the first iteration
+    this is what ``write_iteration_model`` leaves there too), without walking the model's tensors."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for location, source in sources.files.items():
+        _link_or_copy(source, path.parent / location, sources)
+    _write_atomic(path, data)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(model.SerializeToString())
+    tmp.write_bytes(data)
     os.replace(tmp, path)
 
 
