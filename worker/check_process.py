@@ -43,20 +43,22 @@ def run_stoppable(
         cwd=work_dir,
         env=env,
     )
-    assert proc.stdin is not None
-    proc.stdin.write(request.encode())
-    proc.stdin.close()
+    with proc:
+        out, err = _communicate(proc, request.encode(), should_stop)
+    return _result(proc.returncode, out, err)
+
+
+def _communicate(proc: subprocess.Popen[bytes], request: bytes, should_stop: Callable[[], bool]) -> tuple[bytes, bytes]:
+    """Feed the request and drain both pipes (so a chatty check cannot block), polling ``should_stop``."""
+    payload: bytes | None = request
     while True:
         try:
-            proc.wait(timeout=POLL_S)
-            break
+            return proc.communicate(payload, timeout=POLL_S)
         except subprocess.TimeoutExpired:
+            payload = None
             if should_stop():
                 _kill(proc)
                 raise CheckStoppedError() from None
-    out = proc.stdout.read() if proc.stdout else b""
-    err = proc.stderr.read() if proc.stderr else b""
-    return _result(proc.returncode, out, err)
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -35,6 +35,7 @@ class LocalRunner:
     def stop(self, timeout: float = 5.0) -> None:
         self.jobs.put(_STOP)
         self.thread.join(timeout)
+        self.ctx.db.dispose()
 
     def _loop(self) -> None:
         while (job_id := self.jobs.get()) != _STOP:
