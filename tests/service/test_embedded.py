@@ -1,0 +1,54 @@
+"""The embedded default: ``onnx-reducer serve`` with SQLite, ./data and the in-process runner
+(nothing else installed), over real HTTP: the reference example reduced to its single Mul."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import onnx
+import pytest
+
+from examples.build_example_model import build_example_model
+from tests.service.commands import EMBEDDED_COMMAND
+from tests.service.conftest import BIN, client_for
+from tests.service.helpers import free_port, read_sse, start, submit, wait_http, wait_job
+from tests.service.test_end_to_end import cli_min_bad
+
+pytestmark = pytest.mark.slow
+
+
+def test_embedded_serve_reduces_the_reference_example(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DATA_DIR")}
+    env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
+    port = free_port()
+    server = start([*EMBEDDED_COMMAND, "--port", str(port)], env, tmp_path, tmp_path / "serve.log")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz")
+        server.wait_for("token create --team default", timeout=10)
+        assert f"http://127.0.0.1:{port}" in server.output()
+        token = subprocess.run(
+            ["onnx-reducer", "token", "create", "--team", "default"],
+            cwd=tmp_path,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        model = build_example_model().SerializeToString()
+        with client_for(f"http://127.0.0.1:{port}", token) as client:
+            job_id = submit(client, model).json()["id"]
+            job = wait_job(client, job_id)
+            events = list(read_sse(client, f"/v1/jobs/{job_id}/events"))
+            min_bad = client.get(f"/v1/jobs/{job_id}/artifacts/min-bad").content
+    finally:
+        server.stop()
+    assert job["status"] == "succeeded", job
+    assert (tmp_path / "data" / "onnx-reducer.db").is_file()
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    assert [e.data["number"] for e in events if e.kind == "iteration"] == list(
+        range(1, job["progress"]["checks_run"] + 1)
+    )
+    assert [n.op_type for n in onnx.load_from_string(min_bad).graph.node] == ["Mul"]
+    assert min_bad == cli_min_bad(tmp_path, model)
