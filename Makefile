@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN_DIR ?= build/example
 
-.PHONY: install run test lint typecheck contracts pytest bench clean
+.PHONY: install run example test services lint typecheck contracts pytest bench clean
 
 $(STAMP): pyproject.toml
 	$$(scripts/ensure-python.sh) -m venv $(VENV)
@@ -18,8 +18,18 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Until the service exists: reduce the bundled example (the Mul of Polygraphy's example).
+# The service on its embedded defaults: SQLite in ./data, the artifact store in ./data, jobs run
+# in the server process. Set DATABASE_URL/REDIS_URL/DATA_DIR for other setups (README "Service").
+HOST ?= 127.0.0.1
+PORT ?= 8000
 run: $(STAMP)
+	PATH=$(abspath $(BIN)):$$PATH onnx-reducer db upgrade
+	@echo "Service: http://$(HOST):$(PORT)  (API docs: http://$(HOST):$(PORT)/docs)"
+	@echo "Token:   $(BIN)/onnx-reducer token create --team default   (send as 'Authorization: Bearer TOKEN')"
+	PATH=$(abspath $(BIN)):$$PATH onnx-reducer serve --host $(HOST) --port $(PORT)
+
+# Reduce the bundled example on the command line (the Mul of Polygraphy's example).
+example: $(STAMP)
 	mkdir -p $(RUN_DIR)
 	$(BIN)/python examples/build_example_model.py $(RUN_DIR)/model.onnx
 	cd $(RUN_DIR) && PATH=$(abspath $(BIN)):$$PATH onnx-reducer reduce model.onnx -o reduced.onnx \
@@ -28,7 +38,7 @@ run: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check reducer_core reducer_cli checks engine
+	$(BIN)/ruff format --check reducer_core reducer_cli checks engine persistence api worker migrations tests/service
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -36,10 +46,14 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(BIN)/lint-imports
 
-pytest: $(STAMP)
+# PostgreSQL and Redis for tests/service: used when running, else started from installed binaries.
+services:
+	scripts/test-services.sh
+
+pytest: $(STAMP) services
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest $(PYTEST_ARGS)
 
-test: lint typecheck contracts pytest
+test: lint typecheck contracts services pytest
 
 bench: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/run_bench.py $(BENCH_ARGS)
