@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import tarfile
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -27,7 +27,9 @@ from tests.service.helpers import OP_PRESENT_MUL, submit, tar_bundle
 MAX_UPLOAD = 200_000
 
 
-def _model(nodes: list[onnx.NodeProto], initializers: list[onnx.TensorProto] = (), shape: list[int] = (2, 2)) -> bytes:  # type: ignore[assignment]
+def _model(
+    nodes: list[onnx.NodeProto], initializers: Sequence[onnx.TensorProto] = (), shape: Sequence[int] = (2, 2)
+) -> bytes:
     graph = helper.make_graph(
         nodes,
         "g",
