@@ -301,12 +301,24 @@ def targets_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merged(path: Path, new: list[Run]) -> list[Run]:
+    """Earlier results with the pairs of ``new`` replaced, in the zoo's order."""
+    fresh = {(r.model, r.failure) for r in new}
+    old = [] if not path.exists() else json.loads(path.read_text())["runs"]
+    kept = [Run(**{k: v for k, v in r.items() if k != "overhead_s"}) for r in old]
+    runs = [r for r in kept if (r.model, r.failure) not in fresh] + new
+    order = {(m, f.name): i for i, (m, f) in enumerate((m, f) for m, fs in FAILURES.items() for f in fs)}
+    tools = {key: i for i, key in enumerate(RUNS)}
+    return sorted(runs, key=lambda r: (order.get((r.model, r.failure), 999), tools.get((r.tool, r.mode), 99)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small subset (a few minutes)")
     parser.add_argument("--only", nargs="+", default=[], help="model names or failure-name substrings")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per reducer run")
     parser.add_argument("--no-polygraphy", action="store_true")
+    parser.add_argument("--merge", action="store_true", help="replace only these pairs in an existing results.json")
     parser.add_argument("--out", type=Path, default=BENCH / "out")
     args = parser.parse_args()
     args.out = args.out.resolve()
@@ -315,6 +327,8 @@ def main() -> None:
     for case in build_cases(args):
         print(f"{case.model} / {case.failure.name}", flush=True)
         runs += run_case(case, args)
+    if args.merge:
+        runs = merged(args.out / "results.json", runs)
     result = targets(runs)
     (args.out / "results.json").write_text(
         json.dumps({"runs": [asdict(r) | {"overhead_s": r.overhead_s} for r in runs], "targets": result}, indent=1)

@@ -6,6 +6,7 @@ the node ``--fault`` made faulty (``--bias`` is added to its first output, as a 
 would). Each graph output is compared with its golden value; a mismatch fails."""
 
 import argparse
+import os
 
 import numpy as np
 import onnx
@@ -18,6 +19,24 @@ def load_golden(path: str) -> dict[str, np.ndarray]:
     data = np.load(path)
     names = [str(n) for n in data["names"]]
     return {name: data[f"t{i}"] for i, name in enumerate(names)}
+
+
+def load_with_weights(path: str) -> onnx.ModelProto:
+    """``onnx.load`` with external data read here: onnx >= 1.19 refuses weight files with several
+    hard links ("potential hardlink attack"), and onnx-reducer hardlinks the original weights
+    beside each iteration model."""
+    model = onnx.load(path, load_external_data=False)
+    base = os.path.dirname(os.path.abspath(path))
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        with open(os.path.join(base, info["location"]), "rb") as f:
+            f.seek(int(info.get("offset", 0)))
+            tensor.raw_data = f.read(int(info["length"])) if "length" in info else f.read()
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+    return model
 
 
 def inject_fault(model: onnx.ModelProto, node_name: str, bias: float) -> bool:
@@ -41,7 +60,7 @@ parser.add_argument("--bias", type=float, default=1.0)
 parser.add_argument("--atol", type=float, default=1e-3)
 parser.add_argument("--rtol", type=float, default=1e-3)
 args = parser.parse_args()
-model = onnx.load(args.model)
+model = load_with_weights(args.model)
 count = len(model.graph.node)
 golden = load_golden(args.golden)
 inject_fault(model, args.fault, args.bias)
