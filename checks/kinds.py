@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 
 from checks.spec import CheckSpec, Tolerance, check_spec_from_dict
+from reducer_core.prepare import mark_all_outputs
 
 Result = dict[str, Any]
 
@@ -234,18 +235,6 @@ def _accuracy(
 
 
 # --- layerwise (localisation) ----------------------------------------------------------------------
-
-
-def mark_all_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
-    marked = onnx.ModelProto()
-    marked.CopyFrom(model)
-    existing = {o.name for o in marked.graph.output}
-    for node in marked.graph.node:
-        for name in node.output:
-            if name and name not in existing:
-                marked.graph.output.append(onnx.ValueInfoProto(name=name))
-                existing.add(name)
-    return marked
 
 
 def layerwise(payload: Mapping[str, Any]) -> Result:

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 
 from reducer_core.modelio import WeightSources, write_iteration_model
-from reducer_core.prepare import TensorMeta
+from reducer_core.prepare import TensorMeta, mark_all_outputs
 from reducer_core.tensors import TensorMap
 
 
@@ -80,17 +80,10 @@ def fallback_inference(
     """Run ``model`` once on onnxruntime CPU with every node output marked as a graph output."""
     import onnxruntime as ort
 
-    marked = onnx.ModelProto()
-    marked.CopyFrom(model)
+    marked = mark_all_outputs(model)
     cap = max_ir_version()
     if cap is not None:
         marked.ir_version = min(marked.ir_version, cap)
-    existing = {o.name for o in marked.graph.output}
-    for node in marked.graph.node:
-        for name in node.output:
-            if name and name not in existing:
-                marked.graph.output.append(onnx.ValueInfoProto(name=name))
-                existing.add(name)
     inputs = dict(feeds) if feeds else {}
     for name, value in random_inputs(marked, seed).items():
         inputs.setdefault(name, value)

@@ -86,6 +86,20 @@ def sort_topologically(model: onnx.ModelProto) -> bool:
     return True
 
 
+def mark_all_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose every top-level node output is also a graph output (untyped, so
+    a runtime infers it): what a layerwise run needs to see every intermediate tensor."""
+    marked = onnx.ModelProto()
+    marked.CopyFrom(model)
+    existing = {o.name for o in marked.graph.output}
+    for node in marked.graph.node:
+        for name in node.output:
+            if name and name not in existing:
+                marked.graph.output.append(onnx.ValueInfoProto(name=name))
+                existing.add(name)
+    return marked
+
+
 def parse_shape_arg(text: str) -> tuple[str, list[int | str]]:
     """Parse Polygraphy's ``NAME:[d0,d1,...]`` form (dims may be symbolic names)."""
     name, sep, dims = text.rpartition(":")
