@@ -290,6 +290,27 @@ def _copy_range(source: Path, offset: int, length: int, sink: BinaryIO) -> None:
             left -= len(chunk)
 
 
+def inline_external_data(model: onnx.ModelProto, sources: WeightSources) -> None:
+    """Read every external tensor's bytes into the model, in place (for runtimes and converters
+    that need weights in memory). Locations were validated by ``load_model``."""
+    for tensor in all_tensors(model.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            raw = _read_external(tensor, sources)
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.DEFAULT
+            tensor.raw_data = raw
+
+
+def load_model_with_weights(path: str | Path) -> onnx.ModelProto:
+    """Load a model and its external weights through ``load_model``'s validation.
+
+    Unlike ``onnx.load(..., load_external_data=True)``, this accepts weight files with several
+    hardlinks, which is how iteration models reference the original weights."""
+    model, sources = load_model(path)
+    inline_external_data(model, sources)
+    return model
+
+
 def save_self_contained(model: onnx.ModelProto, path: str | Path, sources: WeightSources) -> Path | None:
     """Write ``model`` with its weights materialised: inline, or in ``<name>.data`` beside it when
     they exceed protobuf's 2 GB limit (copied in bounded chunks). Returns that data file, if any.
@@ -304,11 +325,7 @@ def save_self_contained(model: onnx.ModelProto, path: str | Path, sources: Weigh
     total = sum(_external_span(t, sources)[2] for t in external) + out.ByteSize()
     data_path: Path | None = None
     if total < PROTOBUF_LIMIT_BYTES:
-        for tensor in external:
-            raw = _read_external(tensor, sources)
-            del tensor.external_data[:]
-            tensor.data_location = onnx.TensorProto.DEFAULT
-            tensor.raw_data = raw
+        inline_external_data(out, sources)
     else:
         data_path = path.with_name(path.name + ".data")
         tmp_data = data_path.with_name(data_path.name + ".tmp")
