@@ -3,6 +3,7 @@ and fallback inference, and the IR version cap of the installed onnxruntime."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -40,6 +41,28 @@ class ReduceOptions:
     force_fallback_shape_inference: bool = False
     load_inputs: Sequence[Path] = ()
     seed: int = 1
+
+    @property
+    def identity(self) -> str:
+        """Everything besides the graph that shapes candidate models: cached verdicts and replays
+        are reused only under the same identity (see VerdictCache)."""
+        shapes = sorted((name, [str(d) for d in dims]) for name, dims in self.input_shapes.items())
+        parts = [
+            f"shapes={shapes}",
+            f"shape-inference={self.shape_inference}",
+            f"fallback={self.force_fallback_shape_inference}",
+            f"seed={self.seed}",
+        ]
+        parts += [f"inputs={_file_digest(path)}" for path in self.load_inputs]
+        return " ".join(parts)
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
 
 
 @dataclass
@@ -103,6 +126,16 @@ def load_workspace(options: ReduceOptions, log: Log) -> Workspace:
     prepared = prepare(model, options.input_shapes, shape_inference=options.shape_inference)
     options.work_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".onnx-reducer-", dir=options.work_dir))
+    try:
+        return _prepare_workspace(options, log, prepared, sources, scratch)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)  # it may hold a copy of every inline weight
+        raise
+
+
+def _prepare_workspace(
+    options: ReduceOptions, log: Log, prepared: onnx.ModelProto, sources: modelio.WeightSources, scratch: Path
+) -> Workspace:
     sources = modelio.relocate_external_data(prepared, sources, prefix=f"{options.artifact_stem}.w")
     moved = modelio.externalize_inline_weights(
         prepared, sources, scratch / "inline.weights", location=f"{options.artifact_stem}.weights"

@@ -92,7 +92,7 @@ class Session:
         self.check = check
         self.log = log
         self.iter_path = Path(args.iter_artifact)
-        self.cache = VerdictCache(workspace.index.fingerprint, check.identity)
+        self.cache = VerdictCache(workspace.index.fingerprint, f"{check.identity} | {workspace.options.identity}")
         self.localization: Localization | None = None
         self.failure_rate: float | None = None
 

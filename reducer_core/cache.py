@@ -10,7 +10,7 @@ from typing import Any
 
 from reducer_core.candidate import Candidate
 from reducer_core.errors import ReplayMismatchError
-from reducer_core.verdict import Verdict
+from reducer_core.verdict import Verdict, VerdictKind
 
 REPLAY_VERSION = 1
 
@@ -32,7 +32,9 @@ class VerdictCache:
         return verdict
 
     def put(self, candidate: Candidate, verdict: Verdict) -> None:
-        self._verdicts[candidate.fingerprint] = verdict
+        """Remember a verdict about the model; infrastructure errors are not such verdicts."""
+        if verdict.kind is not VerdictKind.INFRA_ERROR:
+            self._verdicts[candidate.fingerprint] = verdict
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +66,10 @@ class VerdictCache:
                 f"verdicts do not apply to '{self.check}'. Start without --load-debug-replay."
             )
         verdicts = data.get("verdicts", {})
+        loaded = 0
         for fingerprint, raw in verdicts.items():
-            self._verdicts[fingerprint] = Verdict.from_json(raw)
-        return len(verdicts)
+            verdict = Verdict.from_json(raw)
+            if verdict.kind is not VerdictKind.INFRA_ERROR:
+                self._verdicts[fingerprint] = verdict
+                loaded += 1
+        return loaded

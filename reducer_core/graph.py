@@ -146,7 +146,7 @@ class GraphIndex:
             types=_type_map(graph),
             preds=preds,
             succs=tuple(frozenset(s) for s in succ_lists),
-            fingerprint=graph_fingerprint(nodes),
+            fingerprint=graph_fingerprint(nodes, graph.initializer),
             _output_set=frozenset(o.name for o in graph.output),
         )
 
@@ -183,11 +183,28 @@ class GraphIndex:
         return frozenset(seen)
 
 
-def graph_fingerprint(nodes: Iterable[onnx.NodeProto]) -> str:
-    """A stable digest of the node list, so replays and cached verdicts are tied to one graph."""
+def graph_fingerprint(nodes: Iterable[onnx.NodeProto], initializers: Iterable[onnx.TensorProto] = ()) -> str:
+    """A stable digest of the graph, so replays and cached verdicts are tied to one model.
+
+    Covers every node in full (op, wiring, attributes, nested bodies) and every initializer's
+    name, dtype and shape, plus its bytes when inline or its (offset, length) when external.
+    External weight *contents* are not read (that would cost O(weights) per start): a model
+    re-exported with the same layout but other weight values keeps its fingerprint."""
     digest = hashlib.sha256()
     for node in nodes:
-        digest.update(node.op_type.encode())
-        digest.update(b"\0".join(s.encode() for s in (*node.input, "|", *node.output)))
+        digest.update(node.SerializeToString(deterministic=True))
         digest.update(b"\n")
+    for tensor in initializers:
+        digest.update(_tensor_identity(tensor))
     return digest.hexdigest()[:16]
+
+
+def _tensor_identity(tensor: onnx.TensorProto) -> bytes:
+    header = f"{tensor.name}|{tensor.data_type}|{list(tensor.dims)}|".encode()
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        info = {e.key: e.value for e in tensor.external_data}
+        return header + f"{info.get('offset', 0)}:{info.get('length', '')}".encode()
+    body = onnx.TensorProto()
+    body.CopyFrom(tensor)
+    body.ClearField("name")
+    return header + hashlib.sha256(body.SerializeToString(deterministic=True)).digest()

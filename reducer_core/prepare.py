@@ -15,6 +15,7 @@ from reducer_core.errors import InvalidModelError, UsageError
 from reducer_core.graph import topological_order
 
 Shape = Sequence[int | str]
+MIN_IR_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,9 @@ def prepare(
     """Copy ``model`` into the engine's working form. Raises InvalidModelError on cycles."""
     prepared = onnx.ModelProto()
     prepared.CopyFrom(model)
+    # IR < 4 requires every initializer to be listed as a graph input; from IR 4 on it may not be.
+    # Candidates keep initializers as initializers only, so they need at least IR 4.
+    prepared.ir_version = max(prepared.ir_version, MIN_IR_VERSION)
     if not prepared.graph.node:
         raise InvalidModelError("The model has no nodes; there is nothing to reduce.")
     lower_constant_nodes(prepared)

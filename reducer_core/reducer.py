@@ -63,6 +63,7 @@ class Reduction:
         pin_signature: bool = True,
         on_iteration: Callable[[IterationRecord], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        infra_retries: int = 2,
     ) -> None:
         self.strategy = strategy
         self.oracle = oracle
@@ -70,18 +71,27 @@ class Reduction:
         self.pin_signature = pin_signature
         self.on_iteration = on_iteration or (lambda record: None)
         self.should_stop = should_stop or (lambda: False)
+        self.infra_retries = infra_retries
         self.checks_run = 0
         self.iteration = 0
 
     def _verdict(self, candidate: Candidate) -> tuple[Verdict, bool]:
+        """The cached verdict, or a fresh one. An infrastructure error is no verdict about the
+        model: it is retried, never cached, and never shown to the strategy (see ``_check``)."""
         cached = self.cache.get(candidate)
         if cached is not None:
             return cached, True
-        self.iteration += 1
-        verdict = self.oracle(candidate, self.iteration)
-        self.checks_run += 1
-        self.cache.put(candidate, verdict)
+        for _ in range(self.infra_retries + 1):
+            verdict = self._check(candidate)
+            if verdict.kind is not VerdictKind.INFRA_ERROR:
+                self.cache.put(candidate, verdict)
+                return verdict, False
         return verdict, False
+
+    def _check(self, candidate: Candidate) -> Verdict:
+        self.iteration += 1
+        self.checks_run += 1
+        return self.oracle(candidate, self.iteration)
 
     def check_original(self) -> Verdict:
         """Check the unreduced model; raise when it does not fail (nothing to reduce)."""
@@ -111,8 +121,16 @@ class Reduction:
                 break
             before = time.monotonic()
             verdict, cached = self._verdict(candidate)
+            if verdict.kind is VerdictKind.INFRA_ERROR:
+                self._record(self.strategy.phase, candidate, verdict, False, cached, 0.0)
+                raise CheckInfraError(
+                    f"The check failed to run {self.infra_retries + 1} times in a row on a candidate of "
+                    f"{len(candidate)} nodes: {verdict.detail}. This is not a verdict about the model; the "
+                    "reduction stopped without recording it. Fix the infrastructure and resume (the saved "
+                    "replay/state skips every finished check)."
+                )
             failed = verdict.reproduces(original, self.pin_signature)
-            self.strategy.observe(candidate, failed)
+            self.strategy.observe(candidate, failed, verdict.kind is VerdictKind.PASS)
             overhead = time.monotonic() - before - (0.0 if cached else verdict.duration_s)
             result.iterations.append(self._record(self.strategy.phase, candidate, verdict, failed, cached, overhead))
         result.min_bad = self.strategy.best_bad

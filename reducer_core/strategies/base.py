@@ -28,11 +28,13 @@ class Tracker:
         self.good: list[Candidate] = []
         self.phase = "start"
 
-    def record(self, candidate: Candidate, failed: bool) -> None:
+    def record(self, candidate: Candidate, failed: bool, passed: bool) -> None:
+        """``passed`` is a clean pass: only those can be the min-good model (a crash, timeout or
+        different failure does not reproduce the failure, but is no good model either)."""
         if failed:
             if len(candidate) <= len(self.best_bad):
                 self.best_bad = candidate
-        else:
+        elif passed:
             self.good.append(candidate)
 
     def closest_good(self) -> Candidate | None:
@@ -73,7 +75,7 @@ class Strategy:
         self.space = space
         self.mode = mode
         self.tracker = Tracker(Candidate(space.start))
-        self._observations: list[tuple[str, bool]] = []
+        self._observations: list[tuple[str, bool, bool]] = []
         self._search = _algorithms()[mode](space, self.tracker)
         self._pending: Candidate | None = None
         self._done = False
@@ -98,11 +100,14 @@ class Strategy:
     def propose(self) -> Candidate | None:
         return self._pending
 
-    def observe(self, candidate: Candidate, failed: bool) -> None:
+    def observe(self, candidate: Candidate, failed: bool, passed: bool | None = None) -> None:
+        """Record whether ``candidate`` reproduces the failure; ``passed`` (default: not failed)
+        says whether it was a clean pass, eligible as the min-good model."""
         if candidate != self._pending:
             raise ReplayMismatchError("observe() was given a candidate that is not the pending proposal.")
-        self.tracker.record(candidate, failed)
-        self._observations.append((candidate.fingerprint, failed))
+        clean = (not failed) if passed is None else passed and not failed
+        self.tracker.record(candidate, failed, clean)
+        self._observations.append((candidate.fingerprint, failed, clean))
         self._advance(failed)
 
     @property
@@ -123,7 +128,7 @@ class Strategy:
             "mode": self.mode,
             "graph": self.space.index.fingerprint,
             "start": sorted(self.space.start),
-            "observations": [[fp, failed] for fp, failed in self._observations],
+            "observations": [[fp, failed, passed] for fp, failed, passed in self._observations],
         }
 
     @classmethod
@@ -131,9 +136,9 @@ class Strategy:
         if state.get("graph") != space.index.fingerprint or sorted(space.start) != state.get("start"):
             raise ReplayMismatchError("The saved strategy state belongs to a different model or start set.")
         strategy = cls(space, str(state["mode"]))
-        for fingerprint, failed in state["observations"]:
+        for fingerprint, failed, *passed in state["observations"]:
             pending = strategy.propose()
             if pending is None or pending.fingerprint != fingerprint:
                 raise ReplayMismatchError("The saved strategy state diverges from this engine's proposals.")
-            strategy.observe(pending, bool(failed))
+            strategy.observe(pending, bool(failed), bool(passed[0]) if passed else None)
         return strategy

@@ -169,18 +169,66 @@ def test_unpinned_any_failure_counts(branchy: GraphIndex, mode: str) -> None:
     assert names_in(branchy, result.min_bad) <= {"E", "F"}
 
 
+class FlakyInfraChecker:
+    """D fails; the check hits an infrastructure error on its ``bad_calls``-th calls (1-based)."""
+
+    def __init__(self, index: GraphIndex, bad_calls: set[int]) -> None:
+        self.index = index
+        self.bad_calls = bad_calls
+        self.calls = 0
+
+    def __call__(self, candidate: Candidate, iteration: int) -> Verdict:
+        self.calls += 1
+        if self.calls in self.bad_calls:
+            return Verdict(VerdictKind.INFRA_ERROR, "", "disk full")
+        return FAIL if "D" in names_in(self.index, candidate) else PASS
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_infrastructure_errors_never_count_as_failures(branchy: GraphIndex, mode: str) -> None:
-    """Candidates with G hit an infrastructure error; the reduction must not keep G for it."""
-    rules = {
-        "D": Verdict(VerdictKind.FAIL, "exit=1"),
-        "G": Verdict(VerdictKind.INFRA_ERROR, "", "disk full"),
-    }
-    checker = RuleChecker(branchy, rules)
+@pytest.mark.parametrize("bad_call", [2, 3, 4, 5])
+def test_a_transient_infrastructure_error_is_retried_and_changes_nothing(
+    branchy: GraphIndex, mode: str, bad_call: int
+) -> None:
     space = SearchSpace(branchy, branchy.all_nodes())
-    for pinned in (True, False):
-        result = Reduction(Strategy(space, mode), checker, VerdictCache("g", "c"), pin_signature=pinned).run()
-        assert names_in(branchy, result.min_bad) == {"D"}
+    clean = Reduction(Strategy(space, mode), FlakyInfraChecker(branchy, set()), VerdictCache("g", "c")).run()
+    cache = VerdictCache("g", "c")
+    flaky = Reduction(Strategy(space, mode), FlakyInfraChecker(branchy, {bad_call}), cache).run()
+    assert names_in(branchy, flaky.min_bad) == names_in(branchy, clean.min_bad) == {"D"}
+    assert flaky.checks_run == clean.checks_run + 1  # the one retry
+    assert all(v["kind"] != "infra-error" for v in cache.to_json()["verdicts"].values())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_persistent_infrastructure_error_stops_without_a_verdict_and_resumes(branchy: GraphIndex, mode: str) -> None:
+    """Three infrastructure errors in a row on one candidate stop the reduction: nothing about that
+    candidate is cached or observed, and a resumed run re-checks only it."""
+    space = SearchSpace(branchy, branchy.all_nodes())
+    cache = VerdictCache("g", "c")
+    checker = FlakyInfraChecker(branchy, {3, 4, 5})
+    with pytest.raises(CheckInfraError, match="not a verdict about the model"):
+        Reduction(Strategy(space, mode), checker, cache).run()
+    assert len(cache) == 2  # the original and the first candidate; the third call's candidate is not recorded
+    resumed_cache = VerdictCache("g", "c")
+    resumed_cache.merge_json(json.loads(cache.dumps()))
+    resumed = Reduction(Strategy(space, mode), FlakyInfraChecker(branchy, set()), resumed_cache).run()
+    assert names_in(branchy, resumed.min_bad) == {"D"}
+    clean = Reduction(Strategy(space, mode), FlakyInfraChecker(branchy, set()), VerdictCache("g", "c")).run()
+    assert resumed.checks_run == clean.checks_run - 2  # everything but the two cached verdicts
+
+
+def test_a_crashing_candidate_is_never_the_min_good(branchy: GraphIndex) -> None:
+    """Only a clean pass can be the min-good model: crashes and other failures are not good."""
+    rules = {"E": Verdict(VerdictKind.FAIL, "exit=1"), "G": Verdict(VerdictKind.CRASH, "signal=SIGSEGV")}
+    goods = []
+    for mode in MODES:
+        checker = RuleChecker(branchy, rules)
+        space = SearchSpace(branchy, branchy.all_nodes())
+        result = Reduction(Strategy(space, mode), checker, VerdictCache("g", "c")).run()
+        assert any("G" in names_in(branchy, c) and "E" not in names_in(branchy, c) for c in checker.seen), mode
+        if result.min_good is not None:
+            goods.append(result.min_good)
+            assert not names_in(branchy, result.min_good) & {"G", "E"}, mode
+    assert goods, "some mode must find a clean pass, or the test proves nothing"
 
 
 @pytest.mark.parametrize("mode", MODES)
