@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 
 from checks.spec import CheckSpec, Tolerance, check_spec_from_dict
+from reducer_core.modelio import load_model_with_weights
 from reducer_core.prepare import mark_all_outputs
 
 Result = dict[str, Any]
@@ -110,7 +111,10 @@ def mismatch_detail(mismatches: list[Mismatch], sample: int) -> str:
 
 
 def load_model(path: Path) -> onnx.ModelProto:
-    return onnx.load(str(path), load_external_data=True)
+    """The candidate with its weights in memory. Iteration models reference the original weights
+    through hardlinks, which ``onnx.load(..., load_external_data=True)`` refuses (onnx >= 1.19);
+    ``load_model_with_weights`` validates every location itself and accepts them."""
+    return load_model_with_weights(path)
 
 
 def feeds_for(
@@ -148,7 +152,7 @@ def run_spec(payload: Mapping[str, Any]) -> Result:
     spec = check_spec_from_dict(payload["spec"])
     model_path = Path(payload["model"])
     if spec.kind == "op-present":
-        return _op_present(spec, onnx.load(str(model_path), load_external_data=False))
+        return _op_present(spec, onnx.load(str(model_path), load_external_data=False))  # no weights needed
     from checks.runtimes import RuntimeUnavailableError
 
     try:

@@ -72,3 +72,46 @@ def _model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], width: in
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
     return model
+
+
+def matmul_overflow_model(width: int = 64, weight: float = 3000.0) -> onnx.ModelProto:
+    """x[1, width] -> Relu -> MatMul(W: width x width, every entry ``weight``) -> Mul(1e-3) -> y.
+
+    W is ``width * width * 4`` bytes (16 KiB by default): far above the 1 KB from which the
+    workspace moves inline weights to a reference file hardlinked beside every iteration model.
+    With inputs in [0, 1) the MatMul's outputs (about ``weight * width / 2``) exceed fp16's range."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu_in"),
+        helper.make_node("MatMul", ["r", "W"], ["m"], name="matmul"),
+        helper.make_node("Mul", ["m", "milli"], ["y"], name="scale_down"),
+    ]
+    w = numpy_helper.from_array(np.full((width, width), weight, dtype=np.float32), "W")
+    return _model(nodes, [w, _const("milli", 1e-3)], width)
+
+
+def conv_reshape_error_model() -> onnx.ModelProto:
+    """x[1, 16] -> Reshape[1, 16, 1, 1] -> Conv(W: 16x16x1x1, 1 KiB) -> Reshape(to [7, 7]) -> y.
+
+    The last Reshape cannot work (16 elements into 49): onnxruntime raises while running it."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "nchw"], ["img"], name="to_nchw"),
+        helper.make_node("Conv", ["img", "W"], ["c"], name="conv"),
+        helper.make_node("Reshape", ["c", "bad_shape"], ["y"], name="bad_reshape"),
+    ]
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(np.array([1, 16, 1, 1], dtype=np.int64), "nchw"),
+        numpy_helper.from_array(rng.uniform(-1, 1, (16, 16, 1, 1)).astype(np.float32), "W"),
+        numpy_helper.from_array(np.array([7, 7], dtype=np.int64), "bad_shape"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "planted_error",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, 7])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    return model
