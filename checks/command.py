@@ -2,7 +2,9 @@
 a non-zero exit code (minus ignored codes, or only listed fail codes) or a matching regex fails.
 
 The command runs in its own process group with a time limit; on timeout the whole group is
-killed, and the verdict is ``timeout``. A death by signal is a ``crash``."""
+killed, and the verdict is ``timeout``. A death by signal is a ``crash``. ``env`` is the command's
+whole environment: ``None`` passes this process's on (the command line's ``--check``, the user's
+own command, as in Polygraphy); spec checks pass ``checks.isolated.safe_child_env()``."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +31,7 @@ class CommandCheck:
     ignore_fail_codes: Sequence[int] = ()
     fail_regexes: Sequence[str] = ()
     timeout_s: float | None = None
-    env: dict[str, str] | None = None
+    env: Mapping[str, str] | None = None  # None: this process's whole environment (``--check``)
     compiled: list[re.Pattern[str]] = field(default_factory=list, compare=False)
 
     def __post_init__(self) -> None:

@@ -1,5 +1,6 @@
 """Running a check in a fresh child process: its own interpreter (never a fork of this one), its
-own process group and a private working directory, killed (group and all) at the time limit.
+own process group, a private working directory and an allow-listed environment (``safe_child_env``),
+killed (group and all) at the time limit.
 
 A segfault in a runtime becomes a ``crash`` verdict and a hang a ``timeout`` verdict; the
 reduction goes on. The child runs ``python -m checks.child PAYLOAD``; ``PAYLOAD`` names an entry
@@ -18,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,45 @@ from reducer_core.verdict import Verdict, VerdictKind
 
 SPEC_ENTRY = "checks.kinds:run_spec"
 _ROOT = str(Path(__file__).resolve().parents[1])
-_SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "CREDENTIAL")
+# What a check's child process may see of this process's environment: an allow-list, so that a
+# service's credentials (database and broker URLs, cloud keys, DSNs, in any spelling) never reach
+# code that runs on a hostile model. Exact names, then prefixes (case-sensitive, as POSIX is).
+SAFE_ENV_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "TZ",
+        "TMPDIR",
+        "PYTHONPATH",
+        "PYTHONHASHSEED",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+    }
+)
+SAFE_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "CUDNN_", "TRT_", "TENSORRT_", "OMP_", "MKL_", "OPENBLAS_", "ORT_")
+
+
+def is_safe_env_name(name: str) -> bool:
+    return name in SAFE_ENV_NAMES or name.startswith(SAFE_ENV_PREFIXES)
+
+
+def safe_child_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed part of ``base`` (default: this process's environment), plus ``extra``
+    (trusted values, added as given). For every process that runs a check (spec kinds, command
+    checks from a spec, the service worker's check process)."""
+    source = os.environ if base is None else base
+    env = {k: v for k, v in source.items() if is_safe_env_name(k)}
+    env.update(extra or {})
+    return env
 
 
 def child_env() -> dict[str, str]:
-    """This process's environment without anything that looks like a secret, with the project
-    importable from the child's private working directory."""
-    env = {k: v for k, v in os.environ.items() if not any(m in k.upper() for m in _SECRET_MARKERS)}
+    """``safe_child_env`` with the project importable from the child's private working directory
+    (``python -m checks.child`` runs there) and one OpenMP thread unless the user set it."""
+    env = safe_child_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
@@ -130,9 +163,13 @@ class IsolatedSpecCheck:
 @dataclass(frozen=True)
 class SpecCommandCheck:
     """kind: command. ``{model}`` in the command is replaced by the iteration model's path;
-    without it the command reads the iteration artifact itself, as with ``--check``."""
+    without it the command reads the iteration artifact itself, as with ``--check``. The command
+    sees only the allow-listed environment (``safe_child_env``) unless ``env`` is given; the
+    command line's own ``--check COMMAND`` runs a ``CommandCheck`` with the user's full
+    environment instead, as Polygraphy does."""
 
     spec: CheckSpec
+    env: Mapping[str, str] | None = field(default=None, compare=False)  # None: ``safe_child_env()``
 
     @property
     def identity(self) -> str:
@@ -146,6 +183,7 @@ class SpecCommandCheck:
             ignore_fail_codes=self.spec.ignore_fail_codes,
             fail_regexes=self.spec.fail_regex,
             timeout_s=self.spec.timeout,
+            env=safe_child_env() if self.env is None else dict(self.env),
         )
         return check.run(model_path)
 

@@ -21,3 +21,8 @@ def hang(payload: Mapping[str, Any]) -> dict[str, Any]:
 
 def broken(payload: Mapping[str, Any]) -> dict[str, Any]:
     raise RuntimeError("the check harness is broken")
+
+
+def environment(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Report the names of the child's environment variables (one per line) as the output."""
+    return {"kind": "pass", "signature": "", "detail": "", "output": "\n".join(sorted(os.environ))}
