@@ -1,6 +1,9 @@
 """Streaming multipart parsing: the ``model`` part goes straight to a file with a running sha256
-(never into memory); text fields are small and capped. Over the size limit the request is
-answered 413 as soon as the limit is crossed (or at once, from ``Content-Length``)."""
+(never into memory); only the known text fields are kept, each capped; parts of any other name are
+skipped unread into memory. Every byte of the body counts against one total limit (the model's
+limit plus a fixed allowance for the form), chunked or not: over it the request is answered 413 as
+soon as the limit is crossed (or at once, from ``Content-Length``). A malformed body answers 400; a
+client that disconnects mid-upload leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from fastapi import Request
 from python_multipart import MultipartParser
+from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import parse_options_header
+from starlette.requests import ClientDisconnect
 
 from api.problems import ProblemError
 
@@ -19,6 +24,12 @@ if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
 
 MULTIPART_OVERHEAD = 1024 * 1024
+MAX_PARTS = 16
+TEXT_FIELDS = frozenset({"check_spec", "mode", "model_path", "reduce_inputs", "reduce_outputs", "pin_signature"})
+
+
+class UploadAbortedError(Exception):
+    """The client went away mid-upload: nothing was stored, and there is nobody to answer."""
 
 
 @dataclass
@@ -39,6 +50,10 @@ def too_large(limit: int) -> ProblemError:
     )
 
 
+def malformed(reason: str) -> ProblemError:
+    return ProblemError(400, "Malformed multipart body", f"The multipart/form-data body cannot be parsed: {reason}.")
+
+
 class _FormSink:
     """python-multipart callbacks writing the file part to disk and collecting text fields."""
 
@@ -51,10 +66,15 @@ class _FormSink:
         self.name = ""
         self.is_file = False
         self.buffer = bytearray()
+        self.keep = False
+        self.parts = 0
         self.sink: BinaryIO | None = None
 
     def on_part_begin(self) -> None:
         self.headers, self.buffer = {}, bytearray()
+        self.parts += 1
+        if self.parts > MAX_PARTS:
+            raise ProblemError(400, "Too many form parts", f"The form has more than {MAX_PARTS} parts.")
 
     def on_header_field(self, data: bytes, start: int, end: int) -> None:
         self.header_field += data[start:end]
@@ -70,6 +90,7 @@ class _FormSink:
         _, options = parse_options_header(self.headers.get(b"content-disposition", b""))
         self.name = options.get(b"name", b"").decode(errors="replace")
         self.is_file = self.name == "model"
+        self.keep = self.name in TEXT_FIELDS
         if self.is_file:
             if self.sink is not None:
                 raise ProblemError(422, "Invalid upload", "Send exactly one 'model' file part.")
@@ -86,6 +107,8 @@ class _FormSink:
             self.digest.update(chunk)
             self.sink.write(chunk)
             return
+        if not self.keep:
+            return  # an unknown field: counted against the total, never kept
         self.buffer += chunk
         if len(self.buffer) > self.max_field:
             raise ProblemError(413, "Field too large", f"Form field '{self.name}' exceeds {self.max_field} bytes.")
@@ -94,8 +117,9 @@ class _FormSink:
         if self.is_file and self.sink is not None:
             self.sink.close()
             self.form.file_path = self.target
-        elif self.name:
+        elif self.keep:
             self.form.fields[self.name] = self.buffer.decode(errors="replace")
+        self.buffer, self.keep = bytearray(), False
 
     def close(self) -> None:
         if self.sink is not None and not self.sink.closed:
@@ -107,15 +131,24 @@ async def read_form(request: Request, target: Path, max_file: int, max_field: in
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     if content_type != b"multipart/form-data" or b"boundary" not in options:
         raise ProblemError(415, "Unsupported Media Type", "Send the job as multipart/form-data.")
+    max_total = max_file + MULTIPART_OVERHEAD
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > max_file + MULTIPART_OVERHEAD:
+    if length is not None and length.isdigit() and int(length) > max_total:
         raise too_large(max_file)
     sink = _FormSink(target, max_file, max_field)
     parser = MultipartParser(options[b"boundary"], callbacks=_callbacks(sink))
+    total = 0
     try:
         async for chunk in request.stream():
+            total += len(chunk)
+            if total > max_total:
+                raise too_large(max_file)
             parser.write(chunk)
         parser.finalize()
+    except MultipartParseError as exc:
+        raise malformed(str(exc) or type(exc).__name__) from None
+    except ClientDisconnect:
+        raise UploadAbortedError() from None
     finally:
         sink.close()
     if sink.form.file_path is None:

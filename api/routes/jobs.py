@@ -15,6 +15,7 @@ from api.intake import JobIntake
 from api.problems import ProblemError, not_found
 from api.schemas import IterationList, JobCreated, JobList, JobOut, iteration_from_row, job_from_row
 from api.services import Services
+from api.uploads import UploadAbortedError
 from persistence.enums import EventKind, JobStatus
 from persistence.models import Job
 from persistence.repositories import EventRepository, IterationRepository, JobRepository
@@ -59,7 +60,11 @@ async def submit_job(
             existing = JobRepository(session).by_idempotency_key(team.id, idempotency_key)
         if existing is not None:
             return _accepted(existing.id, existing.status, replayed=True)
-    intake = await JobIntake(services, team).accept(request, idempotency_key)
+    try:
+        intake = await JobIntake(services, team).accept(request, idempotency_key)
+    except UploadAbortedError:
+        log.info("client disconnected during an upload; nothing was stored")
+        return JSONResponse({"status": 400}, status_code=400)  # nobody is left to read it
     if intake.created:
         try:
             services.enqueue(intake.job_id, intake.queue)
