@@ -10,15 +10,20 @@ row (if any) is reused by the re-run of the check that was interrupted."""
 from __future__ import annotations
 
 import logging
+import shutil
+import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy.orm import Session
 
 from checks.spec import CheckSpec, parse_check_spec
 from engine.workspace import ReduceOptions, Workspace, load_workspace
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
-from persistence.models import Job
+from persistence.models import Job, utcnow
 from persistence.repositories import (
     ArtifactRepository,
     ClaimResult,
@@ -58,6 +63,43 @@ class JobTimedOutError(Exception):
     pass
 
 
+class LeaseLostError(Exception):
+    """This attempt no longer holds the job (its lease ran out and another worker claimed it, or
+    the job ended): it stops at once and writes nothing more."""
+
+
+class _Heartbeat:
+    """Renews the attempt's lease every third of ``lease_s`` for the whole attempt (setup, checks,
+    storing the results), so a slow step never lets the lease run out under a live worker. A renewal
+    that finds the job no longer held by this attempt sets ``lost``."""
+
+    def __init__(self, ctx: RunnerContext, job_id: str, attempt: int) -> None:
+        self.ctx, self.job_id, self.attempt = ctx, job_id, attempt
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"lease-{job_id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(max(self.ctx.lease_s / 3, 0.05)):
+            try:
+                with self.ctx.db.session() as session:
+                    held = JobRepository(session).renew_lease(self.job_id, self.ctx.lease_s, self.attempt)
+            except Exception:
+                log.exception("job %s: renewing the lease failed (retrying)", self.job_id)
+                continue
+            if not held:
+                log.warning("job %s: attempt %d no longer holds the job", self.job_id, self.attempt)
+                self.lost.set()
+                return
+
+
 def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
     """Claim ``job_id`` and run it to its end. BUSY: another worker holds it; retry later."""
     with ctx.db.session() as session:
@@ -65,11 +107,13 @@ def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
         job = JobRepository(session).get(job_id)
         if claim is ClaimResult.FINISHED and job is not None:
             _announce_end(session, job)
+        attempt, first_start = (job.attempts, job.started_at) if job is not None else (0, None)
     if claim is not ClaimResult.CLAIMED:
         if claim is ClaimResult.FINISHED:
             _notify_last(ctx, job_id)
         return claim
-    JobRun(job_id, ctx).execute()
+    assert first_start is not None
+    JobRun(job_id, ctx, attempt, first_start).execute()
     return ClaimResult.CLAIMED
 
 
@@ -122,31 +166,56 @@ class _Pending:
 
 
 class JobRun:
-    """One attempt at one job (the claim is already held)."""
+    """One attempt at one job (the claim is already held). Every write is conditional on this
+    attempt still holding the job (``JobRepository.held``); a heartbeat renews the lease."""
 
-    def __init__(self, job_id: str, ctx: RunnerContext) -> None:
+    def __init__(self, job_id: str, ctx: RunnerContext, attempt: int, first_start: datetime) -> None:
         self.job_id = job_id
         self.ctx = ctx
+        self.attempt = attempt
         self.store = ctx.layout.store
-        self.work_dir = ctx.layout.work_dir(job_id)
-        self.started = time.monotonic()
+        self.job_work_dir = ctx.layout.work_dir(job_id)
+        self.work_dir = self.job_work_dir / f"attempt-{attempt}"
+        self.deadline = _aware(first_start) + timedelta(seconds=ctx.time_limit_s)
         self.last_poll = 0.0
         self.pending: _Pending | None = None
         self.output = ""
+        self.ended = False
+        self.heartbeat = _Heartbeat(ctx, job_id, attempt)
 
     def execute(self) -> None:
+        self.heartbeat.start()
+        try:
+            self._execute()
+        except LeaseLostError:
+            log.warning("job %s: attempt %d lost the job to another worker; it stops here", self.job_id, self.attempt)
+        finally:
+            self.heartbeat.stop()
+            # a job that ended keeps its stored artifacts and loses its scratch; an attempt that
+            # lost the job removes only its own folder (the holder's is next to it)
+            shutil.rmtree(self.job_work_dir if self.ended else self.work_dir, ignore_errors=True)
+
+    def _execute(self) -> None:
         try:
             result = self._reduce()
+        except LeaseLostError:
+            raise
         except JobCancelledError:
             self._end(JobStatus.CANCELLED, None, None)
         except JobTimedOutError:
-            self._end(JobStatus.FAILED, ErrorCode.TIME_LIMIT, f"The job ran longer than {self.ctx.time_limit_s:g}s.")
+            limit = f"{self.ctx.time_limit_s:g}s"
+            message = f"The job ran longer than {limit} (JOB_TIME_LIMIT_S, counted from its first start)."
+            self._end(JobStatus.FAILED, ErrorCode.TIME_LIMIT, message)
         except OriginalDidNotFailError as exc:
             self._end(JobStatus.FAILED, ErrorCode.ORIGINAL_DID_NOT_FAIL, str(exc))
         except InvalidModelError as exc:
             self._end(JobStatus.FAILED, ErrorCode.INVALID_MODEL, str(exc))
         except CheckInfraError as exc:
-            self._end(JobStatus.FAILED, ErrorCode.CHECK_INFRA_ERROR, str(exc))
+            advice = (
+                " The job keeps its finished checks: once the check's infrastructure works again, "
+                f"POST /v1/jobs/{self.job_id}/retry resumes it from its last finished check."
+            )
+            self._end(JobStatus.FAILED, ErrorCode.CHECK_INFRA_ERROR, str(exc) + advice)
         except (UsageError, ReducerError) as exc:
             self._end(JobStatus.FAILED, ErrorCode.INVALID_CHECK, str(exc))
         except Exception as exc:
@@ -155,50 +224,56 @@ class JobRun:
         else:
             self._succeed(result)
 
+    def _held(self, session: Session) -> Job:
+        job = JobRepository(session).held(self.job_id, self.attempt)
+        if job is None:
+            raise LeaseLostError()
+        return job
+
     # -- setup ---------------------------------------------------------------------------------
 
     def _reduce(self) -> tuple[ReductionResult, Workspace]:
         with self.ctx.db.session() as session:
-            job = JobRepository(session).get(self.job_id)
-            assert job is not None
+            job = self._held(session)
             self.spec_text, mode, options = job.check_spec, job.mode, dict(job.options)
-            state, cached, model_path, attempt = job.strategy_state, job.verdict_cache, job.model_path, job.attempts
+            state, cached, model_path = job.strategy_state, job.verdict_cache, job.model_path
+        self._raise_stop_reason()  # cancelled meanwhile, or out of time already (earlier attempts)
         self.spec: CheckSpec = parse_check_spec(self.spec_text)
         self.workspace = load_workspace(
             ReduceOptions(model=self.ctx.layout.root / model_path, work_dir=self.work_dir, artifact_stem="iter"),
             _Log(),
         )
-        index = self.workspace.index
-        space = SearchSpace(
-            index,
-            index.all_nodes(),
-            bool(options.get("reduce_inputs", True)),
-            bool(options.get("reduce_outputs", True)),
-        )
-        self.strategy = Strategy.from_state(space, state) if state else Strategy(space, mode)
-        self.cache = VerdictCache(index.fingerprint, self.spec.identity)
-        if cached:
-            self.cache.merge_json(cached)
-        self._started_event(len(index), attempt)
-        reduction = Reduction(
-            self.strategy,
-            self.oracle,
-            self.cache,
-            bool(options.get("pin_signature", True)),
-            self.on_iteration,
-            self.should_stop,
-        )
         try:
+            index = self.workspace.index
+            space = SearchSpace(
+                index,
+                index.all_nodes(),
+                bool(options.get("reduce_inputs", True)),
+                bool(options.get("reduce_outputs", True)),
+            )
+            self.strategy = Strategy.from_state(space, state) if state else Strategy(space, mode)
+            self.cache = VerdictCache(index.fingerprint, self.spec.identity)
+            if cached:
+                self.cache.merge_json(cached)
+            self._started_event(len(index))
+            reduction = Reduction(
+                self.strategy,
+                self.oracle,
+                self.cache,
+                bool(options.get("pin_signature", True)),
+                self.on_iteration,
+                self.should_stop,
+            )
             return reduction.run(), self.workspace
         except BaseException:
             self.workspace.close()
             raise
 
-    def _started_event(self, nodes: int, attempt: int) -> None:
+    def _started_event(self, nodes: int) -> None:
+        attempt = self.attempt
         weights = {loc: self.store.put_file(path) for loc, path in self.workspace.sources.files.items()}
         with self.ctx.db.session() as session:
-            job = JobRepository(session).get(self.job_id)
-            assert job is not None
+            job = self._held(session)
             for location, blob in weights.items():
                 ArtifactRepository(session).put(self.job_id, ArtifactKind.WEIGHTS, location, blob)
             job.nodes_before = nodes
@@ -219,8 +294,8 @@ class JobRun:
         blob = self.store.put_file(path)
         phase = "original" if candidate.nodes == self.strategy.space.start and not self.cache else self.strategy.phase
         with self.ctx.db.session() as session:
+            self._held(session)
             row = IterationRepository(session).start(self.job_id, phase, candidate.fingerprint, len(candidate))
-            JobRepository(session).renew_lease(self.job_id, self.ctx.lease_s)
             self.pending = _Pending(row.id, blob, sorted(modelio.referenced_locations(model)))
         try:
             verdict, self.output = run_stoppable(
@@ -237,6 +312,7 @@ class JobRun:
         pending, self.pending = self.pending, None
         verdict = record.verdict
         with self.ctx.db.session() as session:
+            job = self._held(session)
             iterations = IterationRepository(session)
             row = iterations.get(pending.row_id)
             iterations.finish(row, verdict.kind.value, record.reproduces, verdict.signature, verdict.detail)
@@ -246,8 +322,6 @@ class JobRun:
             row.artifact_id = (
                 ArtifactRepository(session).put(self.job_id, ArtifactKind.ITERATION, name, pending.blob, meta).id
             )
-            job = JobRepository(session).get(self.job_id)
-            assert job is not None
             JobRepository.progress(
                 job,
                 strategy_state=self.strategy.state(),
@@ -257,7 +331,6 @@ class JobRun:
                 best_size=record.best_size,
                 check_time_s=job.check_time_s + verdict.duration_s,
             )
-            JobRepository(session).renew_lease(self.job_id, self.ctx.lease_s)
             payload = {
                 "number": row.number,
                 "phase": record.phase,
@@ -272,8 +345,8 @@ class JobRun:
         self.ctx.notify(self.job_id, event.seq)
 
     def should_stop(self) -> bool:
-        """Between checks: a cancelled job or one past its time limit stops here."""
-        self._raise_stop_reason(force=True)
+        """Between checks: a cancelled job, one past its time limit or a lost lease stops here."""
+        self._raise_stop_reason()
         return False
 
     def _stop_during_check(self) -> bool:
@@ -282,19 +355,18 @@ class JobRun:
             return False
         self.last_poll = now
         try:
-            self._raise_stop_reason(force=True)
-        except (JobCancelledError, JobTimedOutError):
+            self._raise_stop_reason()
+        except (JobCancelledError, JobTimedOutError, LeaseLostError):
             return True
         return False
 
-    def _raise_stop_reason(self, force: bool = True) -> None:
-        if time.monotonic() - self.started > self.ctx.time_limit_s:
+    def _raise_stop_reason(self) -> None:
+        if self.heartbeat.lost.is_set():
+            raise LeaseLostError()
+        if utcnow() > self.deadline:
             raise JobTimedOutError()
         with self.ctx.db.session() as session:
-            jobs = JobRepository(session)
-            cancelled = jobs.cancel_requested(self.job_id)
-            if not cancelled:
-                jobs.renew_lease(self.job_id, self.ctx.lease_s)
+            cancelled = JobRepository(session).cancel_requested(self.job_id)
         if cancelled:
             raise JobCancelledError()
 
@@ -307,29 +379,34 @@ class JobRun:
         finally:
             workspace.close()
         with self.ctx.db.session() as session:
+            job = self._held(session)
             for kind, (blob, meta) in stored.items():
                 ArtifactRepository(session).put(self.job_id, kind, kind.value, blob, meta)
-            job = JobRepository(session).get(self.job_id)
-            assert job is not None
             job.nodes_after = len(result.min_bad)
             job.best_size = len(result.min_bad)
             JobRepository(session).finish(job, JobStatus.SUCCEEDED)
             payload = _end_payload(job) | {"min_bad_nodes": _labels(workspace, result.min_bad)}
             event = EventRepository(session).append(self.job_id, EventKind.SUCCEEDED, payload)
+        self.ended = True
         self.ctx.notify(self.job_id, event.seq)
 
     def _end(self, status: JobStatus, code: ErrorCode | None, message: str | None) -> None:
         with self.ctx.db.session() as session:
+            job = self._held(session)
             IterationRepository(session).drop_pending(self.job_id)
-            job = JobRepository(session).get(self.job_id)
-            assert job is not None
             JobRepository(session).finish(job, status, code, message)
             event = EventRepository(session).append(self.job_id, _end_event(status), _end_payload(job))
+        self.ended = True
         self.ctx.notify(self.job_id, event.seq)
 
 
 def _labels(workspace: Workspace, candidate: Candidate) -> list[str]:
     return [workspace.index.label(n) for n in sorted(candidate.nodes)][:50]
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes (stored as UTC)."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def model_path_of(job: Job, root: Path) -> Path:

@@ -18,7 +18,13 @@ from api.services import Services
 from api.uploads import UploadAbortedError
 from persistence.enums import EventKind, JobStatus
 from persistence.models import Job
-from persistence.repositories import EventRepository, IterationRepository, JobRepository
+from persistence.repositories import (
+    RETRYABLE_ERRORS,
+    CancelOutcome,
+    EventRepository,
+    IterationRepository,
+    JobRepository,
+)
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 log = logging.getLogger("onnx_reducer.api")
@@ -142,16 +148,45 @@ def cancel_job(job_id: str, services: ServicesDep, team: TeamDep, response: Resp
         job = jobs.for_team(team.id, job_id)
         if job is None:
             raise not_found(f"Job '{job_id}'")
-        if job.status in (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value):
-            raise ProblemError(409, "Job already finished", f"Job '{job_id}' has already {job.status}.")
-        if job.status == JobStatus.QUEUED.value:
-            jobs.request_cancel(job)
+        outcome = jobs.request_cancel(job.id)
+        if outcome is CancelOutcome.CANCELLED:
             seq = EventRepository(session).append(job.id, EventKind.CANCELLED, {"status": "cancelled"}).seq
-        elif job.status == JobStatus.RUNNING.value:
-            jobs.request_cancel(job)
+        session.refresh(job)
+        if outcome is CancelOutcome.ALREADY_ENDED and job.status != JobStatus.CANCELLED.value:
+            raise ProblemError(409, "Job already finished", f"Job '{job_id}' has already {job.status}.")
         out = _job_out(session, job)
     if seq is not None:
         services.notify(job_id, seq)
     if out.status == JobStatus.CANCELLED.value:
         response.status_code = 200
+    return out
+
+
+@router.post("/{job_id}/retry", status_code=202, response_model=JobOut)
+def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
+    """Queue a failed job again after its cause was fixed (a broken check tool, a lost GPU, a worker
+    that kept dying, the time limit): it resumes from its last finished check, keeping its
+    iterations and verdicts. A job whose model or check spec was at fault answers 409."""
+    with services.db.session() as session:
+        jobs = JobRepository(session)
+        job = jobs.for_team(team.id, job_id)
+        if job is None:
+            raise not_found(f"Job '{job_id}'")
+        if not jobs.retry(job.id):
+            retryable = ", ".join(c.value for c in RETRYABLE_ERRORS)
+            raise ProblemError(
+                409,
+                "Job cannot be retried",
+                f"Job '{job_id}' is {job.status} (error: {job.error_code}); only failed jobs with an error "
+                f"code of {retryable} can be retried.",
+            )
+        event = EventRepository(session).append(job.id, EventKind.QUEUED, {"status": "queued", "retry": True})
+        session.refresh(job)
+        out = _job_out(session, job)
+        queue = job.queue
+    services.notify(job_id, event.seq)
+    try:
+        services.enqueue(job_id, queue)
+    except Exception:
+        log.exception("enqueue of %s failed; worker recovery will pick it up", job_id)
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
@@ -14,6 +14,19 @@ from sqlalchemy.orm import Session
 
 from persistence.enums import TERMINAL_STATUSES, ErrorCode, JobStatus
 from persistence.models import Job, utcnow
+
+RETRYABLE_ERRORS = (
+    ErrorCode.CHECK_INFRA_ERROR,
+    ErrorCode.TOO_MANY_ATTEMPTS,
+    ErrorCode.TIME_LIMIT,
+    ErrorCode.INTERNAL,
+)
+
+
+class CancelOutcome(enum.StrEnum):
+    CANCELLED = "cancelled"  # it was queued: cancelled now
+    REQUESTED = "requested"  # it is running: its worker stops it
+    ALREADY_ENDED = "already-ended"
 
 
 class ClaimResult(enum.StrEnum):
@@ -85,35 +98,104 @@ class JobRepository:
         return self._why_not_claimed(job_id, max_attempts)
 
     def _why_not_claimed(self, job_id: str, max_attempts: int) -> ClaimResult:
+        """Nobody may finish a job whose worker still holds a live lease: that worker ends it."""
         job = self.get(job_id)
         if job is None or JobStatus(job.status).terminal:
             return ClaimResult.FINISHED
+        if job.status == JobStatus.RUNNING.value and _aware(job.lease_expires_at) >= utcnow():
+            return ClaimResult.BUSY
         if job.cancel_requested:
-            self.finish(job, JobStatus.CANCELLED)
-            return ClaimResult.FINISHED
+            return ClaimResult.FINISHED if self._finish_unheld(job, JobStatus.CANCELLED) else ClaimResult.BUSY
         if job.attempts >= max_attempts:
             message = f"The job was started {job.attempts} times and never finished (a worker died each time)."
-            self.finish(job, JobStatus.FAILED, ErrorCode.TOO_MANY_ATTEMPTS, message)
-            return ClaimResult.FINISHED
+            ended = self._finish_unheld(job, JobStatus.FAILED, ErrorCode.TOO_MANY_ATTEMPTS, message)
+            return ClaimResult.FINISHED if ended else ClaimResult.BUSY
         return ClaimResult.BUSY
 
-    def renew_lease(self, job_id: str, lease_s: float) -> None:
+    def _finish_unheld(
+        self, job: Job, status: JobStatus, code: ErrorCode | None = None, message: str | None = None
+    ) -> bool:
+        """End a job nobody holds, unless it changed since it was read (then someone else acts)."""
+        result = self.session.execute(
+            update(Job)
+            .where(Job.id == job.id, Job.status == job.status, Job.attempts == job.attempts)
+            .values(**_end_values(status, code, message))
+            .returning(Job.id)
+        ).first()
+        if result is not None:
+            self.session.refresh(job)
+        return result is not None
+
+    def renew_lease(self, job_id: str, lease_s: float, attempt: int) -> bool:
+        """Extend the lease of ``attempt``; False when that attempt no longer holds the job (another
+        worker claimed it after the lease ran out, or it ended)."""
         expires = utcnow() + timedelta(seconds=lease_s)
-        self.session.execute(update(Job).where(Job.id == job_id).values(lease_expires_at=expires))
+        result = self.session.execute(
+            update(Job).where(*_held_by(job_id, attempt)).values(lease_expires_at=expires).returning(Job.id)
+        ).first()
+        return result is not None
+
+    def held(self, job_id: str, attempt: int) -> Job | None:
+        """The job, row-locked until the transaction ends, if ``attempt`` still holds it; every write
+        of a worker goes through here, so a stale worker (its lease expired, the job claimed again
+        or ended) writes nothing."""
+        query = (
+            select(Job).where(*_held_by(job_id, attempt)).with_for_update().execution_options(populate_existing=True)
+        )
+        return self.session.scalar(query)
 
     def cancel_requested(self, job_id: str) -> bool:
         return bool(self.session.scalar(select(Job.cancel_requested).where(Job.id == job_id)))
 
-    def request_cancel(self, job: Job) -> None:
-        """Queued jobs are cancelled at once; running ones stop at the worker's next poll."""
-        job.cancel_requested = True
-        if job.status == JobStatus.QUEUED.value:
-            self.finish(job, JobStatus.CANCELLED)
+    def request_cancel(self, job_id: str) -> CancelOutcome:
+        """Conditional UPDATEs, so a cancel racing a claim has exactly one outcome: a queued job is
+        cancelled here (its caller appends the one terminal event); a running one gets the flag and
+        its worker ends it; a finished one is left alone."""
+        cancelled = self.session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status == JobStatus.QUEUED.value)
+            .values(cancel_requested=True, **_end_values(JobStatus.CANCELLED, None, None))
+            .returning(Job.id)
+        ).first()
+        if cancelled is not None:
+            return CancelOutcome.CANCELLED
+        flagged = self.session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status == JobStatus.RUNNING.value)
+            .values(cancel_requested=True)
+            .returning(Job.id)
+        ).first()
+        return CancelOutcome.REQUESTED if flagged is not None else CancelOutcome.ALREADY_ENDED
+
+    def retry(self, job_id: str) -> bool:
+        """A failed job whose failure was not the model's or the spec's goes back to the queue with
+        its strategy state and verdict cache: it resumes from its last finished check, with a fresh
+        attempt count and time budget."""
+        result = self.session.execute(
+            update(Job)
+            .where(
+                Job.id == job_id,
+                Job.status == JobStatus.FAILED.value,
+                Job.error_code.in_([c.value for c in RETRYABLE_ERRORS]),
+            )
+            .values(
+                status=JobStatus.QUEUED.value,
+                attempts=0,
+                started_at=None,
+                finished_at=None,
+                lease_expires_at=None,
+                error_code=None,
+                error_message=None,
+                cancel_requested=False,
+            )
+            .returning(Job.id)
+        ).first()
+        return result is not None
 
     def finish(self, job: Job, status: JobStatus, code: ErrorCode | None = None, message: str | None = None) -> None:
-        job.status, job.finished_at, job.lease_expires_at = status.value, utcnow(), None
-        job.error_code = code.value if code else None
-        job.error_message = message
+        """End ``job``: only on a row obtained from ``held`` (or not yet handed to any worker)."""
+        for key, value in _end_values(status, code, message).items():
+            setattr(job, key, value)
 
     def orphans(self, queued_older_than_s: float | None) -> Sequence[Job]:
         """Jobs nobody is working on: running with an expired lease, and (unless None) jobs queued
@@ -135,4 +217,25 @@ class JobRepository:
             setattr(job, key, value)
 
 
-__all__ = ["TERMINAL_STATUSES", "ClaimResult", "JobPage", "JobRepository"]
+def _held_by(job_id: str, attempt: int) -> tuple[Any, ...]:
+    return (Job.id == job_id, Job.attempts == attempt, Job.status == JobStatus.RUNNING.value)
+
+
+def _end_values(status: JobStatus, code: ErrorCode | None, message: str | None) -> dict[str, Any]:
+    return {
+        "status": status.value,
+        "finished_at": utcnow(),
+        "lease_expires_at": None,
+        "error_code": code.value if code else None,
+        "error_message": message,
+    }
+
+
+def _aware(moment: datetime | None) -> datetime:
+    """SQLite hands back naive datetimes (stored as UTC)."""
+    if moment is None:
+        return datetime.min.replace(tzinfo=UTC)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+__all__ = ["RETRYABLE_ERRORS", "TERMINAL_STATUSES", "CancelOutcome", "ClaimResult", "JobPage", "JobRepository"]
