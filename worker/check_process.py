@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from checks.command import tail
-from checks.isolated import child_env
+from checks.isolated import safe_child_env
 from reducer_core.verdict import Verdict, VerdictKind
 
 POLL_S = 0.25
-_SERVICE_VARIABLES = ("DATABASE_URL", "REDIS_URL")
+_ROOT = str(Path(__file__).resolve().parents[1])
 
 
 class CheckStoppedError(Exception):
@@ -32,7 +32,6 @@ def run_stoppable(
     spec_text: str, model: Path, allow_command: bool, should_stop: Callable[[], bool], work_dir: Path
 ) -> tuple[Verdict, str]:
     """Run the check on ``model``; ``should_stop`` is polled about every quarter second."""
-    env = {k: v for k, v in child_env().items() if k not in _SERVICE_VARIABLES}
     request = json.dumps({"spec": spec_text, "model": str(model), "allow_command": allow_command})
     proc = subprocess.Popen(
         [sys.executable, "-m", "worker.check_process"],
@@ -41,11 +40,19 @@ def run_stoppable(
         stderr=subprocess.PIPE,
         start_new_session=True,
         cwd=work_dir,
-        env=env,
+        env=runner_env(),
     )
     with proc:
         out, err = _communicate(proc, request.encode(), should_stop)
     return _result(proc.returncode, out, err)
+
+
+def runner_env() -> dict[str, str]:
+    """The check runner's environment: the allow-list of ``safe_child_env`` (no database, broker or
+    cloud credentials, in any spelling), plus the project on ``PYTHONPATH``. Every check child the
+    worker starts (spec kinds, command checks) descends from this process and inherits no more."""
+    pythonpath = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    return safe_child_env(extra={"PYTHONPATH": pythonpath})
 
 
 def _communicate(proc: subprocess.Popen[bytes], request: bytes, should_stop: Callable[[], bool]) -> tuple[bytes, bytes]:
