@@ -19,9 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from checks.capture import StreamCapture, matched_patterns, pump
 from reducer_core.verdict import Verdict, VerdictKind
 
 OUTPUT_TAIL_CHARS = 4000
+KILL_GRACE_S = 5.0  # after a timeout kill, how long to read what the pipes still hold
 
 
 @dataclass(frozen=True)
@@ -60,24 +62,30 @@ class CommandCheck:
             )
         except OSError as exc:
             return Verdict(VerdictKind.INFRA_ERROR, "", f"cannot start check: {exc}"), str(exc)
-        try:
-            out, err = proc.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, err = proc.communicate()
-            text = _text(out, err)
-            duration = time.monotonic() - started
-            return Verdict(VerdictKind.TIMEOUT, "timeout", f"timed out after {self.timeout_s:g}s", duration), text
+        stdout = StreamCapture(self.compiled)
+        stderr = StreamCapture(self.compiled, context="\n")
+        assert proc.stdout is not None and proc.stderr is not None
+        streams = [(proc.stdout, stdout), (proc.stderr, stderr)]
+        with proc:
+            finished = pump(proc, streams, self.timeout_s)
+            if not finished:
+                _kill_group(proc)
+                pump(proc, streams, KILL_GRACE_S)
         duration = time.monotonic() - started
-        text = _text(out, err)
-        return self.judge(proc.returncode, text, duration), text
+        text = stdout.text() + stderr.text()
+        if not finished:
+            return Verdict(VerdictKind.TIMEOUT, "timeout", f"timed out after {self.timeout_s:g}s", duration), text
+        matched = matched_patterns(self.compiled, stdout, stderr)
+        return self.judge(proc.returncode, text, duration, matched), text
 
-    def judge(self, code: int, output: str, duration: float) -> Verdict:
+    def judge(self, code: int, output: str, duration: float, matched: Sequence[str] | None = None) -> Verdict:
         """Polygraphy's rule: ignored codes pass; with --fail-code only those codes fail (and
         also need a regex match when regexes are given); otherwise a regex match fails (even with
         exit 0) or, without regexes, any non-zero exit fails. A death by signal that neither
-        fail codes nor regexes decide is a ``crash``."""
-        matched = [r.pattern for r in self.compiled if r.search(output)]
+        fail codes nor regexes decide is a ``crash``. ``matched``: the regexes that matched the
+        whole output while it streamed (``run``); None searches ``output`` itself."""
+        if matched is None:
+            matched = [r.pattern for r in self.compiled if r.search(output)]
         if code in self.ignore_fail_codes:
             failed = False
         elif self.fail_codes:
@@ -110,10 +118,6 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return str(number)
-
-
-def _text(out: bytes, err: bytes) -> str:
-    return out.decode(errors="replace") + err.decode(errors="replace")
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

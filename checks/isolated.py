@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checks.command import CommandCheck
+from checks.capture import BoundedText, StreamCapture, pump
+from checks.command import KILL_GRACE_S, CommandCheck
 from checks.spec import CheckSpec, ModelCheck
 from reducer_core.verdict import Verdict, VerdictKind
 
@@ -92,18 +93,18 @@ def run_isolated(payload: Mapping[str, Any], timeout_s: float) -> tuple[Verdict,
             )
         except OSError as exc:
             return Verdict(VerdictKind.INFRA_ERROR, "", f"cannot start the check process: {exc}"), str(exc)
-        try:
-            out, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, _ = proc.communicate()
-            duration = time.monotonic() - started
-            detail = f"timed out after {timeout_s:g}s"
-            return Verdict(VerdictKind.TIMEOUT, "timeout", detail, duration), _decode(out)
+        output = StreamCapture()
+        assert proc.stdout is not None
+        with proc:
+            finished = pump(proc, [(proc.stdout, output)], timeout_s)
+            _kill_group(proc)  # on timeout, or grandchildren left behind by the runtime
+            if not finished:
+                pump(proc, [(proc.stdout, output)], KILL_GRACE_S)
         duration = time.monotonic() - started
-        text = _decode(out)
-        _kill_group(proc)  # grandchildren left behind by the runtime
-        return _verdict_from(proc.returncode, result_path, text, duration)
+        if not finished:
+            detail = f"timed out after {timeout_s:g}s"
+            return Verdict(VerdictKind.TIMEOUT, "timeout", detail, duration), output.text()
+        return _verdict_from(proc.returncode, result_path, output.text(), duration)
 
 
 def _verdict_from(code: int, result_path: Path, text: str, duration: float) -> tuple[Verdict, str]:
@@ -115,14 +116,16 @@ def _verdict_from(code: int, result_path: Path, text: str, duration: float) -> t
     except (OSError, ValueError):
         detail = f"check process exited with code {code} without a result"
         return Verdict(VerdictKind.CRASH, f"exit={code}", detail, duration), text
-    output = str(result.get("output", ""))
+    output = _bounded(str(result.get("output", "")))
     combined = "\n".join(t for t in (text.strip(), output.strip()) if t)
     kind = VerdictKind(str(result["kind"]))
     return Verdict(kind, str(result.get("signature", "")), str(result.get("detail", "")), duration), combined
 
 
-def _decode(out: bytes | None) -> str:
-    return (out or b"").decode(errors="replace")
+def _bounded(text: str) -> str:
+    kept = BoundedText()
+    kept.add(text)
+    return kept.text()
 
 
 def _signal_name(number: int) -> str:

@@ -26,3 +26,15 @@ def broken(payload: Mapping[str, Any]) -> dict[str, Any]:
 def environment(payload: Mapping[str, Any]) -> dict[str, Any]:
     """Report the names of the child's environment variables (one per line) as the output."""
     return {"kind": "pass", "signature": "", "detail": "", "output": "\n".join(sorted(os.environ))}
+
+
+def chatty(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Print ``payload['megabytes']`` MB to stdout, then a last line."""
+    import sys
+
+    line = b"x" * 1023 + b"\n"
+    for _ in range(int(payload["megabytes"]) * 1024):
+        sys.stdout.buffer.write(line)
+    sys.stdout.buffer.write(b"the very last line\n")
+    sys.stdout.flush()
+    return {"kind": "pass", "signature": "", "detail": "", "output": ""}

@@ -1,0 +1,200 @@
+"""Bounded capture of a check process's output, with ``--fail-regex`` matched as it streams.
+
+A check may print without limit (a verbose TensorRT build, a runaway loop); keeping all of it in
+memory could exhaust a worker. The pipes are read incrementally (``selectors``, 64 KiB at a time)
+and each stream keeps only its first ``HEAD_CHARS`` and last ``TAIL_CHARS`` characters (the middle
+is replaced by a note saying how much was left out): at most 1 MiB per check for both streams.
+
+Regexes are searched over the *whole* output, as Polygraphy does on ``stdout + stderr``, without
+keeping it: each stream is scanned with a sliding window (the last ``REGEX_OVERLAP_CHARS`` = 64 Ki
+characters of what came before, plus the new text), and at the end the junction of the two
+streams (end of stdout + start of stderr) is scanned too. So a match up to 64 Ki characters long
+is found wherever it lies, also across a read boundary or the stdout/stderr junction; a single
+match longer than that may be missed (document: keep fail regexes local, e.g. one line).
+
+Anchors and look-arounds keep their meaning: a window is searched from the position where its
+new text may start a match (``Pattern.search(window, pos)``: ``^``/``\\A``/``\\b`` and look-behinds
+see the real preceding character), and a match that touches the end of a window is only taken
+once more text follows it or the stream has ended (so ``$``, ``\\b`` and look-aheads are judged
+with the real next character). stderr is scanned as if stdout ended with a newline; the junction
+scan judges its first characters with stdout's real end."""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import selectors
+import subprocess
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import IO
+
+READ_BYTES = 64 * 1024
+HEAD_CHARS = 256 * 1024
+TAIL_CHARS = 256 * 1024
+REGEX_OVERLAP_CHARS = 64 * 1024
+
+
+class RegexScanner:
+    """Which of ``patterns`` match the text fed so far (see the module doc for the window rule)."""
+
+    def __init__(
+        self,
+        patterns: Sequence[re.Pattern[str]],
+        overlap: int = REGEX_OVERLAP_CHARS,
+        context: str = "",
+        carry: str = "",
+    ) -> None:
+        self.patterns = list(patterns)
+        self.hits = [False] * len(self.patterns)
+        self.overlap = overlap
+        self._context = context  # the one character before ``_carry`` ("" at the real start)
+        self._carry = carry  # the last ``overlap`` characters, searched again with the next text
+
+    def feed(self, text: str, final: bool = False) -> None:
+        body = self._carry + text
+        if not all(self.hits):
+            window = self._context + body
+            start = len(self._context)
+            for i, pattern in enumerate(self.patterns):
+                if not self.hits[i]:
+                    self.hits[i] = self._search(pattern, window, start, final)
+        if len(body) > self.overlap:
+            self._context = body[-self.overlap - 1]
+            self._carry = body[-self.overlap :]
+        else:
+            self._carry = body
+
+    @staticmethod
+    def _search(pattern: re.Pattern[str], window: str, start: int, final: bool) -> bool:
+        # Ending at the last character (or just before a trailing newline, for '$'), a match may
+        # depend on what comes next: take it only when nothing will.
+        return any(final or match.end() < len(window) - 1 for match in pattern.finditer(window, start))
+
+    @property
+    def context(self) -> str:
+        return self._context
+
+    @property
+    def carry(self) -> str:
+        return self._carry
+
+
+class BoundedText:
+    """The first ``head`` and last ``tail`` characters of a text fed piece by piece."""
+
+    def __init__(self, head: int = HEAD_CHARS, tail: int = TAIL_CHARS) -> None:
+        self.head_limit, self.tail_limit = head, tail
+        self._head: list[str] = []
+        self._head_len = 0
+        self._tail: deque[str] = deque()
+        self._tail_len = 0
+        self.total = 0
+
+    def add(self, text: str) -> None:
+        self.total += len(text)
+        room = self.head_limit - self._head_len
+        if room > 0:
+            self._head.append(text[:room])
+            self._head_len += min(room, len(text))
+            text = text[room:]
+        if not text:
+            return
+        self._tail.append(text)
+        self._tail_len += len(text)
+        while self._tail_len - len(self._tail[0]) >= self.tail_limit:
+            self._tail_len -= len(self._tail.popleft())
+        if self._tail_len > self.tail_limit:
+            cut = self._tail_len - self.tail_limit
+            self._tail[0] = self._tail[0][cut:]
+            self._tail_len -= cut
+
+    def text(self) -> str:
+        omitted = self.total - self._head_len - self._tail_len
+        middle = f"\n[... {omitted} characters of output left out ...]\n" if omitted else ""
+        return "".join(self._head) + middle + "".join(self._tail)
+
+
+class StreamCapture:
+    """One output stream: decoded incrementally (UTF-8, invalid bytes replaced), kept bounded,
+    scanned for ``patterns``; its first ``REGEX_OVERLAP_CHARS`` are kept for the junction scan."""
+
+    def __init__(
+        self,
+        patterns: Sequence[re.Pattern[str]] = (),
+        context: str = "",
+        overlap: int = REGEX_OVERLAP_CHARS,
+        kept: BoundedText | None = None,
+    ) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.kept = kept if kept is not None else BoundedText()
+        self.scanner = RegexScanner(patterns, overlap, context=context)
+        self.start = ""
+
+    def feed(self, data: bytes) -> None:
+        self._add(self._decoder.decode(data))
+
+    def _add(self, text: str) -> None:
+        if not text:
+            return
+        self.kept.add(text)
+        if len(self.start) < self.scanner.overlap:
+            self.start += text[: self.scanner.overlap - len(self.start)]
+        self.scanner.feed(text)
+
+    def close(self) -> None:
+        """Flush the decoder (the scan's final pass is ``finish_scans``'s: it knows what follows)."""
+        self._add(self._decoder.decode(b"", final=True))
+
+    def text(self) -> str:
+        return self.kept.text()
+
+
+def matched_patterns(
+    patterns: Sequence[re.Pattern[str]], stdout: StreamCapture, stderr: StreamCapture | None
+) -> list[str]:
+    """The patterns (in order) that match ``stdout + stderr``, after both streams were closed."""
+    if stderr is None or stderr.kept.total == 0:
+        stdout.scanner.feed("", final=True)
+        hits = list(stdout.scanner.hits)
+    else:  # stdout's end is not the output's end: the junction scan judges it
+        stderr.scanner.feed("", final=True)
+        junction = RegexScanner(
+            patterns, stdout.scanner.overlap, context=stdout.scanner.context, carry=stdout.scanner.carry
+        )
+        junction.feed(stderr.start, final=len(stderr.start) == stderr.kept.total)
+        hits = [a or b or c for a, b, c in zip(stdout.scanner.hits, stderr.scanner.hits, junction.hits, strict=True)]
+    return [p.pattern for p, hit in zip(patterns, hits, strict=True) if hit]
+
+
+def pump(
+    proc: subprocess.Popen[bytes], streams: Sequence[tuple[IO[bytes], StreamCapture]], timeout_s: float | None
+) -> bool:
+    """Read ``streams`` until they close and ``proc`` exits; False when ``timeout_s`` ran out first
+    (the caller kills the process group, then calls ``pump`` again briefly for what is left)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as selector:
+        for pipe, capture in streams:
+            if not pipe.closed:
+                selector.register(pipe, selectors.EVENT_READ, capture)
+        while selector.get_map():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            for key, _ in selector.select(remaining):
+                data = os.read(key.fd, READ_BYTES)
+                if data:
+                    key.data.feed(data)
+                else:
+                    selector.unregister(key.fileobj)
+                    key.fileobj.close()  # type: ignore[union-attr]
+    for _, capture in streams:
+        capture.close()
+    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        proc.wait(remaining)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
