@@ -48,6 +48,7 @@ QUICK: dict[str, tuple[str, ...]] = {
     "big10k": ("node:1500/mul",),
 }
 ITER_ARTIFACT = "polygraphy_debug.onnx"
+LINEAR_LIMIT = 200  # bisect-then-linear on a 10k-node model: skip the linear step above this size
 
 
 @dataclass
@@ -182,6 +183,10 @@ def run_case(case: Case, args: argparse.Namespace) -> list[Run]:
             first = by_mode.get((tool, "bisect"))
             if first is None or first.status != "ok":
                 runs.append(Run(case.model, case.failure.name, tool, mode, status="n/a: bisect did not finish"))
+                continue
+            if case.model in BIG_MODELS and (first.nodes or 0) > LINEAR_LIMIT:
+                status = f"skipped: linear on the {first.nodes}-node bisect result is O(N) checks"
+                runs.append(Run(case.model, case.failure.name, tool, mode, status=status))
                 continue
             second = execute(case, tool, "linear", folder / f"{tool}-bisect" / "reduced.onnx", workdir, args.timeout)
             run = combine(first, second)
