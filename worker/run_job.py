@@ -252,7 +252,7 @@ class JobRun:
                 bool(options.get("reduce_outputs", True)),
             )
             self.strategy = Strategy.from_state(space, state) if state else Strategy(space, mode)
-            self.cache = VerdictCache(index.fingerprint, self.spec.identity)
+            self.cache = VerdictCache(index.fingerprint, f"{self.spec.identity} | {self.workspace.options.identity}")
             if cached:
                 self.cache.merge_json(cached)
             self._started_event(len(index))
