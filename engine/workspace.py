@@ -158,15 +158,23 @@ def _has_untyped_tensors(index: GraphIndex) -> bool:
 def run_fallback_inference(workspace: Workspace) -> None:
     """Shapes (and values for freezing) from one onnxruntime run; on failure, keep going and say so."""
     workspace._fallback_done = True
-    try:
-        from checks.ort_runtime import fallback_inference
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime") is None:
         workspace.log.warning("onnxruntime is not installed: fallback shape inference is unavailable.")
         return
+    from checks.ort_runtime import isolated_fallback_inference
+
     workspace.log.info("Running onnxruntime once to find intermediate tensor shapes and values (fallback inference).")
     try:
-        metas, values = fallback_inference(
-            workspace.index.model, workspace.sources, workspace.values, workspace.options.seed
+        # In a child process (own interpreter, process group and time limit): the model is
+        # untrusted, and a crash or a memory blow-up there must not take this process down.
+        metas, values = isolated_fallback_inference(
+            workspace.index.model,
+            workspace.sources,
+            workspace.values,
+            workspace.options.seed,
+            work_dir=workspace.scratch,
         )
     except Exception as exc:  # noqa: BLE001 - any runtime failure is reported, not fatal
         workspace.log.warning(
