@@ -41,6 +41,10 @@ class ReduceOptions:
     force_fallback_shape_inference: bool = False
     load_inputs: Sequence[Path] = ()
     seed: int = 1
+    link_weights: bool = False
+    """Hardlink weight files beside iteration models (see WeightSources.hardlink); otherwise the
+    model's own files are referenced in place when the work folder is the model's folder, and
+    copied once per folder when it is not."""
 
     @property
     def identity(self) -> str:
@@ -74,6 +78,7 @@ class Workspace:
     values: TensorMap = field(default_factory=dict)
     ir_cap: int | None = None
     scratch: Path | None = None
+    owned: list[Path] = field(default_factory=list)
     _fallback_done: bool = False
     _pieces: SerializedPieces | None = None
 
@@ -110,6 +115,8 @@ class Workspace:
     def close(self) -> None:
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
+        for path in self.owned:
+            path.unlink(missing_ok=True)
 
 
 def _ort_max_ir_version() -> int | None:
@@ -126,25 +133,37 @@ def load_workspace(options: ReduceOptions, log: Log) -> Workspace:
     prepared = prepare(model, options.input_shapes, shape_inference=options.shape_inference)
     options.work_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".onnx-reducer-", dir=options.work_dir))
+    inline_weights = options.work_dir / f"{options.artifact_stem}.weights"
     try:
-        return _prepare_workspace(options, log, prepared, sources, scratch)
+        return _prepare_workspace(options, log, prepared, sources, scratch, inline_weights)
     except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)  # it may hold a copy of every inline weight
+        shutil.rmtree(scratch, ignore_errors=True)
+        inline_weights.unlink(missing_ok=True)  # it may hold a copy of every inline weight
         raise
 
 
 def _prepare_workspace(
-    options: ReduceOptions, log: Log, prepared: onnx.ModelProto, sources: modelio.WeightSources, scratch: Path
+    options: ReduceOptions,
+    log: Log,
+    prepared: onnx.ModelProto,
+    sources: modelio.WeightSources,
+    scratch: Path,
+    inline_weights: Path,
 ) -> Workspace:
-    sources = modelio.relocate_external_data(prepared, sources, prefix=f"{options.artifact_stem}.w")
-    moved = modelio.externalize_inline_weights(
-        prepared, sources, scratch / "inline.weights", location=f"{options.artifact_stem}.weights"
-    )
+    model_dir = (options.external_data_dir or options.model.parent).resolve()
+    if options.work_dir.resolve() != model_dir:
+        # Elsewhere, reducer-owned names keep copies and links from clobbering the user's files.
+        sources = modelio.relocate_external_data(prepared, sources, prefix=f"{options.artifact_stem}.w")
+    sources.hardlink = options.link_weights
+    inline_weights.unlink(missing_ok=True)  # a stale file of an interrupted run
+    moved = modelio.externalize_inline_weights(prepared, sources, inline_weights, location=inline_weights.name)
     if moved:
         log.info(f"Moved {moved / 1e6:.1f} MB of inline weights to a reference file once; iterations copy none.")
     samples = merge_samples([load_tensor_file(p) for p in options.load_inputs]) if options.load_inputs else []
     values = dict(samples[0]) if samples else {}
     workspace = Workspace(GraphIndex.build(prepared), sources, options, log, values, _ort_max_ir_version(), scratch)
+    if moved:
+        workspace.owned.append(inline_weights)
     if options.force_fallback_shape_inference or _has_untyped_tensors(workspace.index):
         run_fallback_inference(workspace)
     warn_about_shapes(workspace.index, log)

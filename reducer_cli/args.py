@@ -237,6 +237,13 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Folder holding the model's external data (default: the model's folder).",
     )
+    shapes.add_argument(
+        "--link-weights",
+        action="store_true",
+        help="[onnx-reducer] Hardlink weight files beside iteration models instead of copying them once "
+        "(when the iteration model is not in the model's own folder). Saves disk on huge models, but "
+        "onnx.load refuses hardlinked weights, so only use it with checks that do not call onnx.load.",
+    )
     out = parser.add_argument_group("Output")
     out.add_argument("-v", "--verbose", action="count", default=0, help="More log output.")
     out.add_argument("-q", "--quiet", action="count", default=0, help="Less log output.")

@@ -47,6 +47,7 @@ def options_from_args(args: argparse.Namespace) -> ReduceOptions:
         force_fallback_shape_inference=args.force_fallback_shape_inference,
         load_inputs=[Path(p) for p in args.load_inputs],
         seed=args.seed,
+        link_weights=args.link_weights,
     )
 
 

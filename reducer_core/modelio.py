@@ -33,7 +33,11 @@ class WeightSources:
 
     files: dict[str, Path] = field(default_factory=dict)
     copies: dict[Path, Path] = field(default_factory=dict)
-    """Weight copies made where a hardlink was impossible (copy -> source), reused by later writes."""
+    """Weight copies already made (copy -> source), reused by later writes."""
+    hardlink: bool = False
+    """Hardlink weight files beside iteration models instead of copying them once per folder.
+    Cheaper, but ``onnx.load(..., load_external_data=True)`` (and so tools built on it, e.g.
+    ``polygraphy run --onnx-outputs mark all``) refuses weight files with several hardlinks."""
 
 
 def _external_info(tensor: onnx.TensorProto) -> dict[str, str]:
@@ -209,19 +213,25 @@ def externalize_inline_weights(
 
 
 def _link_or_copy(source: Path, target: Path, sources: WeightSources) -> None:
-    """Make ``target`` hold ``source``'s bytes: a hardlink, or (across devices) one copy that later
-    iterations reuse instead of copying again."""
+    """Make ``target`` hold ``source``'s bytes, once: nothing when it is the same file, else a
+    hardlink (``sources.hardlink``) or a copy that later writes to the same folder reuse. The
+    source's own link count is never raised unless hardlinks were asked for."""
     reusable = target.exists() and not target.is_symlink()
     if reusable and (os.path.samefile(source, target) or sources.copies.get(target.resolve()) == source):
         return
     if target.exists() or target.is_symlink():
         target.unlink()
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
-        sources.copies[target.resolve()] = source
+    if sources.hardlink:
+        try:
+            os.link(source, target)
+            return
+        except OSError:
+            pass  # another device: fall back to one copy
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+    sources.copies[target.resolve()] = source
 
 
 def referenced_locations(model: onnx.ModelProto) -> set[str]:
@@ -357,10 +367,11 @@ def relocate_external_data(model: onnx.ModelProto, sources: WeightSources, prefi
 
 
 def remove_links(directory: Path, sources: WeightSources) -> None:
-    """Remove the weight links ``write_iteration_model`` left in ``directory``."""
-    for location in sources.files:
+    """Remove the weight links and copies ``write_iteration_model`` left in ``directory``; the
+    source files themselves (e.g. a model's own weights, referenced in place) stay."""
+    for location, source in sources.files.items():
         link = directory / location
-        if (link.exists() and link.resolve() != sources.files[location]) or (
-            link.exists() and os.stat(link).st_nlink > 1
-        ):
+        if not link.exists():
+            continue
+        if link.resolve() != source.resolve():  # a copy or a link, never the source file itself
             link.unlink()

@@ -240,7 +240,12 @@ class JobRun:
         self._raise_stop_reason()  # cancelled meanwhile, or out of time already (earlier attempts)
         self.spec: CheckSpec = parse_check_spec(self.spec_text)
         self.workspace = load_workspace(
-            ReduceOptions(model=self.ctx.layout.root / model_path, work_dir=self.work_dir, artifact_stem="iter"),
+            ReduceOptions(
+                model=self.ctx.layout.root / model_path,
+                work_dir=self.work_dir,
+                artifact_stem="iter",
+                link_weights=True,  # checks load weights through modelio, which accepts hardlinks
+            ),
             _Log(),
         )
         try:

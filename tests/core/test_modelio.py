@@ -83,6 +83,7 @@ def test_iteration_model_is_tiny_and_its_weights_are_a_hardlink(
     assert data_stat.st_size >= 2 * WEIGHT_BYTES
     model, sources = modelio.load_model(external_model)
     sources = modelio.relocate_external_data(model, sources, prefix="polygraphy_debug.w")
+    sources.hardlink = True
     target = tmp_path / "work" / "polygraphy_debug.onnx"
 
     modelio.write_iteration_model(model, target, sources)
@@ -99,6 +100,51 @@ def test_iteration_model_is_tiny_and_its_weights_are_a_hardlink(
     assert os.path.samefile(target.parent / location, data_file)
     after = data_file.stat()
     assert (after.st_size, after.st_mtime_ns) == (data_stat.st_size, data_stat.st_mtime_ns), "original untouched"
+
+
+def test_by_default_weights_are_copied_once_and_onnx_load_accepts_them(
+    external_model: Path, tmp_path: Path, feeds: dict[str, np.ndarray]
+) -> None:
+    """onnx.load refuses weight files with several hardlinks ("potential hardlink attack"), and
+    checks such as `polygraphy run --onnx-outputs mark all` load iteration models with it: by
+    default a folder other than the model's gets one copy, reused by every later iteration."""
+    data_file = external_model.with_name("model.data")
+    links_before = data_file.stat().st_nlink  # the fixture is shared: another test may have linked it
+    model, sources = modelio.load_model(external_model)
+    sources = modelio.relocate_external_data(model, sources, prefix="polygraphy_debug.w")
+    target = tmp_path / "work" / "polygraphy_debug.onnx"
+
+    modelio.write_iteration_model(model, target, sources)
+    (location,) = modelio.referenced_locations(model)
+    copy = target.parent / location
+    first = copy.stat()
+    assert first.st_nlink == 1 and data_file.stat().st_nlink == links_before, "no new hardlink"
+    loaded = onnx.load(str(target), load_external_data=True)  # what Polygraphy does
+    assert {t.name for t in loaded.graph.initializer} == {"W1", "W2"}
+    np.testing.assert_allclose(run_ort(target, feeds)[0], run_ort(external_model, feeds)[0], rtol=1e-5, atol=1e-6)
+
+    modelio.write_iteration_model(model, target, sources)  # the next iteration reuses the copy
+    again = copy.stat()
+    assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns), "copied once, not per iteration"
+    modelio.remove_links(target.parent, sources)
+    assert not copy.exists() and data_file.exists()
+
+
+def test_in_the_models_own_folder_weights_are_referenced_in_place(
+    external_model: Path, feeds: dict[str, np.ndarray]
+) -> None:
+    data_file = external_model.with_name("model.data")
+    links_before = data_file.stat().st_nlink
+    model, sources = modelio.load_model(external_model)  # no relocation: same folder
+    target = external_model.with_name("polygraphy_debug.onnx")
+    modelio.write_iteration_model(model, target, sources)
+    assert data_file.stat().st_nlink == links_before
+    assert [p.name for p in target.parent.iterdir() if p.suffix == ".data"] == ["model.data"], "no copy"
+    if links_before == 1:
+        onnx.load(str(target), load_external_data=True)
+    modelio.remove_links(target.parent, sources)
+    assert data_file.exists(), "the model's own weights are never removed"
+    target.unlink()
 
 
 def test_extracted_candidate_keeps_original_offsets(
@@ -136,10 +182,13 @@ def test_inline_weights_are_externalized_once(tmp_path: Path, feeds: dict[str, n
     assert next(t for t in model.graph.initializer if t.name == "tiny").data_location == TensorProto.DEFAULT
     stamp = weights.stat().st_mtime_ns, weights.stat().st_size
     assert modelio.externalize_inline_weights(model, sources, weights, location="polygraphy_debug.weights") == 0
-    for _ in range(3):
+    beside = tmp_path / "work" / "polygraphy_debug.weights"
+    modelio.write_iteration_model(model, tmp_path / "work" / "polygraphy_debug.onnx", sources)
+    copied = beside.stat()  # another folder: one copy (the workspace writes it in place instead)
+    for _ in range(2):
         modelio.write_iteration_model(model, tmp_path / "work" / "polygraphy_debug.onnx", sources)
     assert (weights.stat().st_mtime_ns, weights.stat().st_size) == stamp, "iterations never rewrite weights"
-    assert os.path.samefile(tmp_path / "work" / "polygraphy_debug.weights", weights)
+    assert (beside.stat().st_ino, beside.stat().st_mtime_ns) == (copied.st_ino, copied.st_mtime_ns), "copied once"
     assert (tmp_path / "work" / "polygraphy_debug.onnx").stat().st_size < SMALL_FILE_BYTES
     np.testing.assert_allclose(run_ort(tmp_path / "work" / "polygraphy_debug.onnx", feeds)[0], expected[0], rtol=1e-5)
 
