@@ -114,6 +114,7 @@ def test_a_model_over_2gb_loads_reduces_and_saves_with_a_data_file(big_model: Pa
     done, peak_kib = reduce_cli_peak_kib(
         str(big_model), "-o", "reduced.onnx", "--no-progress",
         "--artifacts", "polygraphy_debug.onnx", "--art-dir", "arts", "--iter-info", "iter.json",
+        "--link-weights",  # 3 GB of weights: hardlinks rather than one copy per folder
         # the failure needs both 1.2 GB Gathers: the minimal model holds 2.4 GB of weights
         "--fail-regex", r"(?s)\| gather1 .*\| gather2 ",
         "--check", "onnx-reducer", "inspect", "polygraphy_debug.onnx",
@@ -221,6 +222,40 @@ def test_external_data_model_reduced_from_another_working_directory(tmp_path: Pa
         "onnx_reducer_debug_replay.json",
         "reduced.onnx",
     ], "the iteration model and its weight links are removed at the end"
+
+
+ONNX_LOAD_CHECK = """
+import sys
+import onnx
+model = onnx.load(sys.argv[1])  # with its external data, as Polygraphy's loaders do
+assert len(model.graph.initializer[0].raw_data) > 0
+sys.exit(7 if any(n.op_type == "Mul" for n in model.graph.node) else 0)
+"""
+
+
+@pytest.mark.parametrize("in_model_folder", [True, False])
+def test_a_check_that_loads_weights_with_onnx_load_works(tmp_path: Path, in_model_folder: bool) -> None:
+    """onnx.load refuses weight files with several hardlinks ("potential hardlink attack"): the
+    iteration model's weights must be the model's own file or a plain copy, never a hardlink."""
+    src = tmp_path / "models"
+    src.mkdir()
+    onnx.save(weighted_model(), str(src / "model.onnx"), save_as_external_data=True, location="model.data")
+    work = src if in_model_folder else tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / "check.py").write_text(ONNX_LOAD_CHECK)
+
+    done = reduce_cli(
+        str(src / "model.onnx"), "-o", "reduced.onnx", "--no-progress", "--fail-code", "7",
+        "--artifacts", "polygraphy_debug.onnx", "--art-dir", "arts",
+        "--check", sys.executable, "check.py", "polygraphy_debug.onnx",
+        cwd=work,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    assert [n.op_type for n in onnx.load(str(work / "reduced.onnx")).graph.node] == ["Mul"]
+    assert (src / "model.data").stat().st_nlink == 1, "the user's weights were never hardlinked"
+    for sorted_weights in (work / "arts").glob("*/*.data"):
+        assert sorted_weights.stat().st_nlink == 1
 
 
 @pytest.mark.parametrize("location", ["../outside.data", "/etc/hostname"])
