@@ -130,4 +130,6 @@ def test_a_check_printing_200_mb_is_matched_at_its_end_with_bounded_memory() -> 
     assert result["isolated"] == "pass"
     assert result["isolated_output"] < 1_100_000
     assert result["isolated_tail"].endswith("the very last line")
-    assert result["maxrss_mb"] < 150, result  # 200 MB kept (or 400 MB, bytes + text) before
+    # The interpreter with numpy and onnx imported is ~100-170 MB; keeping the output whole costs
+    # 400+ MB (bytes + text): a 300 MB bound catches that, whatever the import overhead.
+    assert result["maxrss_mb"] < 300, result
