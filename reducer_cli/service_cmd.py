@@ -101,17 +101,16 @@ def _first_start(url: str) -> None:
 
 
 def serve_command(ns: argparse.Namespace) -> int:
-    import logging
-
     import uvicorn
 
     from api.app import create_app
     from api.settings import load_api_settings
+    from persistence.jsonlog import configure_logging
 
     settings = load_api_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     _first_start(settings.database_url)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging()
     if ns.local_worker:
         from worker.context import context_from_settings
         from worker.local import LocalRunner
@@ -128,7 +127,7 @@ def serve_command(ns: argparse.Namespace) -> int:
     print(f"onnx-reducer service on {url} (API docs: {url}/docs)")
     print(f"Get a token: onnx-reducer token create --team {EMBEDDED_TEAM}  (send it as 'Authorization: Bearer TOKEN')")
     sys.stdout.flush()
-    uvicorn.run(app, host=ns.host, port=ns.port, log_level="info")
+    uvicorn.run(app, host=ns.host, port=ns.port, log_level="info", log_config=None)  # our JSON logging
     return 0
 
 

@@ -15,10 +15,11 @@ import threading
 from typing import Any
 
 from celery import Celery, Task
-from celery.signals import worker_ready
+from celery.signals import setup_logging, worker_ready
 from kombu.entity import Queue
 
 from persistence.contracts import QUEUES, RUN_JOB_TASK
+from persistence.jsonlog import configure_logging
 from persistence.notify import RedisNotifier
 from persistence.repositories import ClaimResult
 from worker.context import RunnerContext, context_from_settings
@@ -27,6 +28,11 @@ from worker.run_job import run_job
 from worker.settings import WorkerSettings, load_worker_settings
 
 log = logging.getLogger("onnx_reducer.worker")
+
+
+def _structured_logging(**_: Any) -> None:
+    """Celery leaves logging to us when this signal has a receiver: JSON lines (persistence.jsonlog)."""
+    configure_logging()
 
 
 def create_celery_app(settings: WorkerSettings) -> Celery:
@@ -67,6 +73,7 @@ def create_celery_app(settings: WorkerSettings) -> Celery:
             _start_recovery(context(), send, settings.job_lease_s)
 
     worker_ready.connect(on_ready, weak=False)
+    setup_logging.connect(_structured_logging, weak=False)
     return app
 
 

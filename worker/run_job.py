@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from checks.spec import CheckSpec, parse_check_spec
 from engine.workspace import ReduceOptions, Workspace, load_workspace
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
+from persistence.jsonlog import bind_job
 from persistence.models import Job, utcnow
 from persistence.repositories import (
     ArtifactRepository,
@@ -113,7 +114,8 @@ def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
             _notify_last(ctx, job_id)
         return claim
     assert first_start is not None
-    JobRun(job_id, ctx, attempt, first_start).execute()
+    with bind_job(job_id):
+        JobRun(job_id, ctx, attempt, first_start).execute()
     return ClaimResult.CLAIMED
 
 
