@@ -8,8 +8,11 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
 from api.metrics import install_metrics
@@ -22,6 +25,7 @@ from persistence.db import Database
 from persistence.layout import DataLayout
 
 log = logging.getLogger("onnx_reducer.api")
+STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
 def _default_enqueue(settings: ApiSettings) -> Enqueue:
@@ -70,4 +74,15 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
     install_metrics(app, registry, db)
     for module in (jobs, events, artifacts, health):
         app.include_router(module.router)
+    _install_web_ui(app)
     return app
+
+
+def _install_web_ui(app: FastAPI) -> None:
+    """The static web UI (api/static: plain HTML, CSS and JS) at ``/``, its files under ``/ui/``."""
+
+    @app.get("/", include_in_schema=False)
+    def web_ui() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
