@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN_DIR ?= build/example
 
-.PHONY: install run example test services lint typecheck contracts pytest bench clean
+.PHONY: install run example test services browser lint typecheck contracts pytest bench clean
 
 $(STAMP): pyproject.toml
 	$$(scripts/ensure-python.sh) -m venv $(VENV)
@@ -24,7 +24,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 run: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH onnx-reducer db upgrade
-	@echo "Service: http://$(HOST):$(PORT)  (API docs: http://$(HOST):$(PORT)/docs)"
+	@echo "Service: http://$(HOST):$(PORT)  (web UI; API docs: http://$(HOST):$(PORT)/docs)"
 	@echo "Token:   $(BIN)/onnx-reducer token create --team default   (send as 'Authorization: Bearer TOKEN')"
 	PATH=$(abspath $(BIN)):$$PATH onnx-reducer serve --host $(HOST) --port $(PORT)
 
@@ -50,10 +50,15 @@ contracts: $(STAMP)
 services:
 	scripts/test-services.sh
 
-pytest: $(STAMP) services
+# Headless Chromium and chromedriver for the web UI tests (tests/service/test_web_ui.py), installed
+# with apt-get when missing; those tests fail without them.
+browser:
+	scripts/test-browser.sh
+
+pytest: $(STAMP) services browser
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest $(PYTEST_ARGS)
 
-test: lint typecheck contracts services pytest
+test: lint typecheck contracts services browser pytest
 
 bench: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/run_bench.py $(BENCH_ARGS)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Make sure the browser tests (tests/service/test_web_ui.py) find a headless Chromium and its
+# driver: /usr/bin/chromium and /usr/bin/chromedriver, installed from the Debian packages when
+# missing. The tests fail (they do not skip) without them.
+set -euo pipefail
+
+CHROMIUM=${CHROMIUM_BINARY:-/usr/bin/chromium}
+CHROMEDRIVER=${CHROMEDRIVER:-/usr/bin/chromedriver}
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if [ -x "$CHROMIUM" ] && [ -x "$CHROMEDRIVER" ]; then
+    echo "Chromium: $("$CHROMIUM" --version 2>/dev/null || echo "$CHROMIUM")"
+    exit 0
+fi
+echo "installing chromium chromium-driver (apt-get)"
+as_root apt-get update -qq
+as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+for binary in "$CHROMIUM" "$CHROMEDRIVER"; do
+    if [ ! -x "$binary" ]; then
+        echo "$binary is still missing after installing chromium and chromium-driver" >&2
+        exit 1
+    fi
+done
+echo "Chromium: $("$CHROMIUM" --version 2>/dev/null || echo "$CHROMIUM")"
