@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN_DIR ?= build/example
 
-.PHONY: install run example test services browser lint typecheck contracts pytest bench clean
+.PHONY: install run example test services browser lint typecheck contracts pytest bench bench-localize clean
 
 $(STAMP): pyproject.toml
 	$$(scripts/ensure-python.sh) -m venv $(VENV)
@@ -62,6 +62,10 @@ test: lint typecheck contracts services browser pytest
 
 bench: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/run_bench.py $(BENCH_ARGS)
+
+# Localisation (issue 3): planted fp16 overflow, checks with/without localisation (bench/README.md).
+bench-localize: $(STAMP)
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/localize_bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache
