@@ -64,7 +64,7 @@ def summary_lines(result: ReductionResult) -> list[str]:
     return [
         "==== Reduction summary ====",
         f"nodes before: {result.nodes_before}  after: {len(result.min_bad)}  (min-good: {good})",
-        f"checks run: {result.checks_run}  cache hits: {result.cache_hits}  iterations: {len(result.iterations) + 1}",
+        f"checks run: {result.checks_run}  cache hits: {result.cache_hits}  iterations: {len(result.iterations)}",
         f"time: {result.elapsed_s:.2f}s total, {result.check_time_s:.2f}s in checks",
         f"original failure: {result.original.kind.value} [{result.original.signature or 'no signature'}]",
     ]

@@ -169,20 +169,26 @@ class Session:
         spec = spec_from_args(self.args)
         if spec is None:
             return reduction.run()
-        localized = self._check_original_and_localize(reduction, spec)
-        if localized is not None:
-            return localized
-        result = reduction.run()
-        result.checks_run += self.localization.checks if self.localization is not None else 0
-        return result
-
-    def _check_original_and_localize(self, reduction: Reduction, spec: CheckSpec) -> ReductionResult | None:
-        """Check the original (and report a flaky one); for compare/golden specs, try the
-        accuracy-debugging flowchart first. Returns a result when it found the failing node."""
-        from engine.localize import localize
-
         started = time.monotonic()
         original = reduction.check_original()
+        found = self._localize(reduction, spec, original)
+        if found is not None:
+            result = reduction.finish(original, started, min_bad=found)
+        else:
+            result = reduction.run(original)
+            result.elapsed_s = time.monotonic() - started
+        result.checks_run += self._layerwise_runs()
+        return result
+
+    def _layerwise_runs(self) -> int:
+        """The localisation's layerwise run is a check the Reduction did not count (at most one)."""
+        return min(self.localization.checks, 1) if self.localization is not None else 0
+
+    def _localize(self, reduction: Reduction, spec: CheckSpec, original: Verdict) -> Candidate | None:
+        """Report a flaky original; for compare/golden specs, try the accuracy-debugging flowchart
+        first. Returns the failing node's candidate when it found it."""
+        from engine.localize import localize
+
         self._report_failure_rate()
         if not spec.is_accuracy or not self.args.localize:
             reason = "not a compare/golden check" if not spec.is_accuracy else "--no-localize"
@@ -191,22 +197,12 @@ class Session:
         golden = Path(self.args.golden) if self.args.golden else None
 
         def check(candidate: Candidate) -> Verdict:
-            cached = self.cache.get(candidate)
-            if cached is not None:
-                return cached
-            reduction.iteration += 1
-            return self.oracle(candidate, reduction.iteration)
+            return reduction.check_candidate(candidate, "localize", original)
 
         found = localize(self.ws, spec, golden, original, check, self.args.pin_signature)
         self.localization = found
         self.log.info(f"Localisation: path={found.path}: {found.reason} ({found.checks} check(s))")
-        if found.candidate is None:
-            return None
-        nodes = len(self.ws.index)
-        result = ReductionResult(original, nodes, found.candidate, None)
-        result.checks_run = 1 + found.checks
-        result.elapsed_s = time.monotonic() - started
-        return result
+        return found.candidate
 
     def summary_extra(self) -> dict[str, object]:
         """Fields of ``--summary-json`` beyond the engine's: localisation path, failure rate."""

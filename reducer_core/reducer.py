@@ -45,6 +45,7 @@ class ReductionResult:
 
     @property
     def check_time_s(self) -> float:
+        """Time spent in checks that ran (the original's included; cached verdicts cost none)."""
         return sum(r.verdict.duration_s for r in self.iterations if not r.cached)
 
 
@@ -74,6 +75,8 @@ class Reduction:
         self.infra_retries = infra_retries
         self.checks_run = 0
         self.iteration = 0
+        self.records: list[IterationRecord] = []
+        """Every verdict seen, the original's first, in order (``ReductionResult.iterations``)."""
 
     def _verdict(self, candidate: Candidate) -> tuple[Verdict, bool]:
         """The cached verdict, or a fresh one. An infrastructure error is no verdict about the
@@ -111,34 +114,59 @@ class Reduction:
             )
         return verdict
 
-    def run(self) -> ReductionResult:
+    def run(self, original: Verdict | None = None) -> ReductionResult:
+        """Reduce to the end. ``original``: the verdict of ``check_original()`` when the caller
+        already made it (e.g. before trying localisation), so it is not checked or logged twice."""
         started = time.monotonic()
-        original = self.check_original()
-        result = ReductionResult(original, len(self.strategy.space.start), self.strategy.best_bad, None)
+        original = original if original is not None else self.check_original()
+        stopped_early = False
         while (candidate := self.strategy.propose()) is not None:
             if self.should_stop():
-                result.stopped_early = True
+                stopped_early = True
                 break
             before = time.monotonic()
             verdict, cached = self._verdict(candidate)
-            if verdict.kind is VerdictKind.INFRA_ERROR:
-                self._record(self.strategy.phase, candidate, verdict, False, cached, 0.0)
-                raise CheckInfraError(
-                    f"The check failed to run {self.infra_retries + 1} times in a row on a candidate of "
-                    f"{len(candidate)} nodes: {verdict.detail}. This is not a verdict about the model; the "
-                    "reduction stopped without recording it. Fix the infrastructure and resume (the saved "
-                    "replay/state skips every finished check)."
-                )
+            self._stop_on_infra_error(candidate, verdict, cached)
             failed = verdict.reproduces(original, self.pin_signature)
             self.strategy.observe(candidate, failed, verdict.kind is VerdictKind.PASS)
             overhead = time.monotonic() - before - (0.0 if cached else verdict.duration_s)
-            result.iterations.append(self._record(self.strategy.phase, candidate, verdict, failed, cached, overhead))
-        result.min_bad = self.strategy.best_bad
-        result.min_good = self.strategy.best_good
-        result.checks_run = self.checks_run
-        result.cache_hits = self.cache.hits
-        result.elapsed_s = time.monotonic() - started
+            self._record(self.strategy.phase, candidate, verdict, failed, cached, overhead)
+        result = self.finish(original, started)
+        result.stopped_early = stopped_early
         return result
+
+    def check_candidate(self, candidate: Candidate, phase: str, original: Verdict) -> Verdict:
+        """Check one candidate outside the strategy (e.g. localisation's guess), through the same
+        cache, retries and records; the strategy does not see it."""
+        verdict, cached = self._verdict(candidate)
+        self._stop_on_infra_error(candidate, verdict, cached)
+        self._record(phase, candidate, verdict, verdict.reproduces(original, self.pin_signature), cached, 0.0)
+        return verdict
+
+    def finish(self, original: Verdict, started: float, min_bad: Candidate | None = None) -> ReductionResult:
+        """The outcome so far: the strategy's best failing and closest passing candidates, or
+        ``min_bad`` when it was found another way (localisation), with every record and counter."""
+        return ReductionResult(
+            original=original,
+            nodes_before=len(self.strategy.space.start),
+            min_bad=min_bad if min_bad is not None else self.strategy.best_bad,
+            min_good=None if min_bad is not None else self.strategy.best_good,
+            iterations=list(self.records),
+            checks_run=self.checks_run,
+            cache_hits=self.cache.hits,
+            elapsed_s=time.monotonic() - started,
+        )
+
+    def _stop_on_infra_error(self, candidate: Candidate, verdict: Verdict, cached: bool) -> None:
+        if verdict.kind is not VerdictKind.INFRA_ERROR:
+            return
+        self._record(self.strategy.phase, candidate, verdict, False, cached, 0.0)
+        raise CheckInfraError(
+            f"The check failed to run {self.infra_retries + 1} times in a row on a candidate of "
+            f"{len(candidate)} nodes: {verdict.detail}. This is not a verdict about the model; the "
+            "reduction stopped without recording it. Fix the infrastructure and resume (the saved "
+            "replay/state skips every finished check)."
+        )
 
     def _record(
         self, phase: str, candidate: Candidate, verdict: Verdict, failed: bool, cached: bool, overhead: float
@@ -153,5 +181,6 @@ class Reduction:
             best_size=len(self.strategy.best_bad),
             overhead_s=max(overhead, 0.0),
         )
+        self.records.append(record)
         self.on_iteration(record)
         return record

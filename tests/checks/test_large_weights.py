@@ -62,3 +62,22 @@ def test_error_kind_with_externalized_conv_weights(tmp_path: Path) -> None:
     summary = _reduce(tmp_path, conv_reshape_error_model(), ERROR_ORT)
     assert str(summary["original"]["signature"]).startswith("error:")  # type: ignore[index]
     assert summary["min_bad_nodes"] == ["Reshape:bad_reshape"]
+
+
+def test_a_localised_run_accounts_for_every_check(tmp_path: Path) -> None:
+    """The summary of a run settled by localisation records the original's and the node's checks
+    (with their time) and counts the layerwise run; the original is logged once."""
+    summary = _reduce(tmp_path, matmul_overflow_model(), COMPARE_FP16)
+    iterations = summary["iterations"]
+    assert isinstance(iterations, list)
+    assert [r["phase"] for r in iterations] == ["original", "localize"]
+    assert summary["checks_run"] == 3  # original, layerwise run, the node alone
+    assert float(str(summary["check_time_s"])) > 0
+
+
+def test_a_reduction_after_localisation_logs_the_original_once(tmp_path: Path) -> None:
+    onnx.save(matmul_overflow_model(), str(tmp_path / "model.onnx"))
+    (tmp_path / "spec.yaml").write_text(COMPARE_FP16)
+    proc = cli("reduce", "model.onnx", "-o", "m.onnx", "--check-spec", "spec.yaml", "--no-localize", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sum("| original " in line for line in proc.stderr.splitlines()) == 1

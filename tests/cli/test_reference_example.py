@@ -15,8 +15,20 @@ from reducer_cli.main import run
 def test_reference_example_reduces_to_the_single_mul(in_tmp: Path, mode: str) -> None:
     onnx.save(build_example_model(), "model.onnx")
     code = run(
-        ["reduce", "model.onnx", "-o", "reduced.onnx", "--mode", mode, "--fail-regex", "Op: Mul",
-         "--check", "onnx-reducer", "inspect", "polygraphy_debug.onnx"]
+        [
+            "reduce",
+            "model.onnx",
+            "-o",
+            "reduced.onnx",
+            "--mode",
+            mode,
+            "--fail-regex",
+            "Op: Mul",
+            "--check",
+            "onnx-reducer",
+            "inspect",
+            "polygraphy_debug.onnx",
+        ]
     )
     assert code == 0
     reduced = onnx.load("reduced.onnx")
