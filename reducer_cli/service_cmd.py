@@ -124,7 +124,7 @@ def serve_command(ns: argparse.Namespace) -> int:
             return 2
         app = create_app(settings)
     url = f"http://{ns.host}:{ns.port}"
-    print(f"onnx-reducer service on {url} (API docs: {url}/docs)")
+    print(f"onnx-reducer service on {url} (web UI: {url}/, API docs: {url}/docs)")
     print(f"Get a token: onnx-reducer token create --team {EMBEDDED_TEAM}  (send it as 'Authorization: Bearer TOKEN')")
     sys.stdout.flush()
     uvicorn.run(app, host=ns.host, port=ns.port, log_level="info", log_config=None)  # our JSON logging
