@@ -22,9 +22,11 @@ scan judges its first characters with stdout's real end."""
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
 import re
 import selectors
+import signal
 import subprocess
 import time
 from collections import deque
@@ -198,3 +200,17 @@ def pump(
     except subprocess.TimeoutExpired:
         return False
     return True
+
+
+def signal_name(number: int) -> str:
+    """SIGSEGV for 11; the number itself for signals Python does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process group a check was started in (``start_new_session=True``)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)

@@ -8,18 +8,15 @@ own command, as in Polygraphy); spec checks pass ``checks.isolated.safe_child_en
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import shlex
-import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checks.capture import StreamCapture, matched_patterns, pump
+from checks.capture import StreamCapture, kill_group, matched_patterns, pump, signal_name
 from reducer_core.verdict import Verdict, VerdictKind
 
 OUTPUT_TAIL_CHARS = 4000
@@ -69,7 +66,7 @@ class CommandCheck:
         with proc:
             finished = pump(proc, streams, self.timeout_s)
             if not finished:
-                _kill_group(proc)
+                kill_group(proc)
                 pump(proc, streams, KILL_GRACE_S)
         duration = time.monotonic() - started
         text = stdout.text() + stderr.text()
@@ -93,8 +90,8 @@ class CommandCheck:
         elif code < 0 and not self.compiled:
             return Verdict(
                 VerdictKind.CRASH,
-                f"signal={_signal_name(-code)}",
-                f"killed by {_signal_name(-code)}",
+                f"signal={signal_name(-code)}",
+                f"killed by {signal_name(-code)}",
                 duration,
             )
         else:
@@ -111,18 +108,6 @@ def _signature(code: int, regex: str | None, codes_pinned: bool) -> str:
     if regex is None:
         return f"exit={code}"
     return f"exit={code};regex={regex}" if codes_pinned else f"regex={regex}"
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def tail(text: str, chars: int = OUTPUT_TAIL_CHARS) -> str:

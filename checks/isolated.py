@@ -10,10 +10,8 @@ point (``module:function``) that takes the payload dict and returns a result dic
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checks.capture import BoundedText, StreamCapture, pump
+from checks.capture import BoundedText, StreamCapture, kill_group, pump, signal_name
 from checks.command import KILL_GRACE_S, CommandCheck
 from checks.spec import CheckSpec, ModelCheck
 from reducer_core.verdict import Verdict, VerdictKind
@@ -97,7 +95,7 @@ def run_isolated(payload: Mapping[str, Any], timeout_s: float) -> tuple[Verdict,
         assert proc.stdout is not None
         with proc:
             finished = pump(proc, [(proc.stdout, output)], timeout_s)
-            _kill_group(proc)  # on timeout, or grandchildren left behind by the runtime
+            kill_group(proc)  # on timeout, or grandchildren left behind by the runtime
             if not finished:
                 pump(proc, [(proc.stdout, output)], KILL_GRACE_S)
         duration = time.monotonic() - started
@@ -109,7 +107,7 @@ def run_isolated(payload: Mapping[str, Any], timeout_s: float) -> tuple[Verdict,
 
 def _verdict_from(code: int, result_path: Path, text: str, duration: float) -> tuple[Verdict, str]:
     if code < 0:
-        name = _signal_name(-code)
+        name = signal_name(-code)
         return Verdict(VerdictKind.CRASH, f"signal={name}", f"check process killed by {name}", duration), text
     try:
         result = json.loads(result_path.read_text())
@@ -126,18 +124,6 @@ def _bounded(text: str) -> str:
     kept = BoundedText()
     kept.add(text)
     return kept.text()
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,14 @@
-"""Validation shared by the settings classes of every deployable (api, worker)."""
+"""What the settings classes of every deployable (api, worker) share: where the database, the
+broker and the data folder are, whether command checks may run, and refusing placeholder secrets.
+Each deployable subclasses ``ServiceSettings``; both are built in factories, never at import."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import urlsplit
+
+from pydantic import field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PLACEHOLDER_SECRETS = frozenset({"changeme", "change-me", "changethis", "secret", "password", "placeholder", "xxx"})
 
@@ -15,3 +21,22 @@ def refuse_placeholder_secret(url: str | None, variable: str) -> str | None:
     if password is not None and password.lower() in PLACEHOLDER_SECRETS:
         raise ValueError(f"{variable} uses the placeholder password '{password}'; set a real secret.")
     return url
+
+
+class ServiceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore")
+
+    database_url: str = "sqlite:///data/onnx-reducer.db"
+    redis_url: str | None = None
+    data_dir: Path = Path("data")
+    allow_command_checks: bool = False
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        return refuse_placeholder_secret(value, "DATABASE_URL") or value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        return refuse_placeholder_secret(value or None, "REDIS_URL")
