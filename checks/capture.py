@@ -31,7 +31,11 @@ import subprocess
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import IO
+
+from checks.memory import MEMORY_LIMIT_SIGNATURE, MemoryWatch
+from reducer_core.verdict import Verdict, VerdictKind
 
 READ_BYTES = 64 * 1024
 HEAD_CHARS = 256 * 1024
@@ -171,21 +175,55 @@ def matched_patterns(
     return [p.pattern for p, hit in zip(patterns, hits, strict=True) if hit]
 
 
+@dataclass(frozen=True)
+class Stopped:
+    """Why ``pump`` stopped waiting before the check finished: its time or memory limit."""
+
+    verdict_kind: VerdictKind
+    signature: str
+    detail: str
+
+    def verdict(self, duration_s: float) -> Verdict:
+        return Verdict(self.verdict_kind, self.signature, self.detail, duration_s)
+
+
 def pump(
-    proc: subprocess.Popen[bytes], streams: Sequence[tuple[IO[bytes], StreamCapture]], timeout_s: float | None
-) -> bool:
-    """Read ``streams`` until they close and ``proc`` exits; False when ``timeout_s`` ran out first
-    (the caller kills the process group, then calls ``pump`` again briefly for what is left)."""
+    proc: subprocess.Popen[bytes],
+    streams: Sequence[tuple[IO[bytes], StreamCapture]],
+    timeout_s: float | None,
+    memory_limit_bytes: int | None = None,
+) -> Stopped | None:
+    """Read ``streams`` until they close and ``proc`` exits; None when it did, else why not:
+    ``timeout_s`` ran out (the caller kills the process group, then calls ``pump`` again briefly
+    for what is left), or the resident memory of the check's processes went above
+    ``memory_limit_bytes`` (``checks.memory``; those processes are killed here already)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    watch = MemoryWatch.create(proc.pid, memory_limit_bytes)
+    timed_out = Stopped(VerdictKind.TIMEOUT, "timeout", f"timed out after {timeout_s or 0:g}s")
+
+    def wait_s() -> float | None:
+        """How long to block: until the deadline or the next memory sample, None for ever."""
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if watch is None:
+            return remaining
+        return watch.due_in() if remaining is None else min(remaining, watch.due_in())
+
+    def over_memory() -> Stopped | None:
+        if watch is None or not watch.over_limit():
+            return None
+        watch.kill()
+        return Stopped(VerdictKind.CRASH, MEMORY_LIMIT_SIGNATURE, watch.detail)
+
     with selectors.DefaultSelector() as selector:
         for pipe, capture in streams:
             if not pipe.closed:
                 selector.register(pipe, selectors.EVENT_READ, capture)
         while selector.get_map():
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            for key, _ in selector.select(remaining):
+            if (stopped := over_memory()) is not None:
+                return stopped
+            if deadline is not None and deadline <= time.monotonic():
+                return timed_out
+            for key, _ in selector.select(wait_s()):
                 data = os.read(key.fd, READ_BYTES)
                 if data:
                     key.data.feed(data)
@@ -194,12 +232,15 @@ def pump(
                     key.fileobj.close()  # type: ignore[union-attr]
     for _, capture in streams:
         capture.close()
-    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-    try:
-        proc.wait(remaining)
-    except subprocess.TimeoutExpired:
-        return False
-    return True
+    while True:  # the pipes closed; the process may still run (it closed them, or a child holds none)
+        if (stopped := over_memory()) is not None:
+            return stopped
+        try:
+            proc.wait(wait_s())
+            return None
+        except subprocess.TimeoutExpired:
+            if deadline is not None and deadline <= time.monotonic():
+                return timed_out
 
 
 def signal_name(number: int) -> str:

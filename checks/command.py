@@ -2,7 +2,9 @@
 a non-zero exit code (minus ignored codes, or only listed fail codes) or a matching regex fails.
 
 The command runs in its own process group with a time limit; on timeout the whole group is
-killed, and the verdict is ``timeout``. A death by signal is a ``crash``. ``env`` is the command's
+killed, and the verdict is ``timeout``. Above ``memory_limit_bytes`` of resident memory (the
+command and every process it started, ``checks.memory``) all of them are killed, and the verdict
+is ``crash`` with signature ``memory-limit``. A death by signal is a ``crash``. ``env`` is the command's
 whole environment: ``None`` passes this process's on (the command line's ``--check``, the user's
 own command, as in Polygraphy); spec checks pass ``checks.isolated.safe_child_env()``."""
 
@@ -30,6 +32,7 @@ class CommandCheck:
     ignore_fail_codes: Sequence[int] = ()
     fail_regexes: Sequence[str] = ()
     timeout_s: float | None = None
+    memory_limit_bytes: int | None = None  # resident memory of all its processes (``checks.memory``)
     env: Mapping[str, str] | None = None  # None: this process's whole environment (``--check``)
     compiled: list[re.Pattern[str]] = field(default_factory=list, compare=False)
 
@@ -42,6 +45,8 @@ class CommandCheck:
         parts += [f"fail-code={c}" for c in self.fail_codes]
         parts += [f"ignore-fail-code={c}" for c in self.ignore_fail_codes]
         parts += [f"fail-regex={r}" for r in self.fail_regexes]
+        if self.memory_limit_bytes is not None:
+            parts.append(f"memory-limit={self.memory_limit_bytes}")
         return " ".join(parts)
 
     def run(self, model_path: Path | None = None) -> tuple[Verdict, str]:
@@ -64,14 +69,14 @@ class CommandCheck:
         assert proc.stdout is not None and proc.stderr is not None
         streams = [(proc.stdout, stdout), (proc.stderr, stderr)]
         with proc:
-            finished = pump(proc, streams, self.timeout_s)
-            if not finished:
+            stopped = pump(proc, streams, self.timeout_s, self.memory_limit_bytes)
+            if stopped is not None:
                 kill_group(proc)
                 pump(proc, streams, KILL_GRACE_S)
         duration = time.monotonic() - started
         text = stdout.text() + stderr.text()
-        if not finished:
-            return Verdict(VerdictKind.TIMEOUT, "timeout", f"timed out after {self.timeout_s:g}s", duration), text
+        if stopped is not None:
+            return stopped.verdict(duration), text
         matched = matched_patterns(self.compiled, stdout, stderr)
         return self.judge(proc.returncode, text, duration, matched), text
 

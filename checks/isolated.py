@@ -72,8 +72,12 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_isolated(payload: Mapping[str, Any], timeout_s: float) -> tuple[Verdict, str]:
-    """Run ``payload['entry']`` in a child process; never raises for what happens in the child."""
+def run_isolated(
+    payload: Mapping[str, Any], timeout_s: float, memory_limit_bytes: int | None = None
+) -> tuple[Verdict, str]:
+    """Run ``payload['entry']`` in a child process; never raises for what happens in the child.
+    Above ``memory_limit_bytes`` of resident memory (``checks.memory``) the child and everything
+    it started are killed: a ``crash`` with signature ``memory-limit``."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="onnx-reducer-check-") as tmp:
         result_path = Path(tmp) / "result.json"
@@ -94,14 +98,13 @@ def run_isolated(payload: Mapping[str, Any], timeout_s: float) -> tuple[Verdict,
         output = StreamCapture()
         assert proc.stdout is not None
         with proc:
-            finished = pump(proc, [(proc.stdout, output)], timeout_s)
+            stopped = pump(proc, [(proc.stdout, output)], timeout_s, memory_limit_bytes)
             kill_group(proc)  # on timeout, or grandchildren left behind by the runtime
-            if not finished:
+            if stopped is not None:
                 pump(proc, [(proc.stdout, output)], KILL_GRACE_S)
         duration = time.monotonic() - started
-        if not finished:
-            detail = f"timed out after {timeout_s:g}s"
-            return Verdict(VerdictKind.TIMEOUT, "timeout", detail, duration), output.text()
+        if stopped is not None:
+            return stopped.verdict(duration), output.text()
         return _verdict_from(proc.returncode, result_path, output.text(), duration)
 
 
@@ -146,7 +149,7 @@ class IsolatedSpecCheck:
             "model": str(Path(model_path).resolve()),
             "golden": str(self.golden.resolve()) if self.golden is not None else None,
         }
-        return run_isolated(payload, self.spec.timeout)
+        return run_isolated(payload, self.spec.timeout, self.spec.memory_limit)
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,7 @@ class SpecCommandCheck:
             ignore_fail_codes=self.spec.ignore_fail_codes,
             fail_regexes=self.spec.fail_regex,
             timeout_s=self.spec.timeout,
+            memory_limit_bytes=self.spec.memory_limit,
             env=safe_child_env() if self.env is None else dict(self.env),
         )
         return check.run(model_path)

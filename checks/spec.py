@@ -6,6 +6,7 @@ service accept. See ``docs/check-specs.md`` for the schema with examples.
     target: {runtime: onnxruntime, precision: fp16} # compare, golden, error
     tolerance: {atol: 0.001, rtol: 0.001}           # compare, golden
     timeout: 600                                    # seconds per check run (every kind)
+    memory_limit: 2GiB                              # resident memory of a check run (every kind)
     repeat: 1                                       # runs per check (every kind)
     fail_if: any                                    # any | all | majority of the runs
 
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
+from checks.memory import parse_size
 from reducer_core.errors import UsageError
 
 if TYPE_CHECKING:
@@ -119,6 +121,7 @@ class CheckSpec:
     timeout: float = DEFAULT_TIMEOUT_S
     repeat: int = 1
     fail_if: str = "any"
+    memory_limit: int | None = None  # bytes; None: no limit (the service applies its own)
     reference: RuntimeSpec | None = None
     target: RuntimeSpec | None = None
     tolerance: Tolerance | None = None
@@ -140,6 +143,8 @@ class CheckSpec:
             "repeat": self.repeat,
             "fail_if": self.fail_if,
         }
+        if self.memory_limit is not None:
+            data["memory_limit"] = self.memory_limit
         if self.reference is not None:
             data["reference"] = self.reference.to_json()
         if self.target is not None:
@@ -197,7 +202,7 @@ def load_check_spec(path: str | Path) -> CheckSpec:
     return parse_check_spec(text)
 
 
-_COMMON = {"kind", "timeout", "repeat", "fail_if"}
+_COMMON = {"kind", "timeout", "repeat", "fail_if", "memory_limit"}
 _ALLOWED: dict[str, set[str]] = {
     "compare": _COMMON | {"reference", "target", "tolerance", "seed", "input_range"},
     "golden": _COMMON | {"target", "tolerance", "seed", "input_range"},
@@ -226,6 +231,7 @@ def check_spec_from_dict(document: Any) -> CheckSpec:
         "timeout": _number(document, "timeout", DEFAULT_TIMEOUT_S, positive=True),
         "repeat": _integer(document, "repeat", 1, minimum=1),
         "fail_if": _choice(document, "fail_if", FAIL_IF, "any"),
+        "memory_limit": _size(document, "memory_limit"),
     }
     return CheckSpec(**common, **_KIND_PARSERS[kind](document))
 
@@ -385,6 +391,15 @@ def _integer(doc: Mapping[str, Any], key: str, default: int, minimum: int) -> in
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise CheckSpecError(f"{key}: must be an integer >= {minimum}, got {_show(value)}")
     return value
+
+
+def _size(doc: Mapping[str, Any], key: str) -> int | None:
+    if key not in doc:
+        return None
+    try:
+        return parse_size(doc[key])
+    except ValueError as exc:
+        raise CheckSpecError(f"{key}: {exc}") from exc
 
 
 def _choice(doc: Mapping[str, Any], key: str, choices: Sequence[str], default: str, where: str | None = None) -> str:

@@ -57,7 +57,7 @@ def layerwise_mismatches(
             "model": str(path),
             "golden": str(golden.resolve()) if golden is not None else None,
         }
-        verdict, output = run_isolated(payload, spec.timeout)
+        verdict, output = run_isolated(payload, spec.timeout, spec.memory_limit)
     found = []
     for line in output.splitlines():
         kind, sep, tensor = line.partition("\t")

@@ -16,6 +16,15 @@ EXIT_INVALID_MODEL = 4
 EXIT_INTERRUPTED = 130
 
 
+def _memory_size(text: str) -> int:
+    from checks.memory import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _add_check_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Check command (Polygraphy-compatible)")
     group.add_argument(
@@ -62,6 +71,14 @@ def _add_check_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SECONDS",
         help="[onnx-reducer] Kill a check after this many seconds; a timeout is its own verdict.",
+    )
+    group.add_argument(
+        "--check-memory-limit",
+        type=_memory_size,
+        default=None,
+        metavar="SIZE",
+        help="[onnx-reducer] Kill a check whose processes together use more resident memory than this "
+        "(e.g. 2GiB, 512MB); the verdict is a crash with signature memory-limit. Linux only.",
     )
     group.add_argument(
         "--any-failure",

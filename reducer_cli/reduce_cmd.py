@@ -52,7 +52,8 @@ def options_from_args(args: argparse.Namespace) -> ReduceOptions:
 
 
 def spec_from_args(args: argparse.Namespace) -> CheckSpec | None:
-    """The ``--check-spec`` document (None without one); ``--check-timeout`` overrides its timeout."""
+    """The ``--check-spec`` document (None without one); ``--check-timeout`` and
+    ``--check-memory-limit`` override its timeout and memory limit."""
     if getattr(args, "check_spec", None) is None:
         if getattr(args, "golden", None) is not None:
             raise UsageError("--golden feeds a --check-spec check; give --check-spec SPEC too.")
@@ -62,6 +63,8 @@ def spec_from_args(args: argparse.Namespace) -> CheckSpec | None:
     spec = load_check_spec(args.check_spec)
     if args.check_timeout is not None:
         spec = dataclasses.replace(spec, timeout=args.check_timeout)
+    if getattr(args, "check_memory_limit", None) is not None:
+        spec = dataclasses.replace(spec, memory_limit=args.check_memory_limit)
     return spec
 
 
@@ -81,6 +84,7 @@ def build_check(args: argparse.Namespace) -> Check:
         ignore_fail_codes=args.ignore_fail_codes or (),
         fail_regexes=args.fail_regex or (),
         timeout_s=args.check_timeout,
+        memory_limit_bytes=getattr(args, "check_memory_limit", None),
     )
 
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+# The signature of a ``crash`` verdict for a check killed for using more memory than its limit
+# (``checks.memory``): a limit of ours, not a failure of the model, like a timeout.
+MEMORY_LIMIT_SIGNATURE = "memory-limit"
+
 
 class VerdictKind(enum.StrEnum):
     FAIL = "fail"
@@ -33,8 +37,8 @@ class Verdict:
 
         Pinned (the default): only the same kind and signature as the original count, so a
         reduction cannot drift to a different bug. Unpinned: any failure or crash counts (what
-        Polygraphy does: any non-zero exit), and a timeout only when the original timed out too.
-        Infrastructure errors never count.
+        Polygraphy does: any non-zero exit), and a timeout or a kill at the memory limit only when
+        the original ended the same way. Infrastructure errors never count.
         """
         if self.kind is VerdictKind.INFRA_ERROR:
             return False
@@ -42,6 +46,8 @@ class Verdict:
             return self.kind is original.kind and self.signature == original.signature
         if self.kind is VerdictKind.TIMEOUT:
             return original.kind is VerdictKind.TIMEOUT
+        if self.kind is VerdictKind.CRASH and self.signature == MEMORY_LIMIT_SIGNATURE:
+            return original.signature == MEMORY_LIMIT_SIGNATURE
         return self.kind in (VerdictKind.FAIL, VerdictKind.CRASH)
 
     def to_json(self) -> dict[str, object]:
