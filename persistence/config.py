@@ -1,5 +1,6 @@
 """What the settings classes of every deployable (api, worker) share: where the database, the
-broker and the data folder are, whether command checks may run, and refusing placeholder secrets.
+broker and the data folder are, whether command checks may run and how much memory a check may
+use, and refusing placeholder secrets.
 Each deployable subclasses ``ServiceSettings``; both are built in factories, never at import."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PLACEHOLDER_SECRETS = frozenset({"changeme", "change-me", "changethis", "secret", "password", "placeholder", "xxx"})
@@ -30,6 +31,9 @@ class ServiceSettings(BaseSettings):
     redis_url: str | None = None
     data_dir: Path = Path("data")
     allow_command_checks: bool = False
+    # Resident memory of one check run (all its processes): the default when a spec gives no
+    # memory_limit, and the most a spec may ask for. 0: no limit.
+    check_memory_limit_bytes: int = Field(default=8 * 2**30, ge=0)
 
     @field_validator("database_url")
     @classmethod

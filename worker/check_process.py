@@ -1,13 +1,15 @@
 """Running one check so that it can be stopped: the spec's ``ModelCheck`` runs inside a fresh
 interpreter in its own process group; the worker polls for cancellation while it runs and kills
-the whole group when asked, so a cancelled job stops within about a second.
+the whole group when asked, so a cancelled job stops within about a second. The check's memory
+limit is the service's ``CHECK_MEMORY_LIMIT_BYTES`` unless the spec asks for less.
 
-``python -m worker.check_process`` is that child: it reads ``{spec, model, allow_command}`` as
-JSON on stdin and writes ``{verdict, output}`` as JSON on stdout."""
+``python -m worker.check_process`` is that child: it reads ``{spec, model, allow_command,
+memory_limit}`` as JSON on stdin and writes ``{verdict, output}`` as JSON on stdout."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -29,10 +31,18 @@ class CheckStoppedError(Exception):
 
 
 def run_stoppable(
-    spec_text: str, model: Path, allow_command: bool, should_stop: Callable[[], bool], work_dir: Path
+    spec_text: str,
+    model: Path,
+    allow_command: bool,
+    should_stop: Callable[[], bool],
+    work_dir: Path,
+    memory_limit_bytes: int | None = None,
 ) -> tuple[Verdict, str]:
-    """Run the check on ``model``; ``should_stop`` is polled about every quarter second."""
-    request = json.dumps({"spec": spec_text, "model": str(model), "allow_command": allow_command})
+    """Run the check on ``model``; ``should_stop`` is polled about every quarter second.
+    ``memory_limit_bytes``: the check's limit when the spec gives none, and the most it may give."""
+    request = json.dumps(
+        {"spec": spec_text, "model": str(model), "allow_command": allow_command, "memory_limit": memory_limit_bytes}
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "worker.check_process"],
         stdin=subprocess.PIPE,
@@ -120,7 +130,11 @@ def main() -> None:
     from checks.spec import build_check, parse_check_spec
 
     request = json.loads(sys.stdin.read())
-    check = build_check(parse_check_spec(request["spec"]), allow_command=bool(request["allow_command"]))
+    spec = parse_check_spec(request["spec"])
+    cap = request.get("memory_limit")
+    if cap is not None:
+        spec = dataclasses.replace(spec, memory_limit=min(spec.memory_limit or cap, cap))
+    check = build_check(spec, allow_command=bool(request["allow_command"]))
     verdict, output = check.run(Path(request["model"]))
     sys.stdout.write(json.dumps({"verdict": verdict.to_json(), "output": tail(output)}))
 

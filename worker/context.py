@@ -18,6 +18,7 @@ class RunnerContext:
     max_attempts: int
     time_limit_s: float
     allow_command: bool
+    check_memory_limit_bytes: int | None = None
     notify: Notifier = no_notify
 
 
@@ -29,5 +30,6 @@ def context_from_settings(settings: WorkerSettings, notify: Notifier = no_notify
         max_attempts=settings.max_attempts,
         time_limit_s=settings.job_time_limit_s,
         allow_command=settings.allow_command_checks,
+        check_memory_limit_bytes=settings.check_memory_limit_bytes or None,
         notify=notify,
     )

@@ -306,7 +306,12 @@ class JobRun:
             self.pending = _Pending(row.id, blob, sorted(modelio.referenced_locations(model)))
         try:
             verdict, self.output = run_stoppable(
-                self.spec_text, path, self.ctx.allow_command, self._stop_during_check, self.work_dir
+                self.spec_text,
+                path,
+                self.ctx.allow_command,
+                self._stop_during_check,
+                self.work_dir,
+                self.ctx.check_memory_limit_bytes,
             )
         except CheckStoppedError:
             self._raise_stop_reason()
