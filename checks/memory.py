@@ -49,10 +49,10 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
 SIZE_HELP = "a number of bytes or a size such as 512MiB, 2GiB or 4GB"
 
 
-def parse_size(value: object) -> int:
-    """Bytes from ``2GiB``, ``512MB``, ``1.5G`` or a number of bytes; at least 1 MiB. KB, MB, GB,
-    TB are powers of 1000; KiB, MiB, GiB, TiB and K, M, G, T powers of 1024 (units ignore case).
-    Raises ``ValueError`` with a message that says what is accepted."""
+def parse_size(value: object, minimum: int = MIN_LIMIT_BYTES) -> int:
+    """Bytes from ``2GiB``, ``512MB``, ``1.5G`` or a number of bytes; at least ``minimum`` (1 MiB
+    for memory limits). KB, MB, GB, TB are powers of 1000; KiB, MiB, GiB, TiB and K, M, G, T
+    powers of 1024 (units ignore case). Raises ``ValueError`` saying what is accepted."""
     if isinstance(value, bool):
         raise ValueError(f"must be {SIZE_HELP}, got {value!r}")
     if isinstance(value, int | float):
@@ -61,8 +61,9 @@ def parse_size(value: object) -> int:
         size = float(match[1]) * _UNITS[match[2].lower()]
     else:
         raise ValueError(f"must be {SIZE_HELP}, got {value!r}")
-    if not size >= MIN_LIMIT_BYTES or size == float("inf"):
-        raise ValueError(f"must be at least 1 MiB, got {value!r}")
+    if not size >= minimum or size == float("inf"):
+        least = "1 MiB" if minimum == MIN_LIMIT_BYTES else f"{minimum} bytes"
+        raise ValueError(f"must be at least {least}, got {value!r}")
     return int(size)
 
 

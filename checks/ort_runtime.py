@@ -49,7 +49,7 @@ def max_ir_version() -> int | None:
     return None
 
 
-_NP_FROM_ONNX = {
+_NP_FROM_ONNX: dict[int, type] = {
     onnx.TensorProto.FLOAT: np.float32,
     onnx.TensorProto.FLOAT16: np.float16,
     onnx.TensorProto.DOUBLE: np.float64,
@@ -64,21 +64,29 @@ _NP_FROM_ONNX = {
 def random_inputs(model: onnx.ModelProto, seed: int = 1, low: float = 0.0, high: float = 1.0) -> TensorMap:
     """Inputs like Polygraphy's default data loader: uniform in [low, high), symbolic dims -> 1."""
     rng = np.random.default_rng(seed)
+    return {name: tensor_like(rng, t, shape, low, high) for name, (t, shape) in input_signatures(model).items()}
+
+
+def input_signatures(model: onnx.ModelProto) -> dict[str, tuple[int, list[int]]]:
+    """name -> (onnx element type, shape with symbolic dims as 1) for every graph input."""
     initializers = {t.name for t in model.graph.initializer}
-    feeds: TensorMap = {}
+    signatures: dict[str, tuple[int, list[int]]] = {}
     for inp in model.graph.input:
-        if inp.name in initializers:
-            continue
-        tensor_type = inp.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor_type.shape.dim]
-        dtype = _NP_FROM_ONNX.get(tensor_type.elem_type, np.float32)
-        if np.issubdtype(dtype, np.floating):
-            feeds[inp.name] = rng.uniform(low, high, size=shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[inp.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
-        else:
-            feeds[inp.name] = rng.integers(int(low), int(high) + 1, size=shape).astype(dtype)
-    return feeds
+        if inp.name not in initializers:
+            tensor_type = inp.type.tensor_type
+            shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor_type.shape.dim]
+            signatures[inp.name] = (tensor_type.elem_type, shape)
+    return signatures
+
+
+def tensor_like(rng: np.random.Generator, elem_type: int, shape: list[int], low: float, high: float) -> np.ndarray:
+    """Uniform values in [low, high) of the numpy dtype matching ``elem_type`` (float32 if unknown)."""
+    dtype = _NP_FROM_ONNX.get(elem_type, np.float32)
+    if np.issubdtype(dtype, np.floating):
+        return rng.uniform(low, high, size=shape).astype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    return rng.integers(int(low), int(high) + 1, size=shape).astype(dtype)
 
 
 FALLBACK_ENTRY = "checks.ort_runtime:fallback_child"

@@ -41,6 +41,11 @@ class ReduceOptions:
     force_fallback_shape_inference: bool = False
     load_inputs: Sequence[Path] = ()
     seed: int = 1
+    ignore_external_data: bool = False
+    fp_to_fp16: bool = False
+    val_ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    data_loader_script: str | None = None
+    save: modelio.SaveOptions = field(default_factory=modelio.SaveOptions)
     link_weights: bool = False
     """Hardlink weight files beside iteration models (see WeightSources.hardlink); otherwise the
     model's own files are referenced in place when the work folder is the model's folder, and
@@ -58,6 +63,10 @@ class ReduceOptions:
             f"seed={self.seed}",
         ]
         parts += [f"inputs={_file_digest(path)}" for path in self.load_inputs]
+        parts += [f"val-range={sorted(self.val_ranges.items())}"] if self.val_ranges else []
+        if self.data_loader_script:
+            parts.append(f"data-loader={_file_digest(Path(self.data_loader_script.partition(':')[0]))}")
+        parts += [f"ignore-external-data={self.ignore_external_data}", f"fp16={self.fp_to_fp16}"]
         return " ".join(parts)
 
 
@@ -95,7 +104,7 @@ class Workspace:
         modelio.write_iteration_bytes(data, path, self.sources)
 
     def save_self_contained(self, candidate: Candidate, path: Path) -> Path | None:
-        return modelio.save_self_contained(self.model_for(candidate), path, self.sources)
+        return modelio.save_self_contained(self.model_for(candidate), path, self.sources, self.options.save)
 
     def _frozen_values(self, candidate: Candidate) -> Mapping[str, np.ndarray] | None:
         if candidate.primary is None:
@@ -129,7 +138,9 @@ def _ort_max_ir_version() -> int | None:
 
 def load_workspace(options: ReduceOptions, log: Log) -> Workspace:
     """Load, validate and prepare ``options.model``; move inline weights out once."""
-    model, sources = modelio.load_model(options.model, options.external_data_dir)
+    model, sources = modelio.load_model(options.model, options.external_data_dir, options.ignore_external_data)
+    if options.fp_to_fp16:
+        model, sources = _to_fp16(model, sources, log)
     prepared = prepare(model, options.input_shapes, shape_inference=options.shape_inference)
     options.work_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".onnx-reducer-", dir=options.work_dir))
@@ -159,8 +170,7 @@ def _prepare_workspace(
     moved = modelio.externalize_inline_weights(prepared, sources, inline_weights, location=inline_weights.name)
     if moved:
         log.info(f"Moved {moved / 1e6:.1f} MB of inline weights to a reference file once; iterations copy none.")
-    samples = merge_samples([load_tensor_file(p) for p in options.load_inputs]) if options.load_inputs else []
-    values = dict(samples[0]) if samples else {}
+    values = initial_values(options, prepared)
     workspace = Workspace(GraphIndex.build(prepared), sources, options, log, values, _ort_max_ir_version(), scratch)
     if moved:
         workspace.owned.append(inline_weights)
@@ -168,6 +178,35 @@ def _prepare_workspace(
         run_fallback_inference(workspace)
     warn_about_shapes(workspace.index, log)
     return workspace
+
+
+def _to_fp16(
+    model: onnx.ModelProto, sources: modelio.WeightSources, log: Log
+) -> tuple[onnx.ModelProto, modelio.WeightSources]:
+    """Polygraphy's --fp-to-fp16: every floating-point tensor converted with onnxconverter-common."""
+    from onnxconverter_common import float16
+
+    log.info("Converting the model's floating-point tensors to fp16 (--fp-to-fp16).")
+    modelio.inline_external_data(model, sources)
+    converted: onnx.ModelProto = float16.convert_float_to_float16(model, keep_io_types=False)
+    return converted, modelio.WeightSources(hardlink=sources.hardlink)
+
+
+def initial_values(options: ReduceOptions, model: onnx.ModelProto) -> TensorMap:
+    """Tensor values known before any run: a --data-loader-script's first feed (it overrides the
+    other data options, as in Polygraphy), then --load-inputs, then --val-range inputs."""
+    from engine.data_loader import feeds_from_script, ranged_inputs
+
+    values: TensorMap = feeds_from_script(options.data_loader_script) if options.data_loader_script else {}
+    samples = merge_samples([load_tensor_file(p) for p in options.load_inputs]) if options.load_inputs else []
+    for name, value in (samples[0] if samples else {}).items():
+        values.setdefault(name, value)
+    if options.val_ranges:
+        from checks.ort_runtime import input_signatures
+
+        for name, value in ranged_inputs(input_signatures(model), options.val_ranges, options.seed).items():
+            values.setdefault(name, value)
+    return values
 
 
 def _has_untyped_tensors(index: GraphIndex) -> bool:

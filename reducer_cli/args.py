@@ -266,8 +266,93 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
     out.add_argument("-q", "--quiet", action="count", default=0, help="Less log output.")
     out.add_argument("--no-progress", dest="progress", action="store_false", help="No live progress line.")
     out.add_argument("--summary-json", default=None, help="[onnx-reducer] Write the final summary as JSON here.")
+    _add_polygraphy_compat_args(parser)
     _add_spec_args(parser)
     _add_check_args(parser)
+
+
+def _add_polygraphy_compat_args(parser: argparse.ArgumentParser) -> None:
+    """The rest of `polygraphy debug reduce`'s options, with its spelling and meaning, so that
+    switching tools means changing only the command name."""
+    log = parser.add_argument_group("Logging (Polygraphy-compatible)")
+    log.add_argument("--silent", action="store_true", help="Disable all output.")
+    log.add_argument(
+        "--verbosity",
+        nargs="+",
+        default=None,
+        help="Polygraphy verbosity names (e.g. INFO, VERBOSE, WARNING); per-path values are "
+        "accepted and the last name decides.",
+    )
+    log.add_argument(
+        "--log-format",
+        nargs="+",
+        choices=["timestamp", "line-info", "no-colors"],
+        default=[],
+        help="'timestamp' prefixes log lines with the time; the others are accepted (no colors "
+        "are used, line info is not recorded).",
+    )
+    log.add_argument("--log-file", default=None, help="Also write the log to this file.")
+    save = parser.add_argument_group("Saving the reduced models (Polygraphy-compatible)")
+    save.add_argument(
+        "--save-external-data",
+        "--external-data-path",
+        dest="save_external_data",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="EXTERNAL_DATA_PATH",
+        help="Save the weights of -o/--min-good models in external file(s) beside them (default name: <model>.data).",
+    )
+    save.add_argument(
+        "--external-data-size-threshold",
+        default=None,
+        help="Tensors at least this big (bytes, or with a K/M/G suffix) go to the external file.",
+    )
+    save.add_argument(
+        "--no-save-all-tensors-to-one-file",
+        dest="all_tensors_to_one_file",
+        action="store_false",
+        help="With --save-external-data, one file per tensor.",
+    )
+    load = parser.add_argument_group("Loading (Polygraphy-compatible)")
+    load.add_argument(
+        "--ignore-external-data",
+        action="store_true",
+        help="Load only the model's structure, without its weights: iteration models reference "
+        "weight files that are not there (for checks that need no weights).",
+    )
+    load.add_argument(
+        "--fp-to-fp16",
+        action="store_true",
+        help="Convert the model's floating-point tensors to fp16 before reducing (onnxconverter-common).",
+    )
+    load.add_argument(
+        "--no-onnxruntime-shape-inference",
+        action="store_true",
+        help="Accepted; onnx-reducer always uses onnx.shape_inference (or fallback inference).",
+    )
+    data = parser.add_argument_group("Data loader, for fallback inference and frozen branches (Polygraphy-compatible)")
+    data.add_argument(
+        "--val-range",
+        nargs="+",
+        default=[],
+        help="Range of generated values: [min,max] for every input, NAME:[min,max] for one.",
+    )
+    data.add_argument(
+        "--iterations", "--iters", type=int, default=1, help="Accepted; fallback inference uses the first sample."
+    )
+    data.add_argument(
+        "--data-loader-backend-module",
+        choices=["numpy", "torch"],
+        default="numpy",
+        help="Accepted; inputs are generated with numpy.",
+    )
+    data.add_argument(
+        "--data-loader-script",
+        default=None,
+        help="SCRIPT.py[:FUNC] defining a function (default load_data) that yields "
+        "Dict[str, np.ndarray]; its first feed dict is used.",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -37,5 +37,5 @@ def describe(model: onnx.ModelProto) -> list[str]:
 
 
 def inspect_model(path: str, external_data_dir: str | None = None) -> str:
-    model, _ = modelio.load_model(path, external_data_dir)
+    model, _ = modelio.load_model(path, external_data_dir, ignore_external_data=True)  # structure only
     return "\n".join(describe(model))

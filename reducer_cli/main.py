@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from reducer_cli import args as cli_args
 from reducer_cli import service_cmd
-from reducer_cli.progress import ProgressReporter
+from reducer_cli.progress import ProgressReporter, reporter_from_args
 from reducer_core.errors import (
     InvalidModelError,
     OriginalDidNotFailError,
@@ -21,7 +22,7 @@ def _reduce(ns: argparse.Namespace) -> int:
     from engine.workspace import load_workspace
     from reducer_cli.reduce_cmd import Session, build_check, options_from_args, write_summary_json
 
-    log = ProgressReporter(live=ns.progress, quiet=ns.quiet > 0)
+    log = _reporter(ns)
     if not ns.output and not ns.min_good:
         raise UsageError("Give -o/--output (where to write the reduced model) and/or --min-good.")
     check = build_check(ns)
@@ -53,12 +54,26 @@ def _inspect(ns: argparse.Namespace) -> int:
     return cli_args.EXIT_OK
 
 
+def _reporter(ns: argparse.Namespace) -> ProgressReporter:
+    """The log of this command: ``reduce`` honours -q/-v/--silent/--verbosity/--log-format/--log-file."""
+    reporter = getattr(ns, "reporter", None)
+    return reporter if isinstance(reporter, ProgressReporter) else ProgressReporter(live=False)
+
+
 def run(argv: Sequence[str]) -> int:
     ns = cli_args.build_parser().parse_args(list(argv))
     handlers = {"reduce": _reduce, "inspect": _inspect, "golden": _golden, **service_cmd.HANDLERS}
-    log = ProgressReporter(live=False)
+    with contextlib.ExitStack() as stack:
+        if ns.command == "reduce":
+            log_file = stack.enter_context(open(ns.log_file, "a")) if ns.log_file else None
+            ns.reporter = reporter_from_args(ns, log_file)
+        return _run_handler(handlers[ns.command], ns, _reporter(ns))
+
+
+def _run_handler(handler: Callable[[argparse.Namespace], int], ns: argparse.Namespace, log: ProgressReporter) -> int:
+    """Run a command; the errors it raises on purpose become a message and an exit code."""
     try:
-        return handlers[ns.command](ns)
+        return handler(ns)
     except OriginalDidNotFailError as exc:
         log.error(str(exc))
         return cli_args.EXIT_ORIGINAL_PASSED

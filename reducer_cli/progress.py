@@ -2,19 +2,46 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
+import time
 from typing import TextIO
 
 from reducer_core.reducer import IterationRecord, ReductionResult
 
+QUIET_VERBOSITIES = {"WARNING", "ERROR", "CRITICAL"}
+
 
 class ProgressReporter:
-    def __init__(self, stream: TextIO | None = None, live: bool = True, quiet: bool = False) -> None:
+    """Log lines go to ``stream`` (stderr) and, with ``log_file``, to that file too; ``silent``
+    prints nothing; ``timestamps`` prefixes every line with the time (Polygraphy's --log-format)."""
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        live: bool = True,
+        quiet: bool = False,
+        silent: bool = False,
+        timestamps: bool = False,
+        log_file: TextIO | None = None,
+    ) -> None:
         # Resolved now, not at import: a caller that redirected sys.stderr gets the log there.
         self.stream = stream if stream is not None else sys.stderr
-        self.live = live and self.stream.isatty()
-        self.quiet = quiet
+        self.silent = silent
+        self.live = live and self.stream.isatty() and not silent
+        self.quiet = quiet or silent
+        self.timestamps = timestamps
+        self.log_file = log_file
         self.total_nodes = 0
+
+    def _emit(self, line: str) -> None:
+        if self.timestamps:
+            line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}"
+        if self.log_file is not None:
+            print(line, file=self.log_file, flush=True)
+        if not self.silent:
+            self._clear()
+            print(line, file=self.stream, flush=True)
 
     def iteration(self, record: IterationRecord) -> None:
         if self.quiet:
@@ -24,12 +51,10 @@ class ProgressReporter:
         outcome = "FAIL (reproduces)" if record.reproduces else f"{verdict.kind.value.upper()}"
         if not record.reproduces and verdict.kind.value == "fail":
             outcome = f"FAIL (other signature: {verdict.signature})"
-        line = (
+        self._emit(
             f"[I] iteration {record.number:>4} | {record.phase:<15} | candidate {len(record.candidate):>6} nodes "
             f"| {outcome:<18} | check {source:>8} | best {record.best_size}"
         )
-        self._clear()
-        print(line, file=self.stream, flush=True)
         if self.live:
             done = 1.0 - record.best_size / self.total_nodes if self.total_nodes else 0.0
             bar = "#" * int(done * 30)
@@ -42,21 +67,30 @@ class ProgressReporter:
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            self._clear()
-            print(f"[I] {message}", file=self.stream, flush=True)
+            self._emit(f"[I] {message}")
 
     def warning(self, message: str) -> None:
-        self._clear()
-        print(f"[W] {message}", file=self.stream, flush=True)
+        self._emit(f"[W] {message}")
 
     def error(self, message: str) -> None:
-        self._clear()
-        print(f"[E] {message}", file=self.stream, flush=True)
+        self._emit(f"[E] {message}")
 
     def summary(self, result: ReductionResult) -> None:
-        self._clear()
-        for line in summary_lines(result):
-            print(f"[I] {line}", file=self.stream, flush=True)
+        if not self.quiet:
+            for line in summary_lines(result):
+                self._emit(f"[I] {line}")
+
+
+def reporter_from_args(ns: argparse.Namespace, log_file: TextIO | None = None) -> ProgressReporter:
+    """-q/-v, and Polygraphy's --silent, --verbosity (the last name decides) and --log-format."""
+    verbosity = (ns.verbosity or [""])[-1].rpartition(":")[2].upper()
+    return ProgressReporter(
+        live=ns.progress,
+        quiet=ns.quiet > 0 or verbosity in QUIET_VERBOSITIES,
+        silent=ns.silent,
+        timestamps="timestamp" in ns.log_format,
+        log_file=log_file,
+    )
 
 
 def summary_lines(result: ReductionResult) -> list[str]:

@@ -18,7 +18,9 @@ import onnx
 
 from checks.command import CommandCheck, tail
 from checks.interactive import InteractiveCheck
+from checks.memory import parse_size
 from checks.spec import CheckSpec, ModelCheck, load_check_spec
+from engine.data_loader import parse_val_ranges
 from engine.localize import Localization
 from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.progress import ProgressReporter
@@ -47,8 +49,27 @@ def options_from_args(args: argparse.Namespace) -> ReduceOptions:
         force_fallback_shape_inference=args.force_fallback_shape_inference,
         load_inputs=[Path(p) for p in args.load_inputs],
         seed=args.seed,
+        ignore_external_data=args.ignore_external_data,
+        fp_to_fp16=args.fp_to_fp16,
+        val_ranges=parse_val_ranges(args.val_range),
+        data_loader_script=args.data_loader_script,
+        save=modelio.SaveOptions(
+            external_location=args.save_external_data,
+            size_threshold=_threshold_bytes(args.external_data_size_threshold),
+            all_tensors_to_one_file=args.all_tensors_to_one_file,
+        ),
         link_weights=args.link_weights,
     )
+
+
+def _threshold_bytes(text: str | None) -> int:
+    """Polygraphy's --external-data-size-threshold: bytes, or with a K/M/G suffix (KiB/MiB/GiB)."""
+    if text is None:
+        return modelio.INLINE_LIMIT_BYTES
+    try:
+        return parse_size(text, minimum=0)
+    except ValueError as exc:
+        raise UsageError(f"--external-data-size-threshold {exc}") from None
 
 
 def spec_from_args(args: argparse.Namespace) -> CheckSpec | None:

@@ -141,8 +141,13 @@ def check_external_bounds(tensor: onnx.TensorProto, path: Path) -> None:
         )
 
 
-def load_model(path: str | Path, external_data_dir: str | Path | None = None) -> tuple[onnx.ModelProto, WeightSources]:
-    """Load ``path`` without its weights; validate and resolve every external-data reference."""
+def load_model(
+    path: str | Path, external_data_dir: str | Path | None = None, ignore_external_data: bool = False
+) -> tuple[onnx.ModelProto, WeightSources]:
+    """Load ``path`` without its weights; validate and resolve every external-data reference.
+
+    ``ignore_external_data`` (Polygraphy's option): the structure only; external references are
+    left unresolved, so the weights are neither read, linked nor copied."""
     path = Path(path)
     if not path.is_file():
         raise InvalidModelError(f"Model file '{path}' does not exist.")
@@ -160,6 +165,8 @@ def load_model(path: str | Path, external_data_dir: str | Path | None = None) ->
         )
     base_dir = Path(external_data_dir) if external_data_dir else path.parent
     sources = WeightSources()
+    if ignore_external_data:
+        return model, sources
     for tensor in all_tensors(model.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
@@ -300,15 +307,23 @@ def _copy_range(source: Path, offset: int, length: int, sink: BinaryIO) -> None:
             left -= len(chunk)
 
 
+def _resolvable_external(model: onnx.ModelProto, sources: WeightSources) -> list[onnx.TensorProto]:
+    """External tensors whose weight file is known (all of them unless external data is ignored)."""
+    return [
+        t
+        for t in all_tensors(model.graph)
+        if t.data_location == onnx.TensorProto.EXTERNAL and _external_info(t).get("location") in sources.files
+    ]
+
+
 def inline_external_data(model: onnx.ModelProto, sources: WeightSources) -> None:
     """Read every external tensor's bytes into the model, in place (for runtimes and converters
     that need weights in memory). Locations were validated by ``load_model``."""
-    for tensor in all_tensors(model.graph):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            raw = _read_external(tensor, sources)
-            del tensor.external_data[:]
-            tensor.data_location = onnx.TensorProto.DEFAULT
-            tensor.raw_data = raw
+    for tensor in _resolvable_external(model, sources):
+        raw = _read_external(tensor, sources)
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        tensor.raw_data = raw
 
 
 def load_model_with_weights(path: str | Path) -> onnx.ModelProto:
@@ -321,35 +336,65 @@ def load_model_with_weights(path: str | Path) -> onnx.ModelProto:
     return model
 
 
-def save_self_contained(model: onnx.ModelProto, path: str | Path, sources: WeightSources) -> Path | None:
+@dataclass(frozen=True)
+class SaveOptions:
+    """Polygraphy's --save-external-data [PATH], --external-data-size-threshold and
+    --no-save-all-tensors-to-one-file, for the models written at the end of a reduction."""
+
+    external_location: str | None = None  # None: inline when possible; "": "<name>.data"
+    size_threshold: int = INLINE_LIMIT_BYTES
+    all_tensors_to_one_file: bool = True
+
+
+def save_self_contained(
+    model: onnx.ModelProto, path: str | Path, sources: WeightSources, options: SaveOptions | None = None
+) -> Path | None:
     """Write ``model`` with its weights materialised: inline, or in ``<name>.data`` beside it when
-    they exceed protobuf's 2 GB limit (copied in bounded chunks). Returns that data file, if any.
+    they exceed protobuf's 2 GB limit (copied in bounded chunks), or as ``options`` ask. Returns
+    the data file written, if any.
 
     Files are written under temporary names and moved into place, so saving over the model being
     reduced (whose weights may be ``<name>.data`` themselves) never truncates its own source."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    options = options or SaveOptions()
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    external = [t for t in all_tensors(out.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    external = _resolvable_external(out, sources)
     total = sum(_external_span(t, sources)[2] for t in external) + out.ByteSize()
-    data_path: Path | None = None
-    if total < PROTOBUF_LIMIT_BYTES:
-        inline_external_data(out, sources)
-    else:
-        data_path = path.with_name(path.name + ".data")
-        tmp_data = data_path.with_name(data_path.name + ".tmp")
-        with open(tmp_data, "wb") as sink:
-            for tensor in external:
-                source, offset, length = _external_span(tensor, sources)
-                start = sink.tell()
-                _copy_range(source, offset, length, sink)
-                sink.write(b"\0" * (-length % 4096))
-                _set_external(tensor, data_path.name, start, length)
-        os.replace(tmp_data, data_path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(out.SerializeToString())
-    os.replace(tmp, path)
+    if total >= PROTOBUF_LIMIT_BYTES:
+        return _save_with_copied_data(out, path, sources, external, options.external_location or None)
+    inline_external_data(out, sources)
+    if options.external_location is None:
+        _write_atomic(path, out.SerializeToString())
+        return None
+    location = options.external_location or f"{path.name}.data"
+    onnx.save_model(
+        out,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=options.all_tensors_to_one_file,
+        location=location,
+        size_threshold=options.size_threshold,
+    )
+    return path.with_name(location) if options.all_tensors_to_one_file else None
+
+
+def _save_with_copied_data(
+    out: onnx.ModelProto, path: Path, sources: WeightSources, external: list[onnx.TensorProto], location: str | None
+) -> Path:
+    """Over 2 GB: copy each tensor's bytes into one data file in bounded chunks."""
+    data_path = path.with_name(location or path.name + ".data")
+    tmp_data = data_path.with_name(data_path.name + ".tmp")
+    with open(tmp_data, "wb") as sink:
+        for tensor in external:
+            source, offset, length = _external_span(tensor, sources)
+            start = sink.tell()
+            _copy_range(source, offset, length, sink)
+            sink.write(b"\0" * (-length % 4096))
+            _set_external(tensor, data_path.name, start, length)
+    os.replace(tmp_data, data_path)
+    _write_atomic(path, out.SerializeToString())
     return data_path
 
 
