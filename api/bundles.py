@@ -15,16 +15,34 @@ from pathlib import Path, PurePosixPath
 from api.problems import ProblemError
 
 
-def _bad(detail: str) -> ProblemError:
-    return ProblemError(422, "Unsafe bundle", detail)
+def _bad(detail: str, title: str = "Unsafe bundle") -> ProblemError:
+    return ProblemError(422, title, detail)
 
 
-def _check_name(name: str) -> None:
+def _check_name(name: str, label: str = "Bundle", title: str = "Unsafe bundle") -> None:
     path = PurePosixPath(name.replace("\\", "/"))
     if path.is_absolute() or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
-        raise _bad(f"Bundle member '{name}' has an absolute path; use paths relative to the bundle.")
+        raise _bad(f"{label} member '{name}' has an absolute path; use paths relative to the archive.", title)
     if ".." in path.parts:
-        raise _bad(f"Bundle member '{name}' contains '..'; keep every file inside the bundle.")
+        raise _bad(f"{label} member '{name}' contains '..'; keep every file inside the archive.", title)
+
+
+def check_zip_members(
+    archive: zipfile.ZipFile, max_bytes: int, label: str = "Bundle", title: str = "Unsafe bundle"
+) -> list[zipfile.ZipInfo]:
+    """Every member of a zip, checked before anything is read: relative names without '..', no
+    symlinks, and at most ``max_bytes`` unpacked in all (zip bombs; a member never reads back more
+    than it declares). ``label`` and ``title`` name the upload in the 422 problem."""
+    infos = archive.infolist()
+    total = 0
+    for info in infos:
+        _check_name(info.filename, label, title)
+        if stat.S_ISLNK(info.external_attr >> 16):
+            raise _bad(f"{label} member '{info.filename}' is a symlink; archives must hold real files.", title)
+        total += info.file_size
+        if total > max_bytes:
+            raise _bad(f"The {label.lower()} unpacks to more than {max_bytes} bytes.", title)
+    return infos
 
 
 def is_bundle(path: Path) -> bool:
@@ -69,15 +87,7 @@ def _extract_tar(archive: Path, dest: Path, max_bytes: int) -> None:
 def _extract_zip(archive: Path, dest: Path, max_bytes: int) -> None:
     try:
         with zipfile.ZipFile(archive) as bundle:
-            infos = bundle.infolist()
-            total = 0
-            for info in infos:
-                _check_name(info.filename)
-                if stat.S_ISLNK(info.external_attr >> 16):
-                    raise _bad(f"Bundle member '{info.filename}' is a symlink; bundles must hold real files.")
-                total += info.file_size
-                if total > max_bytes:
-                    raise _bad(f"The bundle unpacks to more than {max_bytes} bytes.")
+            infos = check_zip_members(bundle, max_bytes)
             for info in infos:
                 target = dest / PurePosixPath(info.filename.replace("\\", "/"))
                 if info.is_dir():

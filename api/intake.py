@@ -15,6 +15,7 @@ from fastapi import Request
 from sqlalchemy.exc import IntegrityError
 
 from api.bundles import extract_bundle, find_model, is_bundle
+from api.golden import suffix_for, validate_golden
 from api.problems import ProblemError
 from api.services import Services
 from api.uploads import UploadedForm, read_form
@@ -43,7 +44,18 @@ def _parse_spec(form: UploadedForm, allow_command: bool) -> CheckSpec:
         raise ProblemError(422, "Invalid check spec", "The form needs a 'check_spec' field (YAML or JSON text).")
     try:
         spec = parse_check_spec(text)
-        build_check(spec, golden=None, allow_command=allow_command)
+    except CheckSpecError as exc:
+        raise ProblemError(422, "Invalid check spec", str(exc)) from exc
+    if spec.kind == "golden" and form.golden is None:
+        raise ProblemError(
+            422,
+            "Invalid check spec",
+            "kind: 'golden' compares against stored values: upload them in the 'golden' file field "
+            "(the file written by `onnx-reducer golden MODEL -o GOLDEN`, or Polygraphy JSON).",
+        )
+    golden = form.golden.path.with_suffix(".golden") if form.golden is not None else None
+    try:
+        build_check(spec, golden=golden, allow_command=allow_command)
     except CheckSpecError as exc:
         raise ProblemError(422, "Invalid check spec", str(exc)) from exc
     return spec
@@ -62,10 +74,10 @@ def _options(form: UploadedForm) -> tuple[str, dict[str, Any]]:
     return mode, options
 
 
-def _safe_filename(name: str) -> str:
+def _safe_filename(name: str, default: str = "model.onnx") -> str:
     base = PurePosixPath(name.replace("\\", "/")).name
     cleaned = "".join(c for c in base if c.isalnum() or c in "._-")[:100].lstrip(".")
-    return cleaned or "model.onnx"
+    return cleaned or default
 
 
 class JobIntake:
@@ -75,13 +87,12 @@ class JobIntake:
         self.staging = services.layout.staging_dir() / uuid.uuid4().hex
         self.job_dir: Path | None = None
         self.blob: StoredBlob | None = None
+        self.golden_blob: StoredBlob | None = None
 
     async def accept(self, request: Request, idempotency_key: str | None) -> Intake:
         self.staging.mkdir(parents=True)
         try:
-            form = await read_form(
-                request, self.staging / "upload.bin", self.settings.max_upload_bytes, self.settings.max_field_bytes
-            )
+            form = await read_form(request, self.staging, self.settings.max_upload_bytes, self.settings.max_field_bytes)
             return self._create(form, idempotency_key)
         except BaseException:
             self._discard()
@@ -108,6 +119,9 @@ class JobIntake:
     def _create(self, form: UploadedForm, idempotency_key: str | None) -> Intake:
         spec = _parse_spec(form, self.settings.allow_command_checks)
         mode, options = _options(form)
+        golden_format = (
+            validate_golden(form.golden.path, self.settings.max_extracted_bytes) if form.golden is not None else None
+        )
         model_path, bundle = self._unpack(form)
         nodes = validate_model(
             model_path, form.size, self.settings.declared_bytes_floor, self.settings.declared_bytes_factor
@@ -121,6 +135,8 @@ class JobIntake:
         store = self.services.layout.store
         assert form.file_path is not None
         self.blob = store.adopt(form.file_path, form.sha256, form.size)
+        if form.golden is not None:
+            self.golden_blob = store.adopt(form.golden.path, form.golden.sha256, form.golden.size)
         job = Job(
             id=job_id,
             team_id=self.team.id,
@@ -142,6 +158,14 @@ class JobIntake:
                 JobRepository(session).add(job)
                 meta = {"bundle": bundle, "filename": job.model_filename}
                 ArtifactRepository(session).put(job_id, ArtifactKind.ORIGINAL, "original", self.blob, meta)
+                if form.golden is not None and self.golden_blob is not None and golden_format is not None:
+                    golden_meta = {
+                        "format": golden_format,
+                        "filename": _safe_filename(form.golden.filename, "golden" + suffix_for(golden_format)),
+                    }
+                    ArtifactRepository(session).put(
+                        job_id, ArtifactKind.GOLDEN, "golden", self.golden_blob, golden_meta
+                    )
                 EventRepository(session).append(job_id, EventKind.QUEUED, {"status": "queued", "nodes_before": nodes})
         except IntegrityError:
             existing = self._existing(idempotency_key)
@@ -163,9 +187,11 @@ class JobIntake:
         if self.job_dir is not None:
             shutil.rmtree(self.job_dir, ignore_errors=True)
             self.job_dir = None
-        if self.blob is not None:
+        for blob in (self.blob, self.golden_blob):
+            if blob is None:
+                continue
             with self.services.db.session() as session:
-                referenced = ArtifactRepository(session).references(self.blob.key)
+                referenced = ArtifactRepository(session).references(blob.key)
             if not referenced:
-                self.services.layout.store.delete(self.blob.key)
-            self.blob = None
+                self.services.layout.store.delete(blob.key)
+        self.blob = self.golden_blob = None

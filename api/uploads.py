@@ -1,6 +1,7 @@
-"""Streaming multipart parsing: the ``model`` part goes straight to a file with a running sha256
-(never into memory); only the known text fields are kept, each capped; parts of any other name are
-skipped unread into memory. Every byte of the body counts against one total limit (the model's
+"""Streaming multipart parsing: the file parts (``model``, and the optional ``golden`` values) go
+straight to files with a running sha256 each (never into memory); only the known text fields are
+kept, each capped; parts of any other name are skipped unread into memory. The file parts together
+may hold at most the upload limit, and every byte of the body counts against one total limit (that
 limit plus a fixed allowance for the form), chunked or not: over it the request is answered 413 as
 soon as the limit is crossed (or at once, from ``Content-Length``). A malformed body answers 400; a
 client that disconnects mid-upload leaves nothing behind."""
@@ -26,10 +27,21 @@ if TYPE_CHECKING:
 MULTIPART_OVERHEAD = 1024 * 1024
 MAX_PARTS = 16
 TEXT_FIELDS = frozenset({"check_spec", "mode", "model_path", "reduce_inputs", "reduce_outputs", "pin_signature"})
+FILE_FIELDS = ("model", "golden")
 
 
 class UploadAbortedError(Exception):
     """The client went away mid-upload: nothing was stored, and there is nobody to answer."""
+
+
+@dataclass
+class UploadedFile:
+    """One file part, written to ``path`` as it streamed in."""
+
+    path: Path
+    filename: str
+    size: int = 0
+    sha256: str = ""
 
 
 @dataclass
@@ -39,6 +51,7 @@ class UploadedForm:
     filename: str = ""
     size: int = 0
     sha256: str = ""
+    golden: UploadedFile | None = None
 
 
 def too_large(limit: int) -> ProblemError:
@@ -55,12 +68,14 @@ def malformed(reason: str) -> ProblemError:
 
 
 class _FormSink:
-    """python-multipart callbacks writing the file part to disk and collecting text fields."""
+    """python-multipart callbacks writing the file parts to disk and collecting text fields."""
 
-    def __init__(self, target: Path, max_file: int, max_field: int) -> None:
+    def __init__(self, targets: dict[str, Path], max_file: int, max_field: int) -> None:
         self.form = UploadedForm()
-        self.target, self.max_file, self.max_field = target, max_file, max_field
-        self.digest = hashlib.sha256()
+        self.targets, self.max_file, self.max_field = targets, max_file, max_field
+        self.files: dict[str, UploadedFile] = {}
+        self.digests: dict[str, hashlib._Hash] = {}
+        self.file_bytes = 0
         self.header_field, self.header_value = b"", b""
         self.headers: dict[bytes, bytes] = {}
         self.name = ""
@@ -69,6 +84,7 @@ class _FormSink:
         self.keep = False
         self.parts = 0
         self.sink: BinaryIO | None = None
+        self.sinks: list[BinaryIO] = []
 
     def on_part_begin(self) -> None:
         self.headers, self.buffer = {}, bytearray()
@@ -89,22 +105,27 @@ class _FormSink:
     def on_headers_finished(self) -> None:
         _, options = parse_options_header(self.headers.get(b"content-disposition", b""))
         self.name = options.get(b"name", b"").decode(errors="replace")
-        self.is_file = self.name == "model"
+        self.is_file = self.name in self.targets
         self.keep = self.name in TEXT_FIELDS
         if self.is_file:
-            if self.sink is not None:
-                raise ProblemError(422, "Invalid upload", "Send exactly one 'model' file part.")
-            self.form.filename = options.get(b"filename", b"model.onnx").decode(errors="replace")
-            self.sink = open(self.target, "wb")  # noqa: SIM115 - closed in on_part_end/close
+            if self.name in self.files:
+                raise ProblemError(422, "Invalid upload", f"Send at most one '{self.name}' file part.")
+            default = f"{self.name}.onnx" if self.name == "model" else self.name
+            filename = options.get(b"filename", default.encode()).decode(errors="replace")
+            self.files[self.name] = UploadedFile(self.targets[self.name], filename)
+            self.digests[self.name] = hashlib.sha256()
+            self.sink = open(self.targets[self.name], "wb")  # noqa: SIM115 - closed in on_part_end/close
+            self.sinks.append(self.sink)
 
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
         chunk = data[start:end]
         if self.is_file:
             assert self.sink is not None
-            self.form.size += len(chunk)
-            if self.form.size > self.max_file:
+            self.files[self.name].size += len(chunk)
+            self.file_bytes += len(chunk)
+            if self.file_bytes > self.max_file:  # the model and the golden values together
                 raise too_large(self.max_file)
-            self.digest.update(chunk)
+            self.digests[self.name].update(chunk)
             self.sink.write(chunk)
             return
         if not self.keep:
@@ -116,18 +137,27 @@ class _FormSink:
     def on_part_end(self) -> None:
         if self.is_file and self.sink is not None:
             self.sink.close()
-            self.form.file_path = self.target
+            self.sink = None
+            uploaded = self.files[self.name]
+            uploaded.sha256 = self.digests[self.name].hexdigest()
+            if self.name == "model":
+                self.form.file_path, self.form.filename = uploaded.path, uploaded.filename
+                self.form.size, self.form.sha256 = uploaded.size, uploaded.sha256
+            else:
+                self.form.golden = uploaded
         elif self.keep:
             self.form.fields[self.name] = self.buffer.decode(errors="replace")
         self.buffer, self.keep = bytearray(), False
 
     def close(self) -> None:
-        if self.sink is not None and not self.sink.closed:
-            self.sink.close()
+        for sink in self.sinks:
+            if not sink.closed:
+                sink.close()
 
 
-async def read_form(request: Request, target: Path, max_file: int, max_field: int) -> UploadedForm:
-    """Parse the multipart body into ``target`` (the model part) and the text fields."""
+async def read_form(request: Request, staging: Path, max_file: int, max_field: int) -> UploadedForm:
+    """Parse the multipart body: the model part into ``staging/upload.bin``, the golden values (if
+    sent) into ``staging/golden.bin``, and the text fields."""
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     if content_type != b"multipart/form-data" or b"boundary" not in options:
         raise ProblemError(415, "Unsupported Media Type", "Send the job as multipart/form-data.")
@@ -135,7 +165,7 @@ async def read_form(request: Request, target: Path, max_file: int, max_field: in
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > max_total:
         raise too_large(max_file)
-    sink = _FormSink(target, max_file, max_field)
+    sink = _FormSink({"model": staging / "upload.bin", "golden": staging / "golden.bin"}, max_file, max_field)
     parser = MultipartParser(options[b"boundary"], callbacks=_callbacks(sink))
     total = 0
     try:
@@ -153,7 +183,6 @@ async def read_form(request: Request, target: Path, max_file: int, max_field: in
         sink.close()
     if sink.form.file_path is None:
         raise ProblemError(422, "Invalid upload", "The form has no 'model' file part (the ONNX model or a bundle).")
-    sink.form.sha256 = sink.digest.hexdigest()
     return sink.form
 
 

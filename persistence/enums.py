@@ -26,6 +26,7 @@ class ArtifactKind(enum.StrEnum):
     ITERATION = "iteration"
     MIN_BAD = "min-bad"
     MIN_GOOD = "min-good"
+    GOLDEN = "golden"  # the golden values uploaded with the job (a golden zip or Polygraphy JSON)
 
 
 class EventKind(enum.StrEnum):

@@ -4,7 +4,8 @@ the whole group when asked, so a cancelled job stops within about a second. The 
 limit is the service's ``CHECK_MEMORY_LIMIT_BYTES`` unless the spec asks for less.
 
 ``python -m worker.check_process`` is that child: it reads ``{spec, model, allow_command,
-memory_limit}`` as JSON on stdin and writes ``{verdict, output}`` as JSON on stdout."""
+memory_limit, golden}`` as JSON on stdin and writes ``{verdict, output}`` as JSON on stdout.
+``golden`` is the path of the job's golden-values file, or null."""
 
 from __future__ import annotations
 
@@ -37,11 +38,19 @@ def run_stoppable(
     should_stop: Callable[[], bool],
     work_dir: Path,
     memory_limit_bytes: int | None = None,
+    golden: Path | None = None,
 ) -> tuple[Verdict, str]:
     """Run the check on ``model``; ``should_stop`` is polled about every quarter second.
-    ``memory_limit_bytes``: the check's limit when the spec gives none, and the most it may give."""
+    ``memory_limit_bytes``: the check's limit when the spec gives none, and the most it may give.
+    ``golden``: golden values for the spec's check (``build_check(spec, golden=...)``)."""
     request = json.dumps(
-        {"spec": spec_text, "model": str(model), "allow_command": allow_command, "memory_limit": memory_limit_bytes}
+        {
+            "spec": spec_text,
+            "model": str(model),
+            "allow_command": allow_command,
+            "memory_limit": memory_limit_bytes,
+            "golden": str(golden) if golden is not None else None,
+        }
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "worker.check_process"],
@@ -134,7 +143,8 @@ def main() -> None:
     cap = request.get("memory_limit")
     if cap is not None:
         spec = dataclasses.replace(spec, memory_limit=min(spec.memory_limit or cap, cap))
-    check = build_check(spec, allow_command=bool(request["allow_command"]))
+    golden = request.get("golden")
+    check = build_check(spec, golden=Path(golden) if golden else None, allow_command=bool(request["allow_command"]))
     verdict, output = check.run(Path(request["model"]))
     sys.stdout.write(json.dumps({"verdict": verdict.to_json(), "output": tail(output)}))
 

@@ -10,6 +10,7 @@ row (if any) is reused by the re-run of the check that was interrupted."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -184,6 +185,8 @@ class JobRun:
         self.output = ""
         self.ended = False
         self.heartbeat = _Heartbeat(ctx, job_id, attempt)
+        self.golden: Path | None = None
+        self.golden_identity = ""
 
     def execute(self) -> None:
         self.heartbeat.start()
@@ -239,6 +242,10 @@ class JobRun:
             job = self._held(session)
             self.spec_text, mode, options = job.check_spec, job.mode, dict(job.options)
             state, cached, model_path = job.strategy_state, job.verdict_cache, job.model_path
+            golden = ArtifactRepository(session).get(self.job_id, ArtifactKind.GOLDEN, "golden")
+            golden_source = (
+                (golden.storage_key, golden.sha256, str(golden.meta.get("format", "zip"))) if golden else None
+            )
         self._raise_stop_reason()  # cancelled meanwhile, or out of time already (earlier attempts)
         self.spec: CheckSpec = parse_check_spec(self.spec_text)
         self.workspace = load_workspace(
@@ -251,6 +258,8 @@ class JobRun:
             _Log(),
         )
         try:
+            if golden_source is not None:
+                self._place_golden(*golden_source)
             index = self.workspace.index
             space = SearchSpace(
                 index,
@@ -259,7 +268,8 @@ class JobRun:
                 bool(options.get("reduce_outputs", True)),
             )
             self.strategy = Strategy.from_state(space, state) if state else Strategy(space, mode)
-            self.cache = VerdictCache(index.fingerprint, f"{self.spec.identity} | {self.workspace.options.identity}")
+            identity = f"{self.spec.identity}{self.golden_identity} | {self.workspace.options.identity}"
+            self.cache = VerdictCache(index.fingerprint, identity)
             if cached:
                 self.cache.merge_json(cached)
             self._started_event(len(index))
@@ -275,6 +285,19 @@ class JobRun:
         except BaseException:
             self.workspace.close()
             raise
+
+    def _place_golden(self, key: str, sha256: str, fmt: str) -> None:
+        """The job's golden values beside this attempt's checks, named so that the check reads them
+        in their format (``.json``: Polygraphy JSON; otherwise the golden zip): a hardlink of the
+        stored blob, or a copy across filesystems."""
+        target = self.work_dir / ("golden.json" if fmt == "json" else "golden.golden")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        try:
+            os.link(self.store.path(key), target)
+        except OSError:
+            shutil.copyfile(self.store.path(key), target)
+        self.golden, self.golden_identity = target, f" golden=sha256:{sha256}"
 
     def _started_event(self, nodes: int) -> None:
         attempt = self.attempt
@@ -312,6 +335,7 @@ class JobRun:
                 self._stop_during_check,
                 self.work_dir,
                 self.ctx.check_memory_limit_bytes,
+                self.golden,
             )
         except CheckStoppedError:
             self._raise_stop_reason()

@@ -1,6 +1,7 @@
-"""``GET /v1/jobs/{id}/artifacts/{name}``: min-bad, min-good, original or iteration-N, as an
-attachment. Iteration models reference the job's weights; when they have any, the download is a
-tar of the model and those weight files (assembled on the fly, nothing copied in the store)."""
+"""``GET /v1/jobs/{id}/artifacts/{name}``: min-bad, min-good, original, golden (the golden values
+uploaded with the job) or iteration-N, as an attachment. Iteration models reference the job's
+weights; when they have any, the download is a tar of the model and those weight files (assembled
+on the fly, nothing copied in the store)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,12 @@ from persistence.repositories import ArtifactRepository
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 _ITERATION = re.compile(r"^iteration-(\d{1,9})$")
-_KINDS = {"min-bad": ArtifactKind.MIN_BAD, "min-good": ArtifactKind.MIN_GOOD, "original": ArtifactKind.ORIGINAL}
+_KINDS = {
+    "min-bad": ArtifactKind.MIN_BAD,
+    "min-good": ArtifactKind.MIN_GOOD,
+    "original": ArtifactKind.ORIGINAL,
+    "golden": ArtifactKind.GOLDEN,
+}
 
 
 def _lookup(repo: ArtifactRepository, job_id: str, name: str) -> Artifact | None:
@@ -47,6 +53,8 @@ def download_artifact(job_id: str, name: str, services: ServicesDep, team: TeamD
     store = services.layout.store
     if artifact.kind == ArtifactKind.ORIGINAL.value:
         return _attachment(store.path(artifact.storage_key), job.model_filename)
+    if artifact.kind == ArtifactKind.GOLDEN.value:
+        return _attachment(store.path(artifact.storage_key), str(artifact.meta.get("filename") or f"{job_id}-golden"))
     if artifact.kind == ArtifactKind.ITERATION.value and artifact.meta.get("weights"):
         members = [(f"{name}.onnx", store.path(artifact.storage_key))]
         members += [(loc, store.path(weights[loc].storage_key)) for loc in artifact.meta["weights"]]

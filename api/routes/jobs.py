@@ -40,6 +40,12 @@ _UPLOAD_DOC = {
                     "properties": {
                         "model": {"type": "string", "format": "binary", "description": ".onnx, or .tar/.zip bundle"},
                         "check_spec": {"type": "string", "description": "check spec as YAML or JSON text"},
+                        "golden": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "golden values (`onnx-reducer golden` zip, or Polygraphy JSON): "
+                            "boundary inputs of every candidate; required by kind 'golden'",
+                        },
                         "mode": {"type": "string", "enum": ["auto", "bisect", "linear", "minimize"]},
                         "model_path": {"type": "string", "description": "the model inside a bundle"},
                         "reduce_inputs": {"type": "boolean"},

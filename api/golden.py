@@ -1,0 +1,121 @@
+"""Validate an uploaded ``golden`` file (the form field) before a job exists: the zip that
+``onnx-reducer golden`` writes, or Polygraphy JSON (inputs and/or layerwise outputs). Errors are
+422 problems that name the field; nothing here writes anything.
+
+A golden zip is never unpacked: the checks read it member by member. Its members are still held to
+the bundle rules (relative names without '..', no symlinks, a cap on the unpacked total against zip
+bombs), its manifest must be an onnx-reducer golden manifest whose every entry is a member, and
+every entry must be a plain ``.npy`` array (no pickled objects)."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from api.bundles import check_zip_members
+from api.problems import ProblemError
+from checks.golden import FORMAT, MANIFEST
+from reducer_core.tensors import load_polygraphy_json
+
+GoldenFormat = Literal["zip", "json"]
+TITLE = "Invalid golden values"
+LABEL = "Golden file (field 'golden')"
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+HOW = (
+    "Upload the file written by `onnx-reducer golden MODEL -o GOLDEN`, or Polygraphy JSON "
+    "(`polygraphy run --save-inputs` / `--save-outputs`)."
+)
+
+
+def _invalid(detail: str) -> ProblemError:
+    return ProblemError(422, TITLE, f"The 'golden' field: {detail} {HOW}")
+
+
+def suffix_for(fmt: str) -> str:
+    """The file name ending a check needs to read the stored golden file (``GoldenStore.open``)."""
+    return ".json" if fmt == "json" else ".golden"
+
+
+def validate_golden(path: Path, max_extracted_bytes: int) -> GoldenFormat:
+    """The upload's format; raises ProblemError (422) when it is neither a readable golden zip nor
+    Polygraphy JSON with at least one tensor."""
+    if zipfile.is_zipfile(path):
+        _validate_zip(path, max_extracted_bytes)
+        return "zip"
+    with open(path, "rb") as handle:
+        head = handle.read(4096).lstrip()
+    if head[:1] in (b"[", b"{"):
+        _validate_json(path)
+        return "json"
+    raise _invalid("the upload is neither a golden-values zip nor a JSON document.")
+
+
+def _validate_zip(path: Path, max_bytes: int) -> None:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = {info.filename: info for info in check_zip_members(archive, max_bytes, LABEL, TITLE)}
+            manifest = _manifest(archive, infos)
+            for entry in manifest:
+                _check_entry(archive, infos, entry)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as exc:
+        raise _invalid(f"the zip cannot be read ({exc}).") from exc
+
+
+def _manifest(archive: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo]) -> list[str]:
+    """The manifest's entries (member names)."""
+    info = infos.get(MANIFEST)
+    if info is None:
+        raise _invalid(f"the zip has no {MANIFEST}, so it is not an onnx-reducer golden file.")
+    if info.file_size > MAX_MANIFEST_BYTES:
+        raise _invalid(f"its {MANIFEST} is larger than {MAX_MANIFEST_BYTES} bytes.")
+    try:
+        manifest: Any = json.loads(archive.read(info))
+    except ValueError as exc:
+        raise _invalid(f"its {MANIFEST} is not valid JSON ({exc}).") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise _invalid(f"its {MANIFEST} is not an onnx-reducer golden manifest (format {found!r}, want {FORMAT!r}).")
+    tensors = manifest.get("tensors")
+    if not isinstance(tensors, list) or not tensors:
+        raise _invalid(f"its {MANIFEST} lists no tensors.")
+    entries: list[str] = []
+    for item in tensors:
+        if not (isinstance(item, dict) and all(isinstance(item.get(k), str) for k in ("sample", "name", "entry"))):
+            raise _invalid(f"its {MANIFEST} has a malformed tensor entry: {str(item)[:200]}.")
+        if not item["sample"].isdigit():
+            raise _invalid(f"its {MANIFEST} has a tensor with sample {item['sample'][:50]!r} (want a number).")
+        entries.append(item["entry"])
+    return entries
+
+
+def _check_entry(archive: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo], entry: str) -> None:
+    info = infos.get(entry)
+    if info is None:
+        raise _invalid(f"its {MANIFEST} names '{entry[:200]}', which is not in the zip.")
+    try:
+        with archive.open(info) as handle:
+            version = np.lib.format.read_magic(handle)
+            if version == (1, 0):
+                header = np.lib.format.read_array_header_1_0(handle)
+            elif version == (2, 0):
+                header = np.lib.format.read_array_header_2_0(handle)
+            else:
+                raise ValueError(f"unsupported .npy format version {version}")
+    except ValueError as exc:
+        raise _invalid(f"member '{entry[:200]}' is not a NumPy .npy array ({exc}).") from exc
+    dtype: np.dtype[Any] = header[2]
+    if dtype.hasobject:
+        raise _invalid(f"member '{entry[:200]}' holds Python objects; golden values must be plain arrays.")
+
+
+def _validate_json(path: Path) -> None:
+    try:
+        samples = load_polygraphy_json(path)
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise _invalid(f"the JSON is not Polygraphy tensor data ({type(exc).__name__}: {str(exc)[:300]}).") from exc
+    if not samples:
+        raise _invalid("the JSON holds no tensors.")
