@@ -191,7 +191,9 @@
     body.append("mode", $("mode").value);
     const modelPath = $("model-path").value.trim();
     if (modelPath) body.append("model_path", modelPath);
-    body.append("model", file, file.name); // last: the small fields are read before the upload
+    body.append("model", file, file.name); // last: the small fields are read before the uploads
+    const golden = $("golden").files[0];
+    if (golden) body.append("golden", golden, golden.name);
     const button = $("submit-job");
     button.disabled = true;
     $("submit-state").textContent = `Uploading ${file.name} (${fmtBytes(file.size)})…`;

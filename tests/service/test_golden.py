@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +41,7 @@ target: {runtime: onnxruntime, precision: fp16}
 tolerance: {atol: 0.001, rtol: 0.001}
 """
 MODEL = overflow_model().SerializeToString()
+CLI = [sys.executable, "-m", "reducer_cli.main"]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,7 @@ def golden_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     JSON (one feed dict holding the inputs and every intermediate tensor)."""
     folder = tmp_path_factory.mktemp("golden")
     (folder / "model.onnx").write_bytes(MODEL)
-    command = ["onnx-reducer", "golden", "model.onnx", "-o", "model.golden"]
+    command = [*CLI, "golden", "model.onnx", "-o", "model.golden"]
     subprocess.run(command, cwd=folder, check=True, capture_output=True, timeout=120)
     store = GoldenStore.open(folder / "model.golden")
     save_json([{name: store.read(0, name) for name in store.names(0)}], str(folder / "layerwise.json"))
@@ -71,7 +73,7 @@ def _cli_min_bad(tmp_path: Path, golden: bytes, spec: str) -> bytes:
     (folder / "model.onnx").write_bytes(MODEL)
     (folder / "model.golden").write_bytes(golden)
     (folder / "spec.yaml").write_text(spec)
-    command = ["onnx-reducer", "reduce", "model.onnx", "-o", "min_bad.onnx", "--check-spec", "spec.yaml"]
+    command = [*CLI, "reduce", "model.onnx", "-o", "min_bad.onnx", "--check-spec", "spec.yaml"]
     command += ["--golden", "model.golden", "-q"]
     subprocess.run(command, cwd=folder, check=True, capture_output=True, timeout=300)
     return (folder / "min_bad.onnx").read_bytes()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -319,3 +321,20 @@ def test_the_ui_is_served_without_a_token(service: Service) -> None:
         assert response.status_code == 200 and kind in response.headers["content-type"], asset
     assert httpx.get(service.url + "/ui/").text == index.text
     assert httpx.get(service.url + "/ui/missing.js").headers["content-type"] == "application/problem+json"
+
+
+def test_the_golden_values_file_is_uploaded_with_the_job(service: Service, browser: Browser, tmp_path: Path) -> None:
+    """The optional "Golden values" input sends the file as the job's `golden` field."""
+    onnx.save(build_example_model(), tmp_path / "example.onnx")
+    command = [sys.executable, "-m", "reducer_cli.main", "golden", "example.onnx", "-o", "example.golden"]
+    subprocess.run(command, cwd=tmp_path, check=True, capture_output=True, timeout=120)
+    browser.driver.get(service.url + "/#/new")
+    browser.save_token(service.token)
+    browser.find("golden").send_keys(str(tmp_path / "example.golden"))
+    _submit(browser, tmp_path, "kind: op-present\nops: [Mul]")
+    browser.wait(lambda d: "#/jobs/" in d.current_url, "the job page")
+    job_id = browser.driver.current_url.rsplit("/", 1)[1]
+    with client_for(service.url, service.token) as client:
+        golden = client.get(f"/v1/jobs/{job_id}/artifacts/golden")
+    assert golden.status_code == 200, golden.text
+    assert golden.content == (tmp_path / "example.golden").read_bytes()
