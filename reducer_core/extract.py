@@ -179,10 +179,3 @@ def extract_bytes(
     model.ClearField("graph")
     shell: bytes = model.SerializeToString()
     return shell + _field(_MODEL_GRAPH, body)
-
-
-def model_of(index: GraphIndex, candidate: Candidate) -> str:
-    """A one-line description of a candidate for logs: size and first node labels."""
-    labels = [index.label(n) for n in sorted(candidate.nodes)[:4]]
-    more = f", +{len(candidate) - 4} more" if len(candidate) > 4 else ""
-    return f"{len(candidate)} node(s): {', '.join(labels)}{more}"
