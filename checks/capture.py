@@ -17,14 +17,17 @@ new text may start a match (``Pattern.search(window, pos)``: ``^``/``\\A``/``\\b
 see the real preceding character), and a match that touches the end of a window is only taken
 once more text follows it or the stream has ended (so ``$``, ``\\b`` and look-aheads are judged
 with the real next character). stderr is scanned as if stdout ended with a newline; the junction
-scan judges its first characters with stdout's real end."""
+scan judges its first characters with stdout's real end.
+
+Patterns are ``regex`` patterns (the ``re`` syntax) matched with a time limit: the check's own
+deadline (at least ``MIN_REGEX_S`` for the final scans), so a pattern that backtracks
+catastrophically ends as a ``timeout`` verdict instead of holding the worker for ever."""
 
 from __future__ import annotations
 
 import codecs
 import contextlib
 import os
-import re
 import selectors
 import signal
 import subprocess
@@ -34,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
 
+import regex
+
 from checks.memory import MEMORY_LIMIT_SIGNATURE, MemoryWatch
 from reducer_core.verdict import Verdict, VerdictKind
 
@@ -41,6 +46,7 @@ READ_BYTES = 64 * 1024
 HEAD_CHARS = 256 * 1024
 TAIL_CHARS = 256 * 1024
 REGEX_OVERLAP_CHARS = 64 * 1024
+MIN_REGEX_S = 1.0  # each search gets at least this long, also after the check's deadline
 
 
 class RegexScanner:
@@ -48,14 +54,16 @@ class RegexScanner:
 
     def __init__(
         self,
-        patterns: Sequence[re.Pattern[str]],
+        patterns: Sequence[regex.Pattern[str]],
         overlap: int = REGEX_OVERLAP_CHARS,
         context: str = "",
         carry: str = "",
+        deadline: float | None = None,
     ) -> None:
         self.patterns = list(patterns)
         self.hits = [False] * len(self.patterns)
         self.overlap = overlap
+        self.deadline = deadline  # time.monotonic() after which a search raises TimeoutError
         self._context = context  # the one character before ``_carry`` ("" at the real start)
         self._carry = carry  # the last ``overlap`` characters, searched again with the next text
 
@@ -66,18 +74,22 @@ class RegexScanner:
             start = len(self._context)
             for i, pattern in enumerate(self.patterns):
                 if not self.hits[i]:
-                    self.hits[i] = self._search(pattern, window, start, final)
+                    self.hits[i] = self._search(pattern, window, start, final, self._time_left())
         if len(body) > self.overlap:
             self._context = body[-self.overlap - 1]
             self._carry = body[-self.overlap :]
         else:
             self._carry = body
 
+    def _time_left(self) -> float | None:
+        return None if self.deadline is None else max(self.deadline - time.monotonic(), MIN_REGEX_S)
+
     @staticmethod
-    def _search(pattern: re.Pattern[str], window: str, start: int, final: bool) -> bool:
+    def _search(pattern: regex.Pattern[str], window: str, start: int, final: bool, timeout: float | None) -> bool:
         # Ending at the last character (or just before a trailing newline, for '$'), a match may
         # depend on what comes next: take it only when nothing will.
-        return any(final or match.end() < len(window) - 1 for match in pattern.finditer(window, start))
+        matches = pattern.finditer(window, start, timeout=timeout)
+        return any(final or match.end() < len(window) - 1 for match in matches)
 
     @property
     def context(self) -> str:
@@ -129,7 +141,7 @@ class StreamCapture:
 
     def __init__(
         self,
-        patterns: Sequence[re.Pattern[str]] = (),
+        patterns: Sequence[regex.Pattern[str]] = (),
         context: str = "",
         overlap: int = REGEX_OVERLAP_CHARS,
         kept: BoundedText | None = None,
@@ -159,16 +171,21 @@ class StreamCapture:
 
 
 def matched_patterns(
-    patterns: Sequence[re.Pattern[str]], stdout: StreamCapture, stderr: StreamCapture | None
+    patterns: Sequence[regex.Pattern[str]], stdout: StreamCapture, stderr: StreamCapture | None
 ) -> list[str]:
-    """The patterns (in order) that match ``stdout + stderr``, after both streams were closed."""
+    """The patterns (in order) that match ``stdout + stderr``, after both streams were closed.
+    Raises ``TimeoutError`` when a pattern runs past the scanners' deadline."""
     if stderr is None or stderr.kept.total == 0:
         stdout.scanner.feed("", final=True)
         hits = list(stdout.scanner.hits)
     else:  # stdout's end is not the output's end: the junction scan judges it
         stderr.scanner.feed("", final=True)
         junction = RegexScanner(
-            patterns, stdout.scanner.overlap, context=stdout.scanner.context, carry=stdout.scanner.carry
+            patterns,
+            stdout.scanner.overlap,
+            context=stdout.scanner.context,
+            carry=stdout.scanner.carry,
+            deadline=stdout.scanner.deadline,
         )
         junction.feed(stderr.start, final=len(stderr.start) == stderr.kept.total)
         hits = [a or b or c for a, b, c in zip(stdout.scanner.hits, stderr.scanner.hits, junction.hits, strict=True)]
@@ -187,6 +204,11 @@ class Stopped:
         return Verdict(self.verdict_kind, self.signature, self.detail, duration_s)
 
 
+REGEX_TIMED_OUT = Stopped(
+    VerdictKind.TIMEOUT, "timeout", "matching a fail regex against the output ran past the check's time limit"
+)
+
+
 def pump(
     proc: subprocess.Popen[bytes],
     streams: Sequence[tuple[IO[bytes], StreamCapture]],
@@ -200,6 +222,9 @@ def pump(
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     watch = MemoryWatch.create(proc.pid, memory_limit_bytes)
     timed_out = Stopped(VerdictKind.TIMEOUT, "timeout", f"timed out after {timeout_s or 0:g}s")
+    for _, capture in streams:
+        if capture.scanner.deadline is None:
+            capture.scanner.deadline = deadline
 
     def wait_s() -> float | None:
         """How long to block: until the deadline or the next memory sample, None for ever."""
@@ -226,12 +251,18 @@ def pump(
             for key, _ in selector.select(wait_s()):
                 data = os.read(key.fd, READ_BYTES)
                 if data:
-                    key.data.feed(data)
+                    try:
+                        key.data.feed(data)
+                    except TimeoutError:
+                        return REGEX_TIMED_OUT
                 else:
                     selector.unregister(key.fileobj)
                     key.fileobj.close()  # type: ignore[union-attr]
-    for _, capture in streams:
-        capture.close()
+    try:
+        for _, capture in streams:
+            capture.close()
+    except TimeoutError:
+        return REGEX_TIMED_OUT
     while True:  # the pipes closed; the process may still run (it closed them, or a child holds none)
         if (stopped := over_memory()) is not None:
             return stopped

@@ -10,7 +10,6 @@ own command, as in Polygraphy); spec checks pass ``checks.isolated.safe_child_en
 
 from __future__ import annotations
 
-import re
 import shlex
 import subprocess
 import time
@@ -18,7 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checks.capture import StreamCapture, kill_group, matched_patterns, pump, signal_name
+import regex
+
+from checks.capture import REGEX_TIMED_OUT, StreamCapture, kill_group, matched_patterns, pump, signal_name
 from reducer_core.verdict import Verdict, VerdictKind
 
 OUTPUT_TAIL_CHARS = 4000
@@ -34,10 +35,10 @@ class CommandCheck:
     timeout_s: float | None = None
     memory_limit_bytes: int | None = None  # resident memory of all its processes (``checks.memory``)
     env: Mapping[str, str] | None = None  # None: this process's whole environment (``--check``)
-    compiled: list[re.Pattern[str]] = field(default_factory=list, compare=False)
+    compiled: list[regex.Pattern[str]] = field(default_factory=list, compare=False)
 
     def __post_init__(self) -> None:
-        self.compiled.extend(re.compile(r) for r in self.fail_regexes)
+        self.compiled.extend(regex.compile(r) for r in self.fail_regexes)
 
     @property
     def identity(self) -> str:
@@ -77,7 +78,10 @@ class CommandCheck:
         text = stdout.text() + stderr.text()
         if stopped is not None:
             return stopped.verdict(duration), text
-        matched = matched_patterns(self.compiled, stdout, stderr)
+        try:
+            matched = matched_patterns(self.compiled, stdout, stderr)
+        except TimeoutError:
+            return REGEX_TIMED_OUT.verdict(duration), text
         return self.judge(proc.returncode, text, duration, matched), text
 
     def judge(self, code: int, output: str, duration: float, matched: Sequence[str] | None = None) -> Verdict:

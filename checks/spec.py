@@ -20,12 +20,14 @@ from __future__ import annotations
 import json
 import math
 import re
+import reprlib
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import regex
 import yaml
 
 from checks.memory import parse_size
@@ -41,6 +43,9 @@ PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 ORT_PRECISIONS = ("fp32", "fp16")
 OPTIMIZATIONS = ("all", "extended", "basic", "none")
 DEFAULT_TIMEOUT_S = 600.0
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week; the service also holds timeout x repeat to its job time limit
+MAX_REPEAT = 100
+MAX_NESTING = 32  # mappings/lists inside each other; a spec needs about 4
 GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider")
 
 
@@ -185,12 +190,38 @@ class CheckSpec:
 # parsing and validation
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` without aliases (``*name``: a few bytes of nested aliases expand to
+    gigabytes, "billion laughs") and with at most ``MAX_NESTING`` levels (deeper documents would
+    exhaust the recursion limit)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            raise CheckSpecError("check spec: YAML aliases (*name) are not accepted; write the values out in full")
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise CheckSpecError(f"check spec: nested more than {MAX_NESTING} levels deep; a check spec needs a few")
+        try:
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self.depth -= 1
+
+
 def parse_check_spec(text: str) -> CheckSpec:
     """Parse and validate a YAML or JSON check spec (JSON is YAML). Raises ``CheckSpecError``."""
+    loader = _SpecLoader(text)
     try:
-        document = yaml.safe_load(text)
+        document = loader.get_single_data()
     except yaml.YAMLError as exc:
-        raise CheckSpecError(f"check spec: not valid YAML/JSON: {exc}") from exc
+        raise CheckSpecError(f"check spec: not valid YAML/JSON: {_clip(str(exc), 300)}") from exc
+    except RecursionError as exc:
+        raise CheckSpecError(f"check spec: nested too deeply (at most {MAX_NESTING} levels)") from exc
+    finally:
+        loader.dispose()
     return check_spec_from_dict(document)
 
 
@@ -228,8 +259,8 @@ def check_spec_from_dict(document: Any) -> CheckSpec:
         )
     common: dict[str, Any] = {
         "kind": kind,
-        "timeout": _number(document, "timeout", DEFAULT_TIMEOUT_S, positive=True),
-        "repeat": _integer(document, "repeat", 1, minimum=1),
+        "timeout": _number(document, "timeout", DEFAULT_TIMEOUT_S, positive=True, maximum=MAX_TIMEOUT_S),
+        "repeat": _integer(document, "repeat", 1, minimum=1, maximum=MAX_REPEAT),
         "fail_if": _choice(document, "fail_if", FAIL_IF, "any"),
         "memory_limit": _size(document, "memory_limit"),
     }
@@ -287,8 +318,8 @@ def _parse_command(doc: Mapping[str, Any]) -> dict[str, Any]:
     if codes and ignored:
         raise CheckSpecError("ignore_fail_codes: cannot be combined with fail_codes (as in Polygraphy)")
     regexes = _strings(doc, "fail_regex")
-    for i, regex in enumerate(regexes):
-        _compile(regex, f"fail_regex[{i}]")
+    for i, pattern in enumerate(regexes):
+        _compile(pattern, f"fail_regex[{i}]")
     return {"command": command, "fail_codes": codes, "ignore_fail_codes": ignored, "fail_regex": regexes}
 
 
@@ -372,7 +403,12 @@ def _path(where: str | None, key: str) -> str:
 
 
 def _number(
-    doc: Mapping[str, Any], key: str, default: float, positive: bool = False, where: str | None = None
+    doc: Mapping[str, Any],
+    key: str,
+    default: float,
+    positive: bool = False,
+    where: str | None = None,
+    maximum: float | None = None,
 ) -> float:
     if key not in doc:
         return default
@@ -381,15 +417,19 @@ def _number(
     if not ok:
         bound = "> 0" if positive else ">= 0"
         raise CheckSpecError(f"{_path(where, key)}: must be a number {bound}, got {_show(value)}")
+    if maximum is not None and value > maximum:
+        raise CheckSpecError(f"{_path(where, key)}: must be at most {maximum:g}, got {_show(value)}")
     return float(value)
 
 
-def _integer(doc: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
+def _integer(doc: Mapping[str, Any], key: str, default: int, minimum: int, maximum: int | None = None) -> int:
     if key not in doc:
         return default
     value = doc[key]
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise CheckSpecError(f"{key}: must be an integer >= {minimum}, got {_show(value)}")
+    if maximum is not None and value > maximum:
+        raise CheckSpecError(f"{key}: must be at most {maximum}, got {_show(value)}")
     return value
 
 
@@ -427,16 +467,28 @@ def _integers(doc: Mapping[str, Any], key: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _compile(regex: str, where: str) -> None:
+def _compile(pattern: str, where: str) -> None:
+    """Valid for both engines: ``re`` (``match``, in the check's child) and ``regex`` (``fail_regex``,
+    matched as output streams, with a time limit)."""
     try:
-        re.compile(regex)
-    except re.error as exc:
+        re.compile(pattern)
+        regex.compile(pattern)
+    except (re.error, regex.error) as exc:
         raise CheckSpecError(f"{where}: not a valid regular expression: {exc}") from exc
 
 
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxdict, _SHOW.maxlist, _SHOW.maxtuple = 2, 4, 4, 4
+_SHOW.maxstring, _SHOW.maxother, _SHOW.maxlong = 60, 60, 40
+
+
 def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    """A short repr of a user's value: bounded in depth, items and length (never the whole value)."""
+    return _clip(_SHOW.repr(value), 80)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
+import regex
 
 from checks.capture import BoundedText, RegexScanner, StreamCapture, matched_patterns
+from checks.command import CommandCheck
+from reducer_core.verdict import VerdictKind
 from tests.checks.conftest import ROOT
 
 PATTERNS = [
@@ -43,7 +46,7 @@ TEXTS = [
 @pytest.mark.parametrize("chunk", [1, 2, 3, 5, 8, 1000])
 def test_streamed_matching_agrees_with_a_search_over_the_whole_text(text: str, chunk: int) -> None:
     """Every match here is shorter than the overlap (16), wherever the chunks split it."""
-    patterns = [re.compile(p) for p in PATTERNS]
+    patterns = [regex.compile(p) for p in PATTERNS]
     scanner = RegexScanner(patterns, overlap=16)
     for i in range(0, len(text), chunk):
         scanner.feed(text[i : i + chunk])
@@ -57,7 +60,7 @@ def test_streamed_matching_agrees_with_a_search_over_the_whole_text(text: str, c
 def test_matching_spans_the_stdout_stderr_junction_as_polygraphy_concatenates_them(split: int, chunk: int) -> None:
     text = "start: line 1\nline 2\nline 3 FAILED!\nline 4\nthe end"
     assert len(text) == 50
-    patterns = [re.compile(p) for p in PATTERNS]
+    patterns = [regex.compile(p) for p in PATTERNS]
     out = StreamCapture(patterns, overlap=16)
     err = StreamCapture(patterns, context="\n", overlap=16)
     for capture, part in ((out, text[:split]), (err, text[split:])):
@@ -70,7 +73,7 @@ def test_matching_spans_the_stdout_stderr_junction_as_polygraphy_concatenates_th
 
 
 def test_a_multibyte_character_split_across_reads_is_decoded() -> None:
-    capture = StreamCapture([re.compile("é!")])
+    capture = StreamCapture([regex.compile("é!")])
     data = "café!".encode()
     capture.feed(data[:4])
     capture.feed(data[4:])
@@ -134,3 +137,13 @@ def test_a_check_printing_200_mb_is_matched_at_its_end_with_bounded_memory() -> 
     assert result["isolated_tail"].endswith("the very last line")
     # This interpreter's own peak is ~50 MB; keeping the output whole costs 400+ MB (bytes + text).
     assert result["maxrss_mb"] < 150, result
+
+
+def test_a_catastrophically_backtracking_fail_regex_ends_as_a_timeout() -> None:
+    script = "print('a' * 40 + '!')"
+    check = CommandCheck([sys.executable, "-c", script], fail_regexes=[r"(a|aa)+$"], timeout_s=2)
+    started = time.monotonic()
+    verdict, _ = check.run()
+    assert verdict.kind is VerdictKind.TIMEOUT
+    assert "fail regex" in verdict.detail
+    assert time.monotonic() - started < 30

@@ -60,6 +60,11 @@ def test_json_equals_yaml_and_identity_is_stable() -> None:
         ),
         ("[1, 2]", "check spec: must be a mapping"),
         ("kind: [", "not valid YAML/JSON"),
+        ("kind: op-present\nops: [Mul]\nrepeat: 1000000000", "repeat: must be at most 100"),
+        ("kind: op-present\nops: [Mul]\ntimeout: 100000000", "timeout: must be at most"),
+        ("kind: op-present\nops: &a [Mul]\nnames: *a", "aliases (*name) are not accepted"),
+        ("kind: op-present\nops: " + "[" * 5000 + "]" * 5000, "nested more than 32 levels"),
+        ("kind: op-present\nops: " + "{a: " * 5000 + "1" + "}" * 5000, "nested more than 32 levels"),
     ],
 )
 def test_validation_errors_name_the_field(text: str, message: str) -> None:
@@ -84,3 +89,23 @@ def test_command_checks_are_refused_unless_enabled() -> None:
 def test_golden_kind_needs_a_golden_file() -> None:
     with pytest.raises(CheckSpecError, match="--golden"):
         build_check(parse_check_spec("kind: golden\ntarget: {precision: fp16}"))
+
+
+BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+    for i in range(9)
+)
+
+
+def test_billion_laughs_is_refused_before_anything_expands() -> None:
+    with pytest.raises(CheckSpecError, match="aliases"):
+        parse_check_spec(BILLION_LAUGHS)
+
+
+def test_messages_quote_a_bounded_part_of_a_huge_value() -> None:
+    huge = "kind: op-present\nops: [Mul]\nrepeat: [" + ", ".join(["[" + ", ".join(["'x' "] * 200) + "]"] * 30) + "]"
+    with pytest.raises(CheckSpecError) as info:
+        parse_check_spec(huge)
+    assert "repeat: must be an integer" in str(info.value)
+    assert len(str(info.value)) < 200
