@@ -199,14 +199,14 @@ class _SpecLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.depth = 0
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             raise CheckSpecError("check spec: YAML aliases (*name) are not accepted; write the values out in full")
         self.depth += 1
         if self.depth > MAX_NESTING:
             raise CheckSpecError(f"check spec: nested more than {MAX_NESTING} levels deep; a check spec needs a few")
         try:
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self.depth -= 1
 
