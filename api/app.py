@@ -15,6 +15,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
+from api.intake_pool import IntakePool
 from api.metrics import install_metrics
 from api.problems import install_problem_handlers
 from api.routes import artifacts, events, health, jobs
@@ -54,12 +55,17 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
         enqueue=enqueue or _default_enqueue(settings),
         notify=notify or _default_notify(settings),
         registry=registry,
+        intake=IntakePool(settings.intake_workers, settings.intake_max_pending, settings.retry_after_s),
     )
     services.layout.store  # creates the store's folders  # noqa: B018
+    swept = services.layout.sweep_staging(settings.staging_max_age_s)
+    if swept:
+        log.info("removed %d stale upload staging folder(s) left by an earlier api", len(swept))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
+        services.intake.shutdown()
         db.dispose()
 
     app = FastAPI(

@@ -1,18 +1,28 @@
-"""Safe unpacking of a model bundle (.tar or .zip with external data) into a fresh folder.
+"""Safe unpacking of a model bundle (.tar, .tar.gz/.bz2/.xz or .zip with external data) into a
+fresh folder.
 
-Every member is checked before anything is written: no absolute names, no '..', no symlinks,
-hardlinks or device files, and a cap on the total unpacked size (archive bombs). Tar extraction
+Every member is checked before it is written: no absolute names, no '..', no symlinks, hardlinks
+or device files, at most ``max_members`` members and ``max_bytes`` unpacked in all (archive bombs).
+A tar is read as a stream, member after member, and its decompressed bytes are counted as they are
+read, so a bomb is refused as soon as it crosses the cap, not after it was inflated. Tar extraction
 also uses ``filter="data"``."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import io
+import lzma
 import shutil
 import stat
 import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
+from zlib import error as zlib_error
 
 from api.problems import ProblemError
+
+TAR_MEMBER_OVERHEAD = 1024  # a member's header and padding, counted against the decompressed cap
 
 
 def _bad(detail: str, title: str = "Unsafe bundle") -> ProblemError:
@@ -27,13 +37,32 @@ def _check_name(name: str, label: str = "Bundle", title: str = "Unsafe bundle") 
         raise _bad(f"{label} member '{name}' contains '..'; keep every file inside the archive.", title)
 
 
+def _too_many(label: str, max_members: int, title: str) -> ProblemError:
+    return _bad(
+        f"The {label.lower()} holds more than {max_members} members (MAX_BUNDLE_MEMBERS); pack the model "
+        "with fewer files (e.g. onnx.save_model(..., all_tensors_to_one_file=True)).",
+        title,
+    )
+
+
+def _too_big(label: str, max_bytes: int, title: str) -> ProblemError:
+    return _bad(f"The {label.lower()} unpacks to more than {max_bytes} bytes (MAX_EXTRACTED_BYTES).", title)
+
+
 def check_zip_members(
-    archive: zipfile.ZipFile, max_bytes: int, label: str = "Bundle", title: str = "Unsafe bundle"
+    archive: zipfile.ZipFile,
+    max_bytes: int,
+    label: str = "Bundle",
+    title: str = "Unsafe bundle",
+    max_members: int | None = None,
 ) -> list[zipfile.ZipInfo]:
     """Every member of a zip, checked before anything is read: relative names without '..', no
-    symlinks, and at most ``max_bytes`` unpacked in all (zip bombs; a member never reads back more
-    than it declares). ``label`` and ``title`` name the upload in the 422 problem."""
+    symlinks, at most ``max_members`` members and ``max_bytes`` unpacked in all (zip bombs; a
+    member never reads back more than it declares). ``label`` and ``title`` name the upload in
+    the 422 problem."""
     infos = archive.infolist()
+    if max_members is not None and len(infos) > max_members:
+        raise _too_many(label, max_members, title)
     total = 0
     for info in infos:
         _check_name(info.filename, label, title)
@@ -41,7 +70,7 @@ def check_zip_members(
             raise _bad(f"{label} member '{info.filename}' is a symlink; archives must hold real files.", title)
         total += info.file_size
         if total > max_bytes:
-            raise _bad(f"The {label.lower()} unpacks to more than {max_bytes} bytes.", title)
+            raise _too_big(label, max_bytes, title)
     return infos
 
 
@@ -56,38 +85,79 @@ def _is_tar(path: Path) -> bool:
         return False
 
 
-def extract_bundle(archive: Path, dest: Path, max_bytes: int) -> None:
+def extract_bundle(archive: Path, dest: Path, max_bytes: int, max_members: int) -> None:
     dest.mkdir(parents=True, exist_ok=False)
     if zipfile.is_zipfile(archive):
-        _extract_zip(archive, dest, max_bytes)
+        _extract_zip(archive, dest, max_bytes, max_members)
     else:
-        _extract_tar(archive, dest, max_bytes)
+        _extract_tar(archive, dest, max_bytes, max_members)
 
 
-def _extract_tar(archive: Path, dest: Path, max_bytes: int) -> None:
+class _CappedReader(io.RawIOBase):
+    """A readable stream that refuses to give more than ``cap`` bytes (the decompressed side)."""
+
+    def __init__(self, source: io.BufferedIOBase, cap: int, refusal: ProblemError) -> None:
+        super().__init__()
+        self.source, self.cap, self.refusal, self.count = source, cap, refusal, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self.source.read(len(buffer))
+        self.count += len(data)
+        if self.count > self.cap:
+            raise self.refusal
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _decompressed(archive: Path) -> io.BufferedIOBase:
+    """The tar stream inside ``archive``: gzip, bzip2 and xz are decompressed as they are read."""
+    with open(archive, "rb") as handle:
+        magic = handle.read(6)
+    if magic.startswith(b"\x1f\x8b"):
+        return gzip.open(archive, "rb")
+    if magic.startswith(b"BZh"):
+        return bz2.open(archive, "rb")
+    if magic.startswith(b"\xfd7zXZ\x00"):
+        return lzma.open(archive, "rb")
+    return open(archive, "rb")
+
+
+def _extract_tar(archive: Path, dest: Path, max_bytes: int, max_members: int) -> None:
+    cap = max_bytes + (max_members + 2) * TAR_MEMBER_OVERHEAD
     try:
-        with tarfile.open(archive) as tar:
-            members = tar.getmembers()
-            total = 0
-            for member in members:
-                _check_name(member.name)
-                if member.issym() or member.islnk():
-                    kind = "symlink" if member.issym() else "hardlink"
-                    raise _bad(f"Bundle member '{member.name}' is a {kind}; bundles must hold real files.")
-                if not (member.isfile() or member.isdir()):
-                    raise _bad(f"Bundle member '{member.name}' is not a regular file.")
-                total += member.size
-                if total > max_bytes:
-                    raise _bad(f"The bundle unpacks to more than {max_bytes} bytes.")
-            tar.extractall(dest, members=members, filter="data")
-    except tarfile.TarError as exc:
-        raise _bad(f"The tar bundle cannot be read: {exc}") from exc
+        with _decompressed(archive) as raw:
+            stream = io.BufferedReader(_CappedReader(raw, cap, _too_big("Bundle", max_bytes, "Unsafe bundle")))
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
+                _extract_members(tar, dest, max_bytes, max_members)
+    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError, zlib_error) as exc:
+        raise _bad(f"The tar bundle cannot be read: {type(exc).__name__}") from exc
 
 
-def _extract_zip(archive: Path, dest: Path, max_bytes: int) -> None:
+def _extract_members(tar: tarfile.TarFile, dest: Path, max_bytes: int, max_members: int) -> None:
+    """Check each member as the stream reaches it, then write it (nothing is read twice)."""
+    total = 0
+    for count, member in enumerate(tar, start=1):
+        if count > max_members:
+            raise _too_many("Bundle", max_members, "Unsafe bundle")
+        _check_name(member.name)
+        if member.issym() or member.islnk():
+            kind = "symlink" if member.issym() else "hardlink"
+            raise _bad(f"Bundle member '{member.name}' is a {kind}; bundles must hold real files.")
+        if not (member.isfile() or member.isdir()):
+            raise _bad(f"Bundle member '{member.name}' is not a regular file.")
+        total += member.size
+        if total > max_bytes:
+            raise _too_big("Bundle", max_bytes, "Unsafe bundle")
+        tar.extract(member, dest, filter="data")
+
+
+def _extract_zip(archive: Path, dest: Path, max_bytes: int, max_members: int) -> None:
     try:
         with zipfile.ZipFile(archive) as bundle:
-            infos = check_zip_members(bundle, max_bytes)
+            infos = check_zip_members(bundle, max_bytes, max_members=max_members)
             for info in infos:
                 target = dest / PurePosixPath(info.filename.replace("\\", "/"))
                 if info.is_dir():

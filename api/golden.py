@@ -14,12 +14,10 @@ import zipfile
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
 from api.bundles import check_zip_members
 from api.problems import ProblemError
 from checks.golden import FORMAT, MANIFEST
-from reducer_core.tensors import load_polygraphy_json
+from reducer_core.tensors import load_polygraphy_json, npy_nbytes
 
 GoldenFormat = Literal["zip", "json"]
 TITLE = "Invalid golden values"
@@ -42,14 +40,15 @@ def suffix_for(fmt: str) -> str:
 
 def validate_golden(path: Path, max_extracted_bytes: int) -> GoldenFormat:
     """The upload's format; raises ProblemError (422) when it is neither a readable golden zip nor
-    Polygraphy JSON with at least one tensor."""
+    Polygraphy JSON with at least one tensor. Nothing is decoded beyond ``max_extracted_bytes``:
+    zip members and arrays are measured from their headers first."""
     if zipfile.is_zipfile(path):
         _validate_zip(path, max_extracted_bytes)
         return "zip"
     with open(path, "rb") as handle:
         head = handle.read(4096).lstrip()
     if head[:1] in (b"[", b"{"):
-        _validate_json(path)
+        _validate_json(path, max_extracted_bytes)
         return "json"
     raise _invalid("the upload is neither a golden-values zip nor a JSON document.")
 
@@ -98,23 +97,16 @@ def _check_entry(archive: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo], en
         raise _invalid(f"its {MANIFEST} names '{entry[:200]}', which is not in the zip.")
     try:
         with archive.open(info) as handle:
-            version = np.lib.format.read_magic(handle)
-            if version == (1, 0):
-                header = np.lib.format.read_array_header_1_0(handle)
-            elif version == (2, 0):
-                header = np.lib.format.read_array_header_2_0(handle)
-            else:
-                raise ValueError(f"unsupported .npy format version {version}")
+            nbytes = npy_nbytes(handle)
     except ValueError as exc:
-        raise _invalid(f"member '{entry[:200]}' is not a NumPy .npy array ({exc}).") from exc
-    dtype: np.dtype[Any] = header[2]
-    if dtype.hasobject:
-        raise _invalid(f"member '{entry[:200]}' holds Python objects; golden values must be plain arrays.")
+        raise _invalid(f"member '{entry[:200]}' is not a plain NumPy .npy array ({exc}).") from exc
+    if nbytes > info.file_size:
+        raise _invalid(f"member '{entry[:200]}' declares {nbytes} bytes of data but holds {info.file_size}.")
 
 
-def _validate_json(path: Path) -> None:
+def _validate_json(path: Path, max_bytes: int) -> None:
     try:
-        samples = load_polygraphy_json(path)
+        samples = load_polygraphy_json(path, max_bytes)
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise _invalid(f"the JSON is not Polygraphy tensor data ({type(exc).__name__}: {str(exc)[:300]}).") from exc
     if not samples:

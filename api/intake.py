@@ -1,34 +1,34 @@
-"""``POST /v1/jobs`` behind the route: stream the upload, unpack a bundle safely, validate model and
-check spec, then store the original and create the job in one commit. Whatever fails on the way
-leaves nothing behind (no job row, no blob, no folder)."""
+"""``POST /v1/jobs`` behind the route: stream the upload to a staging folder, inspect it in an
+intake worker process (``api.inspection``: spec, golden values, bundle, model), then store the
+original and create the job in one commit (in a thread). Whatever fails on the way leaves nothing
+behind (no job row, no blob, no folder). The event loop only moves bytes.
+
+An ``Idempotency-Key`` seen before returns that job when the request is the same (model, golden
+values, check spec and options), and 422 when it differs."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import anyio
 from fastapi import Request
 from sqlalchemy.exc import IntegrityError
 
-from api.bundles import extract_bundle, find_model, is_bundle
-from api.golden import suffix_for, validate_golden
+from api.golden import suffix_for
+from api.inspection import Inspection, InspectRequest, Refusal, UploadLimits, safe_filename
 from api.problems import ProblemError
 from api.services import Services
+from api.settings import ApiSettings
 from api.uploads import UploadedForm, read_form
-from api.validation import validate_model
-from checks.spec import CheckSpec, CheckSpecError, build_check, parse_check_spec
 from persistence.contracts import queue_for
 from persistence.enums import ArtifactKind, EventKind, JobStatus
 from persistence.models import Job, Team, new_id
 from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
 from persistence.store import StoredBlob
-from reducer_core.strategies import MODES
-
-_BOOL_FIELDS = ("reduce_inputs", "reduce_outputs", "pin_signature")
 
 
 @dataclass
@@ -36,48 +36,41 @@ class Intake:
     job_id: str
     queue: str
     created: bool
+    status: str = JobStatus.QUEUED.value
 
 
-def _parse_spec(form: UploadedForm, allow_command: bool) -> CheckSpec:
-    text = form.fields.get("check_spec", "").strip()
-    if not text:
-        raise ProblemError(422, "Invalid check spec", "The form needs a 'check_spec' field (YAML or JSON text).")
-    try:
-        spec = parse_check_spec(text)
-    except CheckSpecError as exc:
-        raise ProblemError(422, "Invalid check spec", str(exc)) from exc
-    if spec.kind == "golden" and form.golden is None:
-        raise ProblemError(
-            422,
-            "Invalid check spec",
-            "kind: 'golden' compares against stored values: upload them in the 'golden' file field "
-            "(the file written by `onnx-reducer golden MODEL -o GOLDEN`, or Polygraphy JSON).",
-        )
-    golden = form.golden.path.with_suffix(".golden") if form.golden is not None else None
-    try:
-        build_check(spec, golden=golden, allow_command=allow_command)
-    except CheckSpecError as exc:
-        raise ProblemError(422, "Invalid check spec", str(exc)) from exc
-    return spec
+def upload_limits(settings: ApiSettings) -> UploadLimits:
+    return UploadLimits(
+        max_extracted_bytes=settings.max_extracted_bytes,
+        max_bundle_members=settings.max_bundle_members,
+        max_model_nodes=settings.max_model_nodes,
+        declared_bytes_floor=settings.declared_bytes_floor,
+        declared_bytes_factor=settings.declared_bytes_factor,
+        allow_command_checks=settings.allow_command_checks,
+        job_time_limit_s=settings.job_time_limit_s,
+    )
 
 
-def _options(form: UploadedForm) -> tuple[str, dict[str, Any]]:
+def _same_request(job: Job, form: UploadedForm, golden_sha256: str | None) -> bool:
+    sent_golden = form.golden.sha256 if form.golden is not None else None
     mode = form.fields.get("mode", "auto").strip() or "auto"
-    if mode not in MODES:
-        raise ProblemError(422, "Invalid mode", f"mode '{mode}' is not one of: {', '.join(MODES)}.")
-    options: dict[str, Any] = {}
-    for name in _BOOL_FIELDS:
-        raw = form.fields.get(name, "true").strip().lower()
-        if raw not in ("true", "false", "1", "0"):
-            raise ProblemError(422, "Invalid option", f"{name} must be true or false, not '{raw}'.")
-        options[name] = raw in ("true", "1")
-    return mode, options
+    options = {k: form.fields.get(k, "true").strip().lower() in ("true", "1") for k in job.options}
+    return (
+        job.model_sha256 == form.sha256
+        and job.check_spec == form.fields.get("check_spec")
+        and job.mode == mode
+        and options == job.options
+        and golden_sha256 == sent_golden
+    )
 
 
-def _safe_filename(name: str, default: str = "model.onnx") -> str:
-    base = PurePosixPath(name.replace("\\", "/")).name
-    cleaned = "".join(c for c in base if c.isalnum() or c in "._-")[:100].lstrip(".")
-    return cleaned or default
+def _key_reused() -> ProblemError:
+    return ProblemError(
+        422,
+        "Idempotency-Key reused",
+        "This Idempotency-Key was already used for a different request (another model, golden values, check "
+        "spec or options); use a new key for a new job.",
+    )
 
 
 class JobIntake:
@@ -93,41 +86,54 @@ class JobIntake:
         self.staging.mkdir(parents=True)
         try:
             form = await read_form(request, self.staging, self.settings.max_upload_bytes, self.settings.max_field_bytes)
-            return self._create(form, idempotency_key)
+            if idempotency_key:
+                replay = await anyio.to_thread.run_sync(self._replay, form, idempotency_key)
+                if replay is not None:
+                    return replay
+            inspection = await self._inspect(form)
+            return await anyio.to_thread.run_sync(self._create, form, inspection, idempotency_key)
         except BaseException:
             self._discard()
             raise
         finally:
-            shutil.rmtree(self.staging, ignore_errors=True)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(shutil.rmtree, self.staging, True)
 
-    def _unpack(self, form: UploadedForm) -> tuple[Path, bool]:
+    async def _inspect(self, form: UploadedForm) -> Inspection:
         assert form.file_path is not None
-        model_dir = self.staging / "model"
-        if is_bundle(form.file_path):
-            extract_bundle(form.file_path, model_dir, self.settings.max_extracted_bytes)
-            return find_model(model_dir, form.fields.get("model_path", "").strip() or None), True
-        model_dir.mkdir()
-        target = model_dir / _safe_filename(form.filename)
-        if target.suffix != ".onnx":
-            target = target.with_name(target.name + ".onnx")
+        request = InspectRequest(
+            staging=self.staging,
+            upload=form.file_path,
+            filename=form.filename,
+            size=form.size,
+            fields=dict(form.fields),
+            golden=form.golden.path if form.golden is not None else None,
+            golden_size=form.golden.size if form.golden is not None else 0,
+            limits=upload_limits(self.settings),
+        )
+        pool = self.services.intake
+        pool.reserve()
         try:
-            os.link(form.file_path, target)  # the stored original and the job's model share the bytes
-        except OSError:
-            shutil.copyfile(form.file_path, target)
-        return target, False
+            outcome = await pool.inspect(request)
+        finally:
+            pool.release()
+        if isinstance(outcome, Refusal):
+            raise outcome.error()
+        return outcome
 
-    def _create(self, form: UploadedForm, idempotency_key: str | None) -> Intake:
-        spec = _parse_spec(form, self.settings.allow_command_checks)
-        mode, options = _options(form)
-        golden_format = (
-            validate_golden(form.golden.path, self.settings.max_extracted_bytes) if form.golden is not None else None
-        )
-        model_path, bundle = self._unpack(form)
-        nodes = validate_model(
-            model_path, form.size, self.settings.declared_bytes_floor, self.settings.declared_bytes_factor
-        )
+    def _replay(self, form: UploadedForm, key: str) -> Intake | None:
+        """The job this key created before, when the request is the same; 422 when it is not."""
+        with self.services.db.session() as session:
+            job = JobRepository(session).by_idempotency_key(self.team.id, key)
+            if job is None:
+                return None
+            golden = ArtifactRepository(session).get(job.id, ArtifactKind.GOLDEN, "golden")
+            if not _same_request(job, form, golden.sha256 if golden is not None else None):
+                raise _key_reused()
+            return Intake(job.id, job.queue, created=False, status=job.status)
+
+    def _create(self, form: UploadedForm, inspection: Inspection, idempotency_key: str | None) -> Intake:
         job_id = new_id()
-        relative = model_path.relative_to(self.staging / "model")
         self.job_dir = self.services.layout.job_dir(job_id)
         self.job_dir.parent.mkdir(parents=True, exist_ok=True)
         self.job_dir.mkdir()
@@ -141,46 +147,44 @@ class JobIntake:
             id=job_id,
             team_id=self.team.id,
             status=JobStatus.QUEUED.value,
-            queue=queue_for(spec.needs_gpu),
-            mode=mode,
-            options=options,
+            queue=queue_for(inspection.needs_gpu),
+            mode=inspection.mode,
+            options=inspection.options,
             check_spec=form.fields["check_spec"],
-            check_kind=spec.kind,
+            check_kind=inspection.spec_kind,
             idempotency_key=idempotency_key,
-            model_filename=_safe_filename(form.filename),
+            model_filename=safe_filename(form.filename),
             model_sha256=form.sha256,
             model_size=form.size,
-            model_path=str(PurePosixPath("jobs", job_id, "model", *relative.parts)),
-            nodes_before=nodes,
+            model_path=str(PurePosixPath("jobs", job_id, "model", inspection.model_relative)),
+            nodes_before=inspection.nodes,
         )
         try:
             with self.services.db.session() as session:
                 JobRepository(session).add(job)
-                meta = {"bundle": bundle, "filename": job.model_filename}
+                meta: dict[str, Any] = {"bundle": inspection.bundle, "filename": job.model_filename}
                 ArtifactRepository(session).put(job_id, ArtifactKind.ORIGINAL, "original", self.blob, meta)
-                if form.golden is not None and self.golden_blob is not None and golden_format is not None:
+                if form.golden is not None and self.golden_blob is not None and inspection.golden_format:
                     golden_meta = {
-                        "format": golden_format,
-                        "filename": _safe_filename(form.golden.filename, "golden" + suffix_for(golden_format)),
+                        "format": inspection.golden_format,
+                        "filename": safe_filename(
+                            form.golden.filename, "golden" + suffix_for(inspection.golden_format)
+                        ),
                     }
                     ArtifactRepository(session).put(
                         job_id, ArtifactKind.GOLDEN, "golden", self.golden_blob, golden_meta
                     )
+                nodes = inspection.nodes
                 EventRepository(session).append(job_id, EventKind.QUEUED, {"status": "queued", "nodes_before": nodes})
         except IntegrityError:
-            existing = self._existing(idempotency_key)
-            if existing is None:
+            if idempotency_key is None:
                 raise
             self._discard()
+            existing = self._replay(form, idempotency_key)  # a concurrent request with the same key won
+            if existing is None:
+                raise
             return existing
         return Intake(job_id, job.queue, created=True)
-
-    def _existing(self, key: str | None) -> Intake | None:
-        if key is None:
-            return None
-        with self.services.db.session() as session:
-            job = JobRepository(session).by_idempotency_key(self.team.id, key)
-            return Intake(job.id, job.queue, created=False) if job else None
 
     def _discard(self) -> None:
         """Undo what this request stored on disk (the row was never committed)."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
+from api.intake_pool import IntakePool
 from api.settings import ApiSettings
 from persistence.contracts import Enqueue, Notifier
 from persistence.db import Database
@@ -20,3 +21,4 @@ class Services:
     enqueue: Enqueue
     notify: Notifier
     registry: CollectorRegistry
+    intake: IntakePool

@@ -11,6 +11,15 @@ class ApiSettings(ServiceSettings):
     max_extracted_bytes: int = 8 * 1024**3
     declared_bytes_floor: int = 1024**3
     declared_bytes_factor: int = 16
+    max_model_nodes: int = 500_000
+    max_bundle_members: int = 10_000
+    # Uploads are inspected (spec, bundle, model) in this many worker processes; at most
+    # intake_max_pending wait or run, beyond that POST /v1/jobs answers 503 + Retry-After.
+    intake_workers: int = 2
+    intake_max_pending: int = 8
+    retry_after_s: int = 5
+    # Staging folders of uploads older than this (an api killed mid-upload) are removed at start.
+    staging_max_age_s: float = 3600.0
     sse_heartbeat_s: float = 15.0
     sse_poll_s: float = 0.5
     sse_max_lifetime_s: float = 3600.0

@@ -21,7 +21,7 @@ def _invalid(detail: str, title: str = "Invalid model") -> ProblemError:
     return ProblemError(422, title, detail)
 
 
-def validate_model(path: Path, upload_bytes: int, floor: int, factor: int) -> int:
+def validate_model(path: Path, upload_bytes: int, floor: int, factor: int, max_nodes: int) -> int:
     """Returns the node count; raises ProblemError (422) otherwise."""
     try:
         model, sources = modelio.load_model(path)
@@ -31,7 +31,17 @@ def validate_model(path: Path, upload_bytes: int, floor: int, factor: int) -> in
         raise _invalid(str(exc)) from exc
     if not model.HasField("graph") or not model.opset_import:
         raise _invalid("The upload parsed, but it has no graph or no opset: it is not an ONNX model (truncated?).")
-    _check_declared_sizes(model, sources, max(floor, factor * upload_bytes))
+    nodes = count_nodes(model.graph)
+    if nodes > max_nodes:
+        raise _invalid(
+            f"The model has {nodes} nodes (subgraphs included); this server takes at most {max_nodes} "
+            "(MAX_MODEL_NODES). Cut the model first (e.g. onnx.utils.extract_model) or ask the operator.",
+            "Model too large",
+        )
+    _refuse_custom_code_ops(model.graph)
+    limit = max(floor, factor * upload_bytes)
+    _check_declared_sizes(model, sources, limit)
+    _check_inferred_sizes(model, limit)
     available = {i.name for i in model.graph.input} | {t.name for t in model.graph.initializer}
     try:
         topological_order(list(model.graph.node), available)
@@ -42,6 +52,62 @@ def validate_model(path: Path, upload_bytes: int, floor: int, factor: int) -> in
     except (onnx.checker.ValidationError, ValueError) as exc:
         raise _invalid(f"The ONNX checker rejects the model: {str(exc).strip()[:600]}") from exc
     return len(model.graph.node)
+
+
+def _subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    found: list[onnx.GraphProto] = []
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                found.append(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                found.extend(attr.graphs)
+    return found
+
+
+def count_nodes(graph: onnx.GraphProto) -> int:
+    """Nodes of the graph and of every nested body (If, Loop, Scan)."""
+    return len(graph.node) + sum(count_nodes(sub) for sub in _subgraphs(graph))
+
+
+# Ops that run code given in the model itself (onnxruntime's language-interop ops): never accepted.
+CODE_OPS = frozenset({("com.microsoft", "PyOp"), ("com.microsoft", "PythonOp"), ("com.microsoft", "PythonOpGrad")})
+
+
+def _refuse_custom_code_ops(graph: onnx.GraphProto) -> None:
+    for node in graph.node:
+        if (node.domain, node.op_type) in CODE_OPS:
+            raise _invalid(
+                f"Node '{node.name[:200]}' is {node.domain}:{node.op_type}, which runs Python code named in the "
+                "model; such ops are not accepted. Remove it or replace it with standard ops.",
+                "Unsafe operator",
+            )
+    for sub in _subgraphs(graph):
+        _refuse_custom_code_ops(sub)
+
+
+def _check_inferred_sizes(model: onnx.ModelProto, limit: int) -> None:
+    """Shapes computed from constants (ConstantOfShape, Expand, Tile, Range, Resize, Pad... with
+    constant sizes, through Concat/Shape arithmetic: ONNX shape inference with data propagation)
+    must not promise tensors far beyond the upload: such a model exhausts memory when it runs."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is best effort here; the checker judges the model
+        return
+    for info in inferred.graph.value_info:
+        dims = [d.dim_value if d.HasField("dim_value") else 1 for d in info.type.tensor_type.shape.dim]
+        if not dims or any(d <= 0 for d in dims):  # a scalar, or an empty tensor
+            continue
+        declared = math.prod(dims) * max(_itemsize(info.type.tensor_type.elem_type), 1)
+        if declared > limit:
+            producer = next((n for n in model.graph.node if info.name in n.output), None)
+            what = f"{producer.op_type} node '{producer.name[:200]}'" if producer is not None else "a node"
+            raise _invalid(
+                f"Tensor '{info.name[:200]}' (output of {what}) would have shape {dims[:8]} ({declared} bytes), "
+                f"far beyond this upload (limit {limit} bytes); a constant size makes it that large. Fix the "
+                "sizes or upload a model of that size.",
+                "Tensor size beyond the upload",
+            )
 
 
 def _itemsize(data_type: int) -> int:

@@ -34,6 +34,9 @@ class ServiceSettings(BaseSettings):
     # Resident memory of one check run (all its processes): the default when a spec gives no
     # memory_limit, and the most a spec may ask for. 0: no limit.
     check_memory_limit_bytes: int = Field(default=8 * 2**30, ge=0)
+    # A job running longer than this since its first start fails (worker); the api refuses check
+    # specs whose timeout x repeat exceeds it.
+    job_time_limit_s: float = 6 * 3600.0
 
     @field_validator("database_url")
     @classmethod

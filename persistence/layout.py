@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,3 +33,26 @@ class DataLayout:
         path = self.root / "staging"
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def sweep_staging(self, max_age_s: float) -> list[str]:
+        """Remove upload staging folders nothing has written to for ``max_age_s`` (an api killed
+        mid-upload leaves its folder behind). Younger ones may be another api's upload in
+        progress and stay. Stored artifacts never live here. Returns the removed folders' names."""
+        removed: list[str] = []
+        cutoff = time.time() - max_age_s
+        for folder in self.staging_dir().iterdir():
+            if folder.is_dir() and not folder.is_symlink() and _last_write(folder) < cutoff:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder.name)
+        return removed
+
+
+def _last_write(folder: Path) -> float:
+    """The newest modification time of ``folder`` and everything in it."""
+    newest = folder.lstat().st_mtime
+    for path in folder.rglob("*"):
+        try:
+            newest = max(newest, path.lstat().st_mtime)
+        except OSError:
+            continue
+    return newest

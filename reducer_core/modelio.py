@@ -59,6 +59,20 @@ def all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
     return tensors
 
 
+EXTERNAL_DATA_KEYS = ("location", "offset", "length", "checksum")
+
+
+def check_external_keys(tensor: onnx.TensorProto) -> None:
+    """The ONNX spec's external-data keys only: ``onnx.external_data_helper`` sets every key as an
+    attribute of a Python object, so ``__class__`` or ``basepath`` would change what it does."""
+    for entry in tensor.external_data:
+        if entry.key not in EXTERNAL_DATA_KEYS:
+            raise UnsafeExternalDataError(
+                f"Tensor '{tensor.name[:200]}' has the external-data key '{entry.key[:100]}'; the allowed keys are "
+                f"{', '.join(EXTERNAL_DATA_KEYS)}. Re-export the model (onnx.save_model(..., save_as_external_data=True))."
+            )
+
+
 def resolve_location(base_dir: Path, location: str) -> Path:
     """The file an external-data location names, refusing anything that escapes ``base_dir``."""
     if not location or os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location:
@@ -170,6 +184,7 @@ def load_model(
     for tensor in all_tensors(model.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
+        check_external_keys(tensor)
         location = _external_info(tensor).get("location", "")
         if location not in sources.files:
             sources.files[location] = resolve_location(base_dir.resolve(), location)

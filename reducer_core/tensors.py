@@ -6,8 +6,10 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
+import zipfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -19,27 +21,77 @@ TensorMap = dict[str, np.ndarray]
 _LAZY_ARRAY_CLASSES = ("LazyArray", "LazyNumpyArray")
 
 
-def _decode_ndarray(obj: dict[str, Any]) -> np.ndarray:
-    data = base64.b64decode(str(obj["array"]).encode(), validate=True)
-    loaded = np.load(io.BytesIO(data), allow_pickle=False)
-    if isinstance(loaded, np.ndarray):
-        return loaded
-    with loaded as archive:  # very old Polygraphy files wrap the array in an NPZ archive
-        if not archive.files:
+class ByteBudget:
+    """How many bytes of arrays a document may still decode to (``None``: no limit). Every array's
+    size is charged from its ``.npy`` header before its data is read or inflated, so a small file
+    that declares (or decompresses to) huge arrays is refused without allocating them."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit, self.used = limit, 0
+
+    def charge(self, nbytes: int) -> None:
+        self.used += nbytes
+        if self.limit is not None and self.used > self.limit:
+            raise ValueError(f"the arrays decode to more than {self.limit} bytes (the limit for this file)")
+
+
+def npy_nbytes(handle: IO[bytes]) -> int:
+    """The data size a ``.npy`` stream declares (its header read; the stream is left after it)."""
+    version = np.lib.format.read_magic(handle)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
+    elif version == (2, 0):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+    else:
+        raise ValueError(f"unsupported .npy format version {version}")
+    if dtype.hasobject:
+        raise ValueError("the array holds Python objects; only plain arrays are read")
+    return math.prod(shape) * dtype.itemsize
+
+
+def _load_npy(data: bytes, budget: ByteBudget) -> np.ndarray:
+    handle = io.BytesIO(data)
+    nbytes = npy_nbytes(handle)
+    if nbytes > len(data) - handle.tell():
+        raise ValueError(f"an array declares {nbytes} bytes but carries {len(data) - handle.tell()}")
+    budget.charge(nbytes)
+    return np.asarray(np.load(io.BytesIO(data), allow_pickle=False))
+
+
+def _load_npz_first(data: bytes, budget: ByteBudget) -> np.ndarray:
+    """Very old Polygraphy files wrap the array in an NPZ archive: its first member, read only
+    after the declared sizes of the members (zip headers and ``.npy`` header) fit the budget."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        infos = [i for i in archive.infolist() if not i.is_dir()]
+        if not infos:
             raise ValueError("an array payload holds an empty NPZ archive")
-        return np.asarray(archive[archive.files[0]])
+        first = infos[0]
+        if budget.limit is not None and first.file_size > budget.limit - budget.used + 4096:
+            raise ValueError(f"an NPZ member unpacks to {first.file_size} bytes, beyond the limit for this file")
+        with archive.open(first) as member:
+            nbytes = npy_nbytes(member)
+        if nbytes > first.file_size:
+            raise ValueError(f"an NPZ member declares {nbytes} bytes but holds {first.file_size}")
+        return _load_npy(archive.read(first), budget)
 
 
-def _decode(obj: Any) -> Any:
+def _decode_ndarray(obj: dict[str, Any], budget: ByteBudget) -> np.ndarray:
+    data = base64.b64decode(str(obj["array"]).encode(), validate=True)
+    if data.startswith(b"PK"):
+        return _load_npz_first(data, budget)
+    return _load_npy(data, budget)
+
+
+def _decode(obj: Any, budget: ByteBudget) -> Any:
     if isinstance(obj, dict):
         kind = obj.get("polygraphy_class")
         if kind == "ndarray" or (kind is None and "array" in obj and len(obj) == 1):
-            return _decode_ndarray(obj)
+            return _decode_ndarray(obj, budget)
         if kind in _LAZY_ARRAY_CLASSES:  # IterationResult values: {"values": ndarray}
-            return _decode(obj["values"])
-        return {k: _decode(v) for k, v in obj.items() if k != "polygraphy_class"}
+            return _decode(obj["values"], budget)
+        return {k: _decode(v, budget) for k, v in obj.items() if k != "polygraphy_class"}
     if isinstance(obj, list):
-        return [_decode(v) for v in obj]
+        return [_decode(v, budget) for v in obj]
     return obj
 
 
@@ -59,10 +111,11 @@ def _collect_maps(obj: Any, found: list[TensorMap]) -> None:
             _collect_maps(value, found)
 
 
-def load_polygraphy_json(path: Path) -> list[TensorMap]:
+def load_polygraphy_json(path: Path, max_bytes: int | None = None) -> list[TensorMap]:
     """Samples from ``polygraphy run --save-inputs`` (a list of feed dicts) or ``--save-outputs``
-    (RunResults: the first runner's iterations)."""
-    decoded = _decode(json.loads(path.read_text()))
+    (RunResults: the first runner's iterations). ``max_bytes``: the most the arrays may decode to
+    (checked from each array's header before it is read; ``ValueError`` beyond it)."""
+    decoded = _decode(json.loads(path.read_text()), ByteBudget(max_bytes))
     if isinstance(decoded, dict) and "lst" in decoded:
         runners = decoded["lst"]
         decoded = runners[0][1] if runners else []

@@ -6,7 +6,6 @@ from persistence.config import ServiceSettings
 
 
 class WorkerSettings(ServiceSettings):
-    job_time_limit_s: float = 6 * 3600.0
     job_lease_s: float = 60.0
     max_attempts: int = 3
     worker_queues: str = "cpu"

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from api.cursor import decode_cursor, encode_cursor
 from api.deps import ServicesDep, TeamDep
 from api.intake import JobIntake
+from api.intake_pool import busy
 from api.problems import ProblemError, not_found
 from api.schemas import IterationList, JobCreated, JobList, JobOut, iteration_from_row, job_from_row
 from api.services import Services
@@ -67,11 +68,8 @@ async def submit_job(
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> JSONResponse:
     """Upload a model and a check spec; the job is committed, then queued."""
-    if idempotency_key:
-        with services.db.session() as session:
-            existing = JobRepository(session).by_idempotency_key(team.id, idempotency_key)
-        if existing is not None:
-            return _accepted(existing.id, existing.status, replayed=True)
+    if services.intake.pending >= services.intake.max_pending:
+        raise busy(services.settings.retry_after_s)  # saturated: refuse before reading the upload
     try:
         intake = await JobIntake(services, team).accept(request, idempotency_key)
     except UploadAbortedError:
@@ -82,7 +80,7 @@ async def submit_job(
             services.enqueue(intake.job_id, intake.queue)
         except Exception:
             log.exception("enqueue of %s failed; worker recovery will pick it up", intake.job_id)
-    return _accepted(intake.job_id, "queued", replayed=not intake.created)
+    return _accepted(intake.job_id, intake.status, replayed=not intake.created)
 
 
 def _accepted(job_id: str, status: str, replayed: bool) -> JSONResponse:

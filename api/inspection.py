@@ -1,0 +1,181 @@
+"""The CPU-heavy half of ``POST /v1/jobs``, run in an intake worker process (``api.intake_pool``),
+never on the api's event loop: parse and bound the check spec, validate the golden values, unpack a
+bundle and validate the model (parse, node count, declared and inferred sizes, cycles, checker).
+
+It reads and writes only the request's staging folder and returns an ``Inspection`` or a
+``Refusal`` (plain data, so it crosses the process boundary). Messages name files as the user
+uploaded them: staging paths are scrubbed from every refusal."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from api.bundles import extract_bundle, find_model, is_bundle
+from api.golden import validate_golden
+from api.problems import ProblemError
+from api.validation import validate_model
+from checks.spec import CheckSpec, CheckSpecError, build_check, parse_check_spec
+from reducer_core.strategies import MODES
+
+BOOL_FIELDS = ("reduce_inputs", "reduce_outputs", "pin_signature")
+GOLDEN_FLOOR_BYTES = 64 * 1024**2  # what golden JSON may decode to at least (NPZ payloads inflate)
+
+
+@dataclass(frozen=True)
+class UploadLimits:
+    """The api settings the inspection needs (a plain copy: it crosses the process boundary)."""
+
+    max_extracted_bytes: int
+    max_bundle_members: int
+    max_model_nodes: int
+    declared_bytes_floor: int
+    declared_bytes_factor: int
+    allow_command_checks: bool
+    job_time_limit_s: float
+
+
+@dataclass(frozen=True)
+class InspectRequest:
+    staging: Path
+    upload: Path
+    filename: str
+    size: int
+    fields: dict[str, str]
+    golden: Path | None
+    golden_size: int
+    limits: UploadLimits
+
+
+@dataclass(frozen=True)
+class Inspection:
+    model_relative: str  # the model inside ``staging/model``, POSIX
+    bundle: bool
+    nodes: int
+    spec_kind: str
+    needs_gpu: bool
+    mode: str
+    options: dict[str, Any]
+    golden_format: str | None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A problem for the client (``ProblemError``'s fields)."""
+
+    status: int
+    title: str
+    detail: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def error(self) -> ProblemError:
+        return ProblemError(self.status, self.title, self.detail, **self.extra)
+
+
+def safe_filename(name: str, default: str = "model.onnx") -> str:
+    base = PurePosixPath(name.replace("\\", "/")).name
+    cleaned = "".join(c for c in base if c.isalnum() or c in "._-")[:100].lstrip(".")
+    return cleaned or default
+
+
+def inspect_upload(request: InspectRequest) -> Inspection | Refusal:
+    """Everything about the upload that needs no database; never raises for a bad upload."""
+    try:
+        return _inspect(request)
+    except ProblemError as exc:
+        return Refusal(exc.status, exc.title, scrub(exc.detail, request.staging), exc.extra)
+    except RecursionError:
+        return Refusal(422, "Invalid upload", "The upload is nested too deeply to read.")
+    except MemoryError:
+        return Refusal(422, "Invalid upload", "Reading the upload needs more memory than this server allows.")
+
+
+def scrub(text: str, staging: Path) -> str:
+    """``text`` without this server's staging paths: a bundle's files by their name in the bundle,
+    the folder itself as 'the upload'."""
+    model_dir = staging / "model"
+    for folder in {model_dir, model_dir.resolve()}:
+        text = text.replace(f"{folder}{os.sep}", "").replace(str(folder), "the uploaded model's folder")
+    for folder in {staging, staging.resolve()}:
+        text = text.replace(f"{folder}{os.sep}", "").replace(str(folder), "the upload")
+    return text
+
+
+def _inspect(request: InspectRequest) -> Inspection:
+    limits = request.limits
+    spec = _parse_spec(request)
+    mode, options = _options(request.fields)
+    golden_format = None
+    if request.golden is not None:
+        budget = min(limits.max_extracted_bytes, max(GOLDEN_FLOOR_BYTES, limits.declared_bytes_factor * request.size))
+        golden_format = validate_golden(request.golden, budget)
+    model_path, bundle = _unpack(request)
+    nodes = validate_model(
+        model_path, request.size, limits.declared_bytes_floor, limits.declared_bytes_factor, limits.max_model_nodes
+    )
+    relative = model_path.relative_to(request.staging / "model").as_posix()
+    return Inspection(relative, bundle, nodes, spec.kind, spec.needs_gpu, mode, options, golden_format)
+
+
+def _parse_spec(request: InspectRequest) -> CheckSpec:
+    text = request.fields.get("check_spec", "").strip()
+    if not text:
+        raise ProblemError(422, "Invalid check spec", "The form needs a 'check_spec' field (YAML or JSON text).")
+    try:
+        spec = parse_check_spec(text)
+    except CheckSpecError as exc:
+        raise ProblemError(422, "Invalid check spec", str(exc)) from exc
+    limit = request.limits.job_time_limit_s
+    if spec.timeout * spec.repeat > limit:
+        raise ProblemError(
+            422,
+            "Invalid check spec",
+            f"timeout: {spec.timeout:g} s x repeat {spec.repeat} is longer than this server's job time limit "
+            f"({limit:g} s, JOB_TIME_LIMIT_S); lower timeout or repeat.",
+        )
+    if spec.kind == "golden" and request.golden is None:
+        raise ProblemError(
+            422,
+            "Invalid check spec",
+            "kind: 'golden' compares against stored values: upload them in the 'golden' file field "
+            "(the file written by `onnx-reducer golden MODEL -o GOLDEN`, or Polygraphy JSON).",
+        )
+    golden = request.golden.with_suffix(".golden") if request.golden is not None else None
+    try:
+        build_check(spec, golden=golden, allow_command=request.limits.allow_command_checks)
+    except CheckSpecError as exc:
+        raise ProblemError(422, "Invalid check spec", str(exc)) from exc
+    return spec
+
+
+def _options(fields: dict[str, str]) -> tuple[str, dict[str, Any]]:
+    mode = fields.get("mode", "auto").strip() or "auto"
+    if mode not in MODES:
+        raise ProblemError(422, "Invalid mode", f"mode '{mode[:50]}' is not one of: {', '.join(MODES)}.")
+    options: dict[str, Any] = {}
+    for name in BOOL_FIELDS:
+        raw = fields.get(name, "true").strip().lower()
+        if raw not in ("true", "false", "1", "0"):
+            raise ProblemError(422, "Invalid option", f"{name} must be true or false, not '{raw[:50]}'.")
+        options[name] = raw in ("true", "1")
+    return mode, options
+
+
+def _unpack(request: InspectRequest) -> tuple[Path, bool]:
+    model_dir = request.staging / "model"
+    limits = request.limits
+    if is_bundle(request.upload):
+        extract_bundle(request.upload, model_dir, limits.max_extracted_bytes, limits.max_bundle_members)
+        return find_model(model_dir, request.fields.get("model_path", "").strip() or None), True
+    model_dir.mkdir()
+    target = model_dir / safe_filename(request.filename)
+    if target.suffix != ".onnx":
+        target = target.with_name(target.name + ".onnx")
+    try:
+        os.link(request.upload, target)  # the stored original and the job's model share the bytes
+    except OSError:
+        shutil.copyfile(request.upload, target)
+    return target, False
