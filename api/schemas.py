@@ -10,6 +10,9 @@ from pydantic import BaseModel
 
 from persistence.models import Iteration, Job
 
+# The largest event or iteration number a query may name: the 32-bit integer columns' range.
+MAX_SEQ = 2**31 - 1
+
 
 class Progress(BaseModel):
     iteration: int

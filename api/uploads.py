@@ -3,7 +3,8 @@ straight to files with a running sha256 each (never into memory); only the known
 kept, each capped; parts of any other name are skipped unread into memory. The file parts together
 may hold at most the upload limit, and every byte of the body counts against one total limit (that
 limit plus a fixed allowance for the form), chunked or not: over it the request is answered 413 as
-soon as the limit is crossed (or at once, from ``Content-Length``). A malformed body answers 400; a
+soon as the limit is crossed (or at once, from ``Content-Length``). A malformed body, or one cut
+short before its closing boundary, answers 400; a
 client that disconnects mid-upload leaves nothing behind."""
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ class _FormSink:
         self.parts = 0
         self.sink: BinaryIO | None = None
         self.sinks: list[BinaryIO] = []
+        self.ended = False  # the closing boundary was seen
+
+    def on_end(self) -> None:
+        self.ended = True
 
     def on_part_begin(self) -> None:
         self.headers, self.buffer = {}, bytearray()
@@ -175,6 +180,8 @@ async def read_form(request: Request, staging: Path, max_file: int, max_field: i
                 raise too_large(max_file)
             parser.write(chunk)
         parser.finalize()
+        if not sink.ended:
+            raise malformed("the body ends before its closing boundary (was the upload cut short?)")
     except MultipartParseError as exc:
         raise malformed(str(exc) or type(exc).__name__) from None
     except ClientDisconnect:
@@ -195,4 +202,5 @@ def _callbacks(sink: _FormSink) -> MultipartCallbacks:
         "on_headers_finished": sink.on_headers_finished,
         "on_part_data": sink.on_part_data,
         "on_part_end": sink.on_part_end,
+        "on_end": sink.on_end,
     }

@@ -94,7 +94,7 @@ def _check_inferred_sizes(model: onnx.ModelProto, limit: int) -> None:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # noqa: BLE001 - inference is best effort here; the checker judges the model
         return
-    for info in inferred.graph.value_info:
+    for info in [*inferred.graph.value_info, *inferred.graph.output]:
         dims = [d.dim_value if d.HasField("dim_value") else 1 for d in info.type.tensor_type.shape.dim]
         if not dims or any(d <= 0 for d in dims):  # a scalar, or an empty tensor
             continue

@@ -15,7 +15,9 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from api.deps import ServicesDep, TeamDep
+from api.problems import ProblemError
 from api.routes.jobs import load_job
+from api.schemas import MAX_SEQ
 from api.services import Services
 from persistence.contracts import events_channel
 from persistence.enums import EventKind, JobStatus
@@ -94,6 +96,21 @@ async def _stream(services: Services, job_id: str, after: int, request: Request)
         await follower.close()
 
 
+def parse_last_event_id(value: str | None) -> int:
+    """The event sequence number a client resumes after: ASCII digits within ``MAX_SEQ``; empty
+    means from the start. Anything else is a 400 (never a 500)."""
+    if not value:
+        return 0
+    value = value.strip()
+    if not (value.isascii() and value.isdigit() and len(value) <= len(str(MAX_SEQ)) and int(value) <= MAX_SEQ):
+        raise ProblemError(
+            400,
+            "Invalid Last-Event-ID",
+            f"Last-Event-ID must be the id of an event this stream sent (a number from 0 to {MAX_SEQ}).",
+        )
+    return int(value)
+
+
 @router.get("/{job_id}/events", response_class=StreamingResponse)
 async def job_events(
     job_id: str,
@@ -101,10 +118,10 @@ async def job_events(
     services: ServicesDep,
     team: TeamDep,
     last_event_id: Annotated[str | None, Header()] = None,
-    after: Annotated[int | None, Query(ge=0, description="resume after this event id")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_SEQ, description="resume after this event id")] = None,
 ) -> StreamingResponse:
     """Server-sent events of a job, resumable with ``Last-Event-ID``."""
+    start = after if after is not None else parse_last_event_id(last_event_id)
     await anyio.to_thread.run_sync(load_job, services, team.id, job_id)
-    start = after if after is not None else (int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(_stream(services, job_id, start, request), media_type="text/event-stream", headers=headers)

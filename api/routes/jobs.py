@@ -14,7 +14,7 @@ from api.deps import ServicesDep, TeamDep
 from api.intake import JobIntake
 from api.intake_pool import busy
 from api.problems import ProblemError, not_found
-from api.schemas import IterationList, JobCreated, JobList, JobOut, iteration_from_row, job_from_row
+from api.schemas import MAX_SEQ, IterationList, JobCreated, JobList, JobOut, iteration_from_row, job_from_row
 from api.services import Services
 from api.uploads import UploadAbortedError
 from persistence.enums import EventKind, JobStatus
@@ -133,7 +133,7 @@ def list_iterations(
     job_id: str,
     services: ServicesDep,
     team: TeamDep,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> IterationList:
     load_job(services, team.id, job_id)
