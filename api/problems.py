@@ -8,9 +8,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 PROBLEM_JSON = "application/problem+json"
+DATABASE_RETRY_AFTER_S = 5
+DRAIN_LIMIT_BYTES = 8 * 1024 * 1024  # read (and drop) this much of a refused upload, so the client sees the answer
 log = logging.getLogger("onnx_reducer.api")
 
 
@@ -68,6 +72,33 @@ async def _validation(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(422, "Invalid request", detail, instance=request.url.path, errors=errors)
 
 
+async def _drain(request: Request) -> None:
+    """Read what is left of the request body (up to a limit): a client still sending an upload
+    would otherwise see its connection reset instead of the answer."""
+    received = 0
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > DRAIN_LIMIT_BYTES:
+                return
+    except Exception:  # noqa: BLE001 - already read, or the client left: nothing to drain
+        return
+
+
+async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    reason = text.splitlines()[0][:200] if text else type(exc).__name__
+    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, reason)
+    await _drain(request)
+    return problem_response(
+        503,
+        "Database unavailable",
+        "The service cannot reach its database at the moment; try again in a few seconds.",
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+        instance=request.url.path,
+    )
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s", request.url.path, exc_info=exc)
     return problem_response(500, "Internal Server Error", "An unexpected error occurred.", instance=request.url.path)
@@ -77,4 +108,6 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ProblemError, _problem)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(RequestValidationError, _validation)
+    for unavailable in (OperationalError, InterfaceError, PoolTimeoutError):
+        app.add_exception_handler(unavailable, _database_unavailable)
     app.add_exception_handler(Exception, _unexpected)

@@ -23,6 +23,7 @@ class ApiSettings(ServiceSettings):
     sse_heartbeat_s: float = 15.0
     sse_poll_s: float = 0.5
     sse_max_lifetime_s: float = 3600.0
+    sse_token_check_s: float = 5.0  # how often an open event stream re-checks its token (revocation)
 
 
 def load_api_settings() -> ApiSettings:

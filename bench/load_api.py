@@ -100,6 +100,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="onnx-reducer-load-") as tmp:
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DATA_DIR")}
         env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+        env["ONNX_REDUCER_HOME"] = tmp
         port = _free_port()
         server = subprocess.Popen(
             ["onnx-reducer", "serve", "--port", str(port)],

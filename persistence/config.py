@@ -1,14 +1,20 @@
 """What the settings classes of every deployable (api, worker) share: where the database, the
 broker and the data folder are, whether command checks may run and how much memory a check may
 use, and refusing placeholder secrets.
-Each deployable subclasses ``ServiceSettings``; both are built in factories, never at import."""
+Each deployable subclasses ``ServiceSettings``; both are built in factories, never at import.
+
+The embedded default keeps its SQLite file and artifacts in one home folder, the same from any
+working directory: ``ONNX_REDUCER_HOME``, else ``$XDG_DATA_HOME/onnx-reducer``, else
+``~/.local/share/onnx-reducer``. ``DATABASE_URL`` and ``DATA_DIR`` override its parts."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Self
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PLACEHOLDER_SECRETS = frozenset({"changeme", "change-me", "changethis", "secret", "password", "placeholder", "xxx"})
@@ -24,12 +30,20 @@ def refuse_placeholder_secret(url: str | None, variable: str) -> str | None:
     return url
 
 
+def default_home() -> Path:
+    """Where the embedded default lives when ``ONNX_REDUCER_HOME`` is not set."""
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
+    return base / "onnx-reducer"
+
+
 class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore")
 
-    database_url: str = "sqlite:///data/onnx-reducer.db"
+    onnx_reducer_home: Path = Field(default_factory=default_home)
+    database_url: str = ""  # default: SQLite in the home folder
     redis_url: str | None = None
-    data_dir: Path = Path("data")
+    data_dir: Path = Path()  # default: the home folder
     allow_command_checks: bool = False
     # Resident memory of one check run (all its processes): the default when a spec gives no
     # memory_limit, and the most a spec may ask for. 0: no limit.
@@ -37,11 +51,23 @@ class ServiceSettings(BaseSettings):
     # A job running longer than this since its first start fails (worker); the api refuses check
     # specs whose timeout x repeat exceeds it.
     job_time_limit_s: float = 6 * 3600.0
+    # serve/worker start-up: how long to wait for an unreachable database before giving up
+    database_wait_s: float = 60.0
 
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: str) -> str:
         return refuse_placeholder_secret(value, "DATABASE_URL") or value
+
+    @model_validator(mode="after")
+    def _home_defaults(self) -> Self:
+        home = self.onnx_reducer_home.expanduser().absolute()
+        self.onnx_reducer_home = home
+        if not self.database_url:
+            self.database_url = f"sqlite:///{home / 'onnx-reducer.db'}"
+        if "data_dir" not in self.model_fields_set:
+            self.data_dir = home
+        return self
 
     @field_validator("redis_url")
     @classmethod

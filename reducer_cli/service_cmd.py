@@ -4,9 +4,18 @@ command line is the one place that may import both the api and the worker)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from persistence.contracts import QUEUES
+from reducer_core.errors import ReducerError, UsageError
+
+if TYPE_CHECKING:
+    from persistence.repositories import TeamRepository
+    from persistence.repositories.teams import TokenInfo
 
 EMBEDDED_TEAM = "default"
 
@@ -37,6 +46,9 @@ def add_service_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     token_sub = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     create = token_sub.add_parser("create", help="Print a new token for a team (created if needed).")
     create.add_argument("--team", required=True)
+    token_sub.add_parser("list", help="List tokens: prefix, team, created, revoked (never the tokens).")
+    revoke = token_sub.add_parser("revoke", help="Revoke a token (its open event streams end too).")
+    revoke.add_argument("token", metavar="TOKEN_OR_PREFIX", help="the token, or its prefix as `token list` shows it")
 
 
 def _database_url() -> str:
@@ -45,28 +57,75 @@ def _database_url() -> str:
     return load_worker_settings().database_url
 
 
+@contextlib.contextmanager
+def _database_errors(url: str) -> Iterator[None]:
+    """A database that is unreachable or not migrated is one line for the user, not a traceback."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from persistence.db import database_problem
+
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        problem = database_problem(exc, url)
+        if problem is None:
+            raise
+        raise ReducerError(problem) from None
+
+
 def db_command(ns: argparse.Namespace) -> int:
     from persistence.migrate import downgrade, upgrade
 
     url = _database_url()
-    if ns.db_command == "upgrade":
-        _ensure_sqlite_folder(url)
-        upgrade(url, ns.revision)
-    else:
-        downgrade(url, ns.revision)
+    with _database_errors(url):
+        if ns.db_command == "upgrade":
+            _ensure_sqlite_folder(url)
+            upgrade(url, ns.revision)
+        else:
+            downgrade(url, ns.revision)
     print(f"database at revision {getattr(ns, 'revision', 'head')}")
     return 0
 
 
 def token_command(ns: argparse.Namespace) -> int:
-    from persistence.db import Database
+    from persistence.db import Database, describe_url
     from persistence.repositories import TeamRepository
 
-    with Database(_database_url()).session() as session:
-        teams = TeamRepository(session)
-        token = teams.create_token(teams.get_or_create(ns.team))
-    print(token)
+    url = _database_url()
+    with _database_errors(url):
+        if url.startswith("sqlite"):  # the embedded default: a fresh home is migrated, as `serve` does
+            _migrate_sqlite(url)
+        database = Database(url)
+        with database.session() as session:
+            teams = TeamRepository(session)
+            if ns.token_command == "create":
+                print(teams.create_token(teams.get_or_create(ns.team)))
+            elif ns.token_command == "list":
+                _print_tokens(teams.tokens(), describe_url(url))
+            else:
+                _revoke(teams, ns.token)
+        database.dispose()
     return 0
+
+
+def _print_tokens(tokens: list[TokenInfo], where: str) -> None:
+    if not tokens:
+        print(f"No tokens in {where}; create one with `onnx-reducer token create --team NAME`.")
+        return
+    print(f"{'PREFIX':<14}{'TEAM':<24}{'CREATED':<27}REVOKED")
+    for token in tokens:
+        revoked = token.revoked_at.isoformat(timespec="seconds") if token.revoked_at else "-"
+        print(f"{token.prefix:<14}{token.team[:23]:<24}{token.created_at.isoformat(timespec='seconds'):<27}{revoked}")
+
+
+def _revoke(teams: TeamRepository, token_or_prefix: str) -> None:
+    matches = teams.matching(token_or_prefix)
+    if not matches:
+        raise UsageError(f"No active token matches '{token_or_prefix[:16]}' (see `onnx-reducer token list`).")
+    if len(matches) > 1:
+        raise UsageError(f"'{token_or_prefix}' matches {len(matches)} tokens; give the whole token.")
+    teams.revoke(matches[0].id)
+    print(f"revoked {matches[0].prefix}")
 
 
 def worker_command(ns: argparse.Namespace) -> int:
@@ -84,20 +143,58 @@ def _ensure_sqlite_folder(url: str) -> None:
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
 
 
-def _first_start(url: str) -> None:
-    """Embedded default: migrate the SQLite file and create a team the first time."""
-    from persistence.db import Database
+def _migrate_sqlite(url: str) -> None:
     from persistence.migrate import upgrade
+
+    _ensure_sqlite_folder(url)
+    upgrade(url)
+
+
+def _wait_for_database(url: str, wait_s: float) -> None:
+    """Start-up: a database that is not reachable yet (a container starting beside this one) is
+    retried for ``wait_s`` seconds, with one line saying so."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    from persistence.db import Database, database_problem
+
+    database = Database(url)
+    deadline = time.monotonic() + wait_s
+    told = False
+    try:
+        while True:
+            try:
+                database.ping()
+                return
+            except (OperationalError, InterfaceError) as exc:
+                problem = database_problem(exc, url) or str(exc)
+                if time.monotonic() >= deadline:
+                    raise ReducerError(f"{problem} Gave up after {wait_s:g} s (DATABASE_WAIT_S).") from None
+                if not told:
+                    print(f"{problem} Retrying for up to {wait_s:g} s...", file=sys.stderr, flush=True)
+                    told = True
+                time.sleep(min(2.0, max(deadline - time.monotonic(), 0.1)))
+    finally:
+        database.dispose()
+
+
+def _first_start(url: str, wait_s: float) -> None:
+    """Wait for the database; the embedded default migrates its SQLite file and creates a team the
+    first time."""
+    from persistence.db import Database
     from persistence.repositories import TeamRepository
 
     if url.startswith("sqlite"):
-        _ensure_sqlite_folder(url)
-        upgrade(url)
-    with Database(url).session() as session:
-        teams = TeamRepository(session)
-        if teams.count() == 0:
-            teams.get_or_create(EMBEDDED_TEAM)
-            print(f"Created team '{EMBEDDED_TEAM}' (first start).")
+        _migrate_sqlite(url)
+    else:
+        _wait_for_database(url, wait_s)
+    with _database_errors(url):
+        database = Database(url)
+        with database.session() as session:
+            teams = TeamRepository(session)
+            if teams.count() == 0:
+                teams.get_or_create(EMBEDDED_TEAM)
+                print(f"Created team '{EMBEDDED_TEAM}' (first start).")
+        database.dispose()
 
 
 def serve_command(ns: argparse.Namespace) -> int:
@@ -109,7 +206,7 @@ def serve_command(ns: argparse.Namespace) -> int:
 
     settings = load_api_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    _first_start(settings.database_url)
+    _first_start(settings.database_url, settings.database_wait_s)
     configure_logging()
     if ns.local_worker:
         from worker.context import context_from_settings

@@ -22,7 +22,7 @@ from api.services import Services
 from persistence.contracts import events_channel
 from persistence.enums import EventKind, JobStatus
 from persistence.models import Event
-from persistence.repositories import EventRepository, JobRepository
+from persistence.repositories import EventRepository, JobRepository, TeamRepository
 
 router = APIRouter(prefix="/v1/jobs", tags=["events"])
 
@@ -33,11 +33,14 @@ def format_event(event: Event) -> str:
 
 
 class _Follower:
-    """Reads new event rows in a thread; waits for a wake-up from Redis or a poll interval."""
+    """Reads new event rows in a thread; waits for a wake-up from Redis or a poll interval. Every
+    ``sse_token_check_s`` it also checks that the client's token is still valid: a revoked token
+    ends the stream."""
 
-    def __init__(self, services: Services, job_id: str) -> None:
-        self.services, self.job_id = services, job_id
+    def __init__(self, services: Services, job_id: str, token: str) -> None:
+        self.services, self.job_id, self.token = services, job_id, token
         self.pubsub: Any = None
+        self.token_checked = time.monotonic()
 
     async def open(self) -> None:
         url = self.services.settings.redis_url
@@ -60,6 +63,17 @@ class _Follower:
             ended = job is None or JobStatus(job.status).terminal
         return events, ended
 
+    def _token_valid(self) -> bool:
+        with self.services.db.session() as session:
+            return TeamRepository(session).team_for_token(self.token) is not None
+
+    async def revoked(self) -> bool:
+        """Whether the token was revoked (checked at most every ``sse_token_check_s``)."""
+        if time.monotonic() - self.token_checked < self.services.settings.sse_token_check_s:
+            return False
+        self.token_checked = time.monotonic()
+        return not await anyio.to_thread.run_sync(self._token_valid)
+
     async def read(self, after: int) -> tuple[list[Event], bool]:
         return await anyio.to_thread.run_sync(self._read, after)
 
@@ -70,15 +84,18 @@ class _Follower:
         await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)
 
 
-async def _stream(services: Services, job_id: str, after: int, request: Request) -> AsyncIterator[str]:
+async def _stream(services: Services, job_id: str, after: int, request: Request, token: str) -> AsyncIterator[str]:
     settings = services.settings
-    follower = _Follower(services, job_id)
+    follower = _Follower(services, job_id, token)
     await follower.open()
     deadline = time.monotonic() + settings.sse_max_lifetime_s
     last_sent = time.monotonic()
     try:
         yield "retry: 2000\n\n"
         while time.monotonic() < deadline and not await request.is_disconnected():
+            if await follower.revoked():
+                yield ": token revoked\n\n"
+                return
             events, ended = await follower.read(after)
             for event in events:
                 yield format_event(event)
@@ -124,4 +141,6 @@ async def job_events(
     start = after if after is not None else parse_last_event_id(last_event_id)
     await anyio.to_thread.run_sync(load_job, services, team.id, job_id)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(_stream(services, job_id, start, request), media_type="text/event-stream", headers=headers)
+    token = request.headers.get("authorization", "").partition(" ")[2].strip()
+    stream = _stream(services, job_id, start, request, token)
+    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)

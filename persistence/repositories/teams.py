@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from persistence.models import ApiToken, Team
+from persistence.models import ApiToken, Team, utcnow
 
 TOKEN_PREFIX = "orx_"
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """What ``token list`` shows of a token (never the token: only its first characters)."""
+
+    prefix: str
+    team: str
+    created_at: datetime
+    revoked_at: datetime | None
 
 
 def hash_token(token: str) -> str:
@@ -46,3 +58,22 @@ class TeamRepository:
             .where(ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None))
         )
         return self.session.scalar(query)
+
+    def tokens(self) -> list[TokenInfo]:
+        rows = self.session.execute(
+            select(ApiToken.prefix, Team.name, ApiToken.created_at, ApiToken.revoked_at)
+            .join(Team, Team.id == ApiToken.team_id)
+            .order_by(ApiToken.created_at, ApiToken.id)
+        ).all()
+        return [TokenInfo(*row) for row in rows]
+
+    def matching(self, token_or_prefix: str) -> list[ApiToken]:
+        """The unrevoked tokens a whole token or its prefix (as ``tokens`` shows it) names."""
+        if len(token_or_prefix) > 16:
+            condition = ApiToken.token_hash == hash_token(token_or_prefix)
+        else:
+            condition = ApiToken.prefix == token_or_prefix
+        return list(self.session.scalars(select(ApiToken).where(condition, ApiToken.revoked_at.is_(None))))
+
+    def revoke(self, token_id: str) -> None:
+        self.session.execute(update(ApiToken).where(ApiToken.id == token_id).values(revoked_at=utcnow()))

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 def test_embedded_serve_reduces_the_reference_example(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DATA_DIR")}
     env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
+    env["ONNX_REDUCER_HOME"] = str(tmp_path / "data")  # what `make run` does (the default: the user's data folder)
     port = free_port()
     server = start([*EMBEDDED_COMMAND, "--port", str(port)], env, tmp_path, tmp_path / "serve.log")
     try:
