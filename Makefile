@@ -5,31 +5,43 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Two stamps: `make run` installs the runtime only; `make test` adds the dev tools (and so
+# satisfies both).
 STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 RUN_DIR ?= build/example
 
-.PHONY: install run example test services browser lint typecheck contracts pytest bench bench-localize clean
+.PHONY: install install-runtime run example test services browser lint typecheck contracts pytest bench bench-localize clean
 
-$(STAMP): pyproject.toml
+$(VENV)/bin/python:
 	$$(scripts/ensure-python.sh) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(RUNTIME_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUNTIME_STAMP)
 
 install: $(STAMP)
+install-runtime: $(RUNTIME_STAMP)
 
-# The service on its embedded defaults: SQLite in ./data, the artifact store in ./data, jobs run
-# in the server process. Set DATABASE_URL/REDIS_URL/DATA_DIR for other setups (README "Service").
+# The service on its embedded defaults, kept in ./data here (ONNX_REDUCER_HOME; elsewhere the
+# default is the user's data folder): SQLite and the artifact store, jobs run in the server
+# process. Set DATABASE_URL/REDIS_URL/DATA_DIR for other setups (README "Service").
 HOST ?= 127.0.0.1
 PORT ?= 8000
-run: $(STAMP)
-	PATH=$(abspath $(BIN)):$$PATH onnx-reducer db upgrade
+ONNX_REDUCER_HOME ?= $(CURDIR)/data
+run: $(RUNTIME_STAMP)
+	ONNX_REDUCER_HOME=$(ONNX_REDUCER_HOME) PATH=$(abspath $(BIN)):$$PATH onnx-reducer db upgrade
 	@echo "Service: http://$(HOST):$(PORT)  (web UI; API docs: http://$(HOST):$(PORT)/docs)"
-	@echo "Token:   $(BIN)/onnx-reducer token create --team default   (send as 'Authorization: Bearer TOKEN')"
-	PATH=$(abspath $(BIN)):$$PATH onnx-reducer serve --host $(HOST) --port $(PORT)
+	@echo "Token:   ONNX_REDUCER_HOME=$(ONNX_REDUCER_HOME) $(BIN)/onnx-reducer token create --team default   (send as 'Authorization: Bearer TOKEN')"
+	ONNX_REDUCER_HOME=$(ONNX_REDUCER_HOME) PATH=$(abspath $(BIN)):$$PATH onnx-reducer serve --host $(HOST) --port $(PORT)
 
 # Reduce the bundled example on the command line (the Mul of Polygraphy's example).
-example: $(STAMP)
+example: $(RUNTIME_STAMP)
 	mkdir -p $(RUN_DIR)
 	$(BIN)/python examples/build_example_model.py $(RUN_DIR)/model.onnx
 	cd $(RUN_DIR) && PATH=$(abspath $(BIN)):$$PATH onnx-reducer reduce model.onnx -o reduced.onnx \
