@@ -186,9 +186,12 @@ def _to_fp16(
     """Polygraphy's --fp-to-fp16: every floating-point tensor converted with onnxconverter-common."""
     from onnxconverter_common import float16
 
+    from checks.fp16_warnings import summarised_fp16_warnings
+
     log.info("Converting the model's floating-point tensors to fp16 (--fp-to-fp16).")
     modelio.inline_external_data(model, sources)
-    converted: onnx.ModelProto = float16.convert_float_to_float16(model, keep_io_types=False)
+    with summarised_fp16_warnings(log.warning):
+        converted: onnx.ModelProto = float16.convert_float_to_float16(model, keep_io_types=False)
     return converted, modelio.WeightSources(hardlink=sources.hardlink)
 
 

@@ -11,6 +11,7 @@ from reducer_cli import args as cli_args
 from reducer_cli import service_cmd
 from reducer_cli.progress import ProgressReporter, reporter_from_args
 from reducer_core.errors import (
+    CheckInfraError,
     InvalidModelError,
     OriginalDidNotFailError,
     ReducerError,
@@ -70,13 +71,32 @@ def run(argv: Sequence[str]) -> int:
         return _run_handler(handlers[ns.command], ns, _reporter(ns))
 
 
+def _original_passed_advice(ns: argparse.Namespace) -> str:
+    if getattr(ns, "check_spec", None):
+        return (
+            "Make the check spec fail on the full model: for kind compare/golden lower its tolerance (atol/rtol) "
+            "or change its target, for kind error check its match, for op-present its ops/names "
+            "(--fail-code and --fail-regex do not apply to a spec)."
+        )
+    return "Check that the --check command fails on the full model, or adjust --fail-code/--fail-regex."
+
+
+def _infra_advice(exc: CheckInfraError) -> str:
+    if str(exc).startswith("The check could not run on the original model"):
+        return " Fix the check (is the command on PATH? does it read the --iter-artifact path?) and start again."
+    return ""  # a failure mid-way already says how to resume
+
+
 def _run_handler(handler: Callable[[argparse.Namespace], int], ns: argparse.Namespace, log: ProgressReporter) -> int:
     """Run a command; the errors it raises on purpose become a message and an exit code."""
     try:
         return handler(ns)
     except OriginalDidNotFailError as exc:
-        log.error(str(exc))
+        log.error(f"{exc} {_original_passed_advice(ns)}")
         return cli_args.EXIT_ORIGINAL_PASSED
+    except CheckInfraError as exc:
+        log.error(f"{exc}{_infra_advice(exc)}")
+        return cli_args.EXIT_ERROR
     except InvalidModelError as exc:
         log.error(str(exc))
         return cli_args.EXIT_INVALID_MODEL

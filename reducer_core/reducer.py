@@ -102,15 +102,12 @@ class Reduction:
         verdict, cached = self._verdict(start)
         self._record("original", start, verdict, verdict.is_failure, cached, 0.0)
         if verdict.kind is VerdictKind.INFRA_ERROR:
-            raise CheckInfraError(
-                f"The check could not run on the original model: {verdict.detail}. Fix the check (is the "
-                "command on PATH? does it read the --iter-artifact path?) and start again."
-            )
+            # the callers (command line, service) say how to fix it in their own words
+            raise CheckInfraError(f"The check could not run on the original model: {verdict.detail}.")
         if not verdict.is_failure:
             raise OriginalDidNotFailError(
                 f"The original model did not fail the check (verdict: {verdict.kind.value}"
-                f"{', ' + verdict.detail if verdict.detail else ''}). There is nothing to reduce: check "
-                "that the --check command fails on the full model, or adjust --fail-code/--fail-regex."
+                f"{', ' + verdict.detail if verdict.detail else ''}). There is nothing to reduce."
             )
         return verdict
 

@@ -53,6 +53,10 @@ from worker.context import RunnerContext
 from worker.results import store_results
 
 log = logging.getLogger("onnx_reducer.worker")
+ORIGINAL_PASSED_ADVICE = (
+    "Check that the job's check spec fails on the uploaded model: for kind compare/golden its tolerance "
+    "(atol/rtol) and target, for kind error its match, for op-present its ops/names."
+)
 ITERATION_MODEL = "iteration.onnx"
 CANCEL_POLL_S = 1.0
 
@@ -212,7 +216,7 @@ class JobRun:
             message = f"The job ran longer than {limit} (JOB_TIME_LIMIT_S, counted from its first start)."
             self._end(JobStatus.FAILED, ErrorCode.TIME_LIMIT, message)
         except OriginalDidNotFailError as exc:
-            self._end(JobStatus.FAILED, ErrorCode.ORIGINAL_DID_NOT_FAIL, str(exc))
+            self._end(JobStatus.FAILED, ErrorCode.ORIGINAL_DID_NOT_FAIL, f"{exc} {ORIGINAL_PASSED_ADVICE}")
         except InvalidModelError as exc:
             self._end(JobStatus.FAILED, ErrorCode.INVALID_MODEL, str(exc))
         except CheckInfraError as exc:

@@ -178,11 +178,12 @@ def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
             raise not_found(f"Job '{job_id}'")
         if not jobs.retry(job.id):
             retryable = ", ".join(c.value for c in RETRYABLE_ERRORS)
+            why = f"failed with error code {job.error_code}" if job.error_code else str(job.status)
             raise ProblemError(
                 409,
                 "Job cannot be retried",
-                f"Job '{job_id}' is {job.status} (error: {job.error_code}); only failed jobs with an error "
-                f"code of {retryable} can be retried.",
+                f"Job '{job_id}' is {why}; only jobs that failed with one of the error codes {retryable} can be "
+                "retried (a job whose model or check spec was at fault needs a new job).",
             )
         event = EventRepository(session).append(job.id, EventKind.QUEUED, {"status": "queued", "retry": True})
         session.refresh(job)

@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import onnx
 
+from checks.fp16_warnings import summarised_fp16_warnings
 from checks.runtimes import RuntimeUnavailableError
 from checks.spec import RuntimeSpec
 
 PROTO_LIMIT = 1_800_000_000
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -105,7 +111,8 @@ class OrtRunner:
                 f"(available: {', '.join(ort.get_available_providers())})"
             )
         if spec.precision == "fp16":
-            model = fp16_storage(model) if provider == "CPUExecutionProvider" else to_fp16(model)
+            with summarised_fp16_warnings(_to_stderr):
+                model = fp16_storage(model) if provider == "CPUExecutionProvider" else to_fp16(model)
         options = ort.SessionOptions()
         options.graph_optimization_level = {
             "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,

@@ -193,3 +193,20 @@ def test_a_matched_regex_pins_the_failure_whatever_the_exit_code(in_tmp: Path) -
     assert code == 0
     assert json.loads(Path(summary).read_text())["original"]["signature"] == "regex=BOOM"
     assert node_names("r.onnx") == [node("F")]
+
+
+def test_a_passing_original_tells_check_spec_users_what_to_change_in_the_spec(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Path("spec.yaml").write_text("kind: op-present\nops: [Conv]\n")
+    assert reduce(save_branchy(), "-o", "reduced.onnx", "--check-spec", "spec.yaml") == 3
+    err = capsys.readouterr().err
+    assert "Make the check spec fail on the full model" in err
+    assert "adjust --fail-code" not in err
+
+
+def test_a_passing_original_tells_check_users_about_fail_code_and_regex(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert reduce(save_branchy(), "-o", "reduced.onnx", check=write_script(SCRIPT, "exit 0")) == 3
+    assert "adjust --fail-code/--fail-regex" in capsys.readouterr().err

@@ -32,6 +32,9 @@ from persistence.repositories import TeamRepository
 from tests.service.conftest import client_for
 from tests.service.helpers import OP_PRESENT_MUL, submit, tar_bundle
 from tests.service.test_bad_input import _external_weights_model, _model, _stored
+from worker.context import context_from_settings
+from worker.run_job import run_job
+from worker.settings import WorkerSettings
 
 EXAMPLE = build_example_model().SerializeToString()
 MAX_UPLOAD = 4_000_000
@@ -418,3 +421,22 @@ def test_stale_staging_folders_are_swept_at_start(tmp_path: Path) -> None:
     assert not stale.exists()
     assert (fresh / "upload.bin").exists()
     assert blob.read_bytes() == b"stored"
+
+
+# --- service wording --------------------------------------------------------------------------------
+
+
+def test_messages_are_worded_for_the_service(api: str, tokens: dict[str, str], db_url: str, data_dir: Path) -> None:
+    with client_for(api, tokens["team-a"]) as client:
+        job_id = submit(client, EXAMPLE, "kind: op-present\nops: [Conv]\n").json()["id"]
+        refused = client.post(f"/v1/jobs/{job_id}/retry")
+        ctx = context_from_settings(WorkerSettings(database_url=db_url, data_dir=data_dir))
+        run_job(job_id, ctx)
+        ctx.db.dispose()
+        failed = client.get(f"/v1/jobs/{job_id}").json()
+    problem = _problem(refused, 409, f"Job '{job_id}' is queued;")
+    assert "None" not in problem["detail"]
+    assert failed["error"]["code"] == "original-did-not-fail", failed
+    message = failed["error"]["message"]
+    assert "check spec fails on the uploaded model" in message
+    assert "--check" not in message and "--fail-code" not in message
