@@ -26,6 +26,7 @@ import onnx
 from checks.spec import CheckSpec, Tolerance, check_spec_from_dict
 from reducer_core.modelio import load_model_with_weights
 from reducer_core.prepare import mark_all_outputs
+from reducer_core.verdict import OP_NOT_REGISTERED_SIGNATURE
 
 Result = dict[str, Any]
 
@@ -168,6 +169,27 @@ def run_spec(payload: Mapping[str, Any]) -> Result:
         return _result("infra-error", detail=str(exc))
 
 
+# How runtimes say that they have no implementation of an op (a custom domain's op, a plugin).
+_NOT_REGISTERED = re.compile(
+    r"(?P<op>[\w.]+:\w+)\(-?\d+\) is not a registered function/op"  # onnxruntime
+    r"|No importer registered for op: (?P<trt>\w+)"  # TensorRT's ONNX parser
+)
+
+
+def not_registered(message: str) -> Result | None:
+    """The ``crash`` / ``op-not-registered`` result when ``message`` says the runtime lacks an op
+    (never the original failure unless an ``error`` check's ``match`` asks for that message)."""
+    found = _NOT_REGISTERED.search(message)
+    if found is None:
+        return None
+    op = found.group("op") or found.group("trt")
+    detail = (
+        f"the runtime has no implementation of op {op} (not registered): a limit of the runtime, not a failure "
+        "of the model; an error check whose match covers this message counts it"
+    )
+    return _result("crash", OP_NOT_REGISTERED_SIGNATURE, detail, message)
+
+
 def _op_present(spec: CheckSpec, model: onnx.ModelProto) -> Result:
     ops = sorted({n.op_type for n in model.graph.node if n.op_type in spec.ops})
     names = sorted({n.name for n in model.graph.node if n.name in spec.names})
@@ -191,10 +213,12 @@ def _error(
         raise
     except Exception as exc:  # noqa: BLE001 - the target's errors are what this check looks for
         message = f"{type(exc).__name__}: {exc}"
+        if spec.match is not None and re.search(spec.match, message):
+            return _result("fail", f"error:match={spec.match}", message[:500], message)
+        if (missing := not_registered(message)) is not None:
+            return missing
         if spec.match is None:
             return _result("fail", f"error:{type(exc).__name__}", message[:500], message)
-        if re.search(spec.match, message):
-            return _result("fail", f"error:match={spec.match}", message[:500], message)
         return _result("pass", detail=f"error not matching {spec.match!r}: {message[:300]}", output=message)
     return _result("pass", detail=f"{spec.target.label} ran without error")
 
@@ -230,6 +254,8 @@ def _accuracy(
             raise
         except Exception as exc:  # noqa: BLE001 - a runtime error is a (different) failure
             message = f"{type(exc).__name__}: {exc}"
+            if (missing := not_registered(message)) is not None:
+                return missing
             return _result("fail", f"error:{type(exc).__name__}", message[:500], message)
         mismatches = compare_outputs(reference, target, spec.tolerance)
         if mismatches:

@@ -68,8 +68,9 @@ def check_external_keys(tensor: onnx.TensorProto) -> None:
     for entry in tensor.external_data:
         if entry.key not in EXTERNAL_DATA_KEYS:
             raise UnsafeExternalDataError(
-                f"Tensor '{tensor.name[:200]}' has the external-data key '{entry.key[:100]}'; the allowed keys are "
-                f"{', '.join(EXTERNAL_DATA_KEYS)}. Re-export the model (onnx.save_model(..., save_as_external_data=True))."
+                f"Tensor '{tensor.name[:200]}' has the external-data key '{entry.key[:100]}'; the allowed keys "
+                f"are {', '.join(EXTERNAL_DATA_KEYS)}. Re-export the model "
+                "(onnx.save_model(..., save_as_external_data=True))."
             )
 
 

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 # The signature of a ``crash`` verdict for a check killed for using more memory than its limit
 # (``checks.memory``): a limit of ours, not a failure of the model, like a timeout.
 MEMORY_LIMIT_SIGNATURE = "memory-limit"
+# The signature of a ``crash`` verdict for a runtime that has no implementation of an op of the
+# model (a custom domain's op, ``... is not a registered function/op``): a gap of the runtime, not
+# the model's failure, so never the original failure unless the user's check asks for it.
+OP_NOT_REGISTERED_SIGNATURE = "op-not-registered"
 
 
 class VerdictKind(enum.StrEnum):
@@ -30,6 +34,8 @@ class Verdict:
     @property
     def is_failure(self) -> bool:
         """Whether this verdict, on the original model, is a failure worth reducing."""
+        if self.signature == OP_NOT_REGISTERED_SIGNATURE:
+            return False
         return self.kind in (VerdictKind.FAIL, VerdictKind.CRASH, VerdictKind.TIMEOUT)
 
     def reproduces(self, original: Verdict, pinned: bool = True) -> bool:
@@ -48,6 +54,8 @@ class Verdict:
             return original.kind is VerdictKind.TIMEOUT
         if self.kind is VerdictKind.CRASH and self.signature == MEMORY_LIMIT_SIGNATURE:
             return original.signature == MEMORY_LIMIT_SIGNATURE
+        if self.signature == OP_NOT_REGISTERED_SIGNATURE:
+            return False
         return self.kind in (VerdictKind.FAIL, VerdictKind.CRASH)
 
     def to_json(self) -> dict[str, object]:

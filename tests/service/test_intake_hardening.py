@@ -29,6 +29,7 @@ from examples.build_example_model import build_example_model
 from persistence.db import Database
 from persistence.migrate import upgrade
 from persistence.repositories import TeamRepository
+from tests.checks.test_op_not_registered import _custom_op_model
 from tests.service.conftest import client_for
 from tests.service.helpers import OP_PRESENT_MUL, submit, tar_bundle
 from tests.service.test_bad_input import _external_weights_model, _model, _stored
@@ -440,3 +441,12 @@ def test_messages_are_worded_for_the_service(api: str, tokens: dict[str, str], d
     message = failed["error"]["message"]
     assert "check spec fails on the uploaded model" in message
     assert "--check" not in message and "--fail-code" not in message
+
+
+def test_custom_domain_ops_are_accepted_at_intake(api: str, tokens: dict[str, str]) -> None:
+    """Contrib and plugin ops are legitimate in real models; at run time an op the runtime lacks is
+    the ``op-not-registered`` verdict (tests/checks/test_op_not_registered.py), never the failure."""
+    model = _custom_op_model()
+    with client_for(api, tokens["team-a"]) as client:
+        response = submit(client, model.SerializeToString(), "kind: error\n")
+    assert response.status_code == 202, response.text
