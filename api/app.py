@@ -21,6 +21,8 @@ from api.problems import install_problem_handlers
 from api.routes import artifacts, events, health, jobs
 from api.services import Services
 from api.settings import ApiSettings
+from api.shedding import ShedMiddleware
+from api.token_cache import TokenCache
 from persistence.contracts import Enqueue, Notifier, no_notify
 from persistence.db import Database
 from persistence.layout import DataLayout
@@ -56,6 +58,7 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
         notify=notify or _default_notify(settings),
         registry=registry,
         intake=IntakePool(settings.intake_workers, settings.intake_max_pending, settings.retry_after_s),
+        tokens=TokenCache(settings.token_cache_s),
     )
     services.layout.store  # creates the store's folders  # noqa: B018
     swept = services.layout.sweep_staging(settings.staging_max_age_s)
@@ -78,6 +81,7 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
     app.state.services = services
     install_problem_handlers(app)
     install_metrics(app, registry, db)
+    app.add_middleware(ShedMiddleware, max_inflight=settings.max_inflight_requests, retry_after_s=1)
     for module in (jobs, events, artifacts, health):
         app.include_router(module.router)
     _install_web_ui(app)

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from api.intake_pool import IntakePool
 from api.settings import ApiSettings
+from api.token_cache import TokenCache
 from persistence.contracts import Enqueue, Notifier
 from persistence.db import Database
 from persistence.layout import DataLayout
@@ -22,3 +23,4 @@ class Services:
     notify: Notifier
     registry: CollectorRegistry
     intake: IntakePool
+    tokens: TokenCache

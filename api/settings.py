@@ -18,12 +18,16 @@ class ApiSettings(ServiceSettings):
     intake_workers: int = 2
     intake_max_pending: int = 8
     retry_after_s: int = 5
+    # Short requests handled at once; more answer 503 + Retry-After (0: no limit). Event streams
+    # and uploads are not counted.
+    max_inflight_requests: int = 32
     # Staging folders of uploads older than this (an api killed mid-upload) are removed at start.
     staging_max_age_s: float = 3600.0
     sse_heartbeat_s: float = 15.0
     sse_poll_s: float = 0.5
     sse_max_lifetime_s: float = 3600.0
     sse_token_check_s: float = 5.0  # how often an open event stream re-checks its token (revocation)
+    token_cache_s: float = 2.0  # a token's team is looked up at most this often per token (revocation delay)
 
 
 def load_api_settings() -> ApiSettings:

@@ -1,29 +1,47 @@
-"""Load test of one api process (not a test): N concurrent jobs and M SSE subscribers against
-``onnx-reducer serve`` on 127.0.0.1 (embedded: SQLite + in-process runner, in a temporary folder),
-bounded in count and time. Reports requests/s and latency percentiles of ``GET /v1/jobs/{id}``.
+"""Load test of one api process (not a test). Starts ``onnx-reducer serve`` on 127.0.0.1 in a
+temporary folder, keeps ``--jobs`` reductions running and ``--subscribers`` SSE streams open, and
+sends ``GET /v1/jobs/{id}`` at a fixed, open-loop rate: request *i* is due at ``i / rate`` seconds
+whether or not earlier ones were answered, and its latency counts from when it was due (so a
+stalled server shows up as latency instead of as fewer requests). Reports the achieved rate,
+p50/p95/p99/max latency, errors and 503s (shed load), and the server's resident memory.
 
-    python bench/load_api.py --jobs 20 --subscribers 20 --duration 20
+    python bench/load_api.py --rate 200 --duration 30                       # embedded (SQLite, in-process runner)
+    python bench/load_api.py --mode distributed --rate 200 --duration 30    # PostgreSQL + Redis + a Celery worker
+    python bench/load_api.py --intake-nodes 1000000                         # /healthz while a big model is validated
+
+``--mode distributed`` needs PostgreSQL (``--postgres``, default the local trust server) and Redis
+(``--redis``); it creates and drops a database of its own. ``--bin`` runs another checkout's
+``onnx-reducer`` (e.g. a baseline), which must accept the same settings.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from examples.build_example_model import build_example_model
+from sqlalchemy import create_engine, text
+
+from persistence.db import normalize_url
 
 SPEC = "kind: op-present\nops: [Mul]\n"
+BUSY_NODES = 400  # a chain whose linear reduction keeps the runner checking for minutes
 
 
 def _free_port() -> int:
@@ -32,10 +50,147 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def chain(nodes: int, mul_at: int | None = None) -> bytes:
+    ops = ["Relu", "Neg", "Abs", "Sigmoid", "Tanh"]
+    names = ["x", *[f"t{i}" for i in range(1, nodes)], "y"]
+    made = [
+        helper.make_node("Mul", [names[i], names[i]], [names[i + 1]])
+        if i == mul_at
+        else helper.make_node(ops[i % len(ops)], [names[i]], [names[i + 1]])
+        for i in range(nodes)
+    ]
+    graph = helper.make_graph(
+        made,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and all its descendants, in MB."""
+    total = 0
+    pids = [pid]
+    while pids:
+        current = pids.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            children = [c for t in Path(f"/proc/{current}/task").glob("*/children") for c in t.read_text().split()]
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")), 0)
+        pids += [int(c) for c in children]
+    return total / 1024
+
+
+@dataclass
+class Server:
+    base: str
+    env: dict[str, str]
+    cwd: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    peak_rss_mb: float = 0.0
+
+    def sample_rss(self) -> None:
+        self.peak_rss_mb = max(self.peak_rss_mb, rss_mb(self.procs[0].pid))
+
+    def token(self, bin_dir: str) -> str:
+        command = [f"{bin_dir}/onnx-reducer", "token", "create", "--team", "load"]
+        return subprocess.run(
+            command, cwd=self.cwd, env=self.env, check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+
+def _wait_http(url: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"{url} did not answer within {timeout}s")
+
+
+@contextmanager
+def postgres_database(admin_url: str) -> Iterator[str]:
+    name = f"orx_load_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(normalize_url(admin_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield admin_url.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@contextmanager
+def running_server(args: argparse.Namespace, tmp: Path) -> Iterator[Server]:
+    bin_dir = args.bin or str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DATA_DIR")}
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    env.update(ONNX_REDUCER_HOME=str(tmp), DATA_DIR=str(tmp / "data"), LOG_FORMAT="json")
+    port = _free_port()
+    serve = [f"{bin_dir}/onnx-reducer", "serve", "--port", str(port)]
+    with contextlib.ExitStack() as stack:
+        if args.mode == "distributed":
+            env["DATABASE_URL"] = stack.enter_context(postgres_database(args.postgres))
+            env["REDIS_URL"] = args.redis
+            subprocess.run(
+                [f"{bin_dir}/onnx-reducer", "db", "upgrade"], env=env, cwd=tmp, check=True, capture_output=True
+            )
+            serve.append("--no-local-worker")
+        else:
+            env["DATABASE_URL"] = f"sqlite:///{tmp / 'onnx-reducer.db'}"
+        log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed below
+        server = Server(f"http://127.0.0.1:{port}", env, tmp)
+        server.procs.append(subprocess.Popen(serve, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT))
+        if args.mode == "distributed":
+            worker = [
+                f"{bin_dir}/celery",
+                "-A",
+                "worker.celery_app",
+                "worker",
+                "-Q",
+                "cpu",
+                "--pool",
+                "solo",
+                "--loglevel",
+                "WARNING",
+            ]
+            server.procs.append(subprocess.Popen(worker, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT))
+        try:
+            _wait_http(server.base + "/healthz")
+            yield server
+        finally:
+            for proc in server.procs:
+                proc.terminate()
+            for proc in server.procs:
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            log.close()
+
+
+@dataclass
+class Sample:
+    latency_s: float
+    status: int  # 0: no answer (connection error, timeout)
+
+
 async def _subscriber(client: httpx.AsyncClient, job_id: str, deadline: float) -> int:
     count = 0
     try:
-        async with client.stream("GET", f"/v1/jobs/{job_id}/events", timeout=deadline - time.monotonic()) as response:
+        async with client.stream(
+            "GET", f"/v1/jobs/{job_id}/events", timeout=deadline - time.monotonic() + 5
+        ) as response:
             async for line in response.aiter_lines():
                 count += line.startswith("id:")
                 if time.monotonic() > deadline:
@@ -45,92 +200,164 @@ async def _subscriber(client: httpx.AsyncClient, job_id: str, deadline: float) -
     return count
 
 
-async def _poller(client: httpx.AsyncClient, job_ids: list[str], deadline: float, latencies: list[float]) -> None:
-    i = 0
-    while time.monotonic() < deadline:
-        started = time.perf_counter()
-        response = await client.get(f"/v1/jobs/{job_ids[i % len(job_ids)]}")
-        latencies.append(time.perf_counter() - started)
-        response.raise_for_status()
-        i += 1
+async def _one(client: httpx.AsyncClient, url: str, due: float, samples: list[Sample]) -> None:
+    await asyncio.sleep(max(0.0, due - time.monotonic()))
+    try:
+        response = await client.get(url, timeout=30)
+        status = response.status_code
+    except httpx.HTTPError:
+        status = 0
+    samples.append(Sample(time.monotonic() - due, status))
 
 
-async def _run(base: str, token: str, args: argparse.Namespace) -> dict[str, float]:
+async def _open_loop(
+    client: httpx.AsyncClient, urls: list[str], rate: float, duration: float
+) -> tuple[list[Sample], float]:
+    samples: list[Sample] = []
+    start = time.monotonic() + 0.5
+    count = int(rate * duration)
+    tasks = [asyncio.create_task(_one(client, urls[i % len(urls)], start + i / rate, samples)) for i in range(count)]
+    await asyncio.gather(*tasks)
+    return samples, time.monotonic() - start
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def _load(server: Server, token: str, args: argparse.Namespace) -> dict[str, object]:
     headers = {"Authorization": f"Bearer {token}"}
-    limits = httpx.Limits(max_connections=args.subscribers + args.pollers + 8)
-    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=60) as client:
-        model = build_example_model().SerializeToString()
-        posts = [
-            client.post("/v1/jobs", files={"model": ("m.onnx", model)}, data={"check_spec": SPEC})
-            for _ in range(args.jobs)
-        ]
-        job_ids = [r.json()["id"] for r in await asyncio.gather(*posts)]
-        deadline = time.monotonic() + args.duration
-        latencies: list[float] = []
-        subscribers = [_subscriber(client, job_ids[i % len(job_ids)], deadline) for i in range(args.subscribers)]
-        pollers = [_poller(client, job_ids, deadline, latencies) for _ in range(args.pollers)]
-        started = time.monotonic()
-        results = await asyncio.gather(*subscribers, *pollers)
-        elapsed = time.monotonic() - started
-        statuses = [(await client.get(f"/v1/jobs/{j}")).json()["status"] for j in job_ids]
-        done = statuses.count("succeeded")
-    ordered = sorted(latencies)
+    limits = httpx.Limits(
+        max_connections=args.connections + args.subscribers, max_keepalive_connections=args.connections
+    )
+    async with httpx.AsyncClient(base_url=server.base, headers=headers, limits=limits, timeout=60) as client:
+        busy = chain(BUSY_NODES, mul_at=BUSY_NODES // 2)
+        job_ids = []
+        for _ in range(args.jobs):
+            response = await client.post(
+                "/v1/jobs", files={"model": ("m.onnx", busy)}, data={"check_spec": SPEC, "mode": "linear"}
+            )
+            response.raise_for_status()
+            job_ids.append(response.json()["id"])
+        await asyncio.sleep(args.warmup)
+        deadline = time.monotonic() + args.duration + 1
+        subscribers = (
+            [
+                asyncio.create_task(_subscriber(client, job_ids[i % len(job_ids)], deadline))
+                for i in range(args.subscribers)
+            ]
+            if job_ids
+            else []
+        )
+        sampler = asyncio.create_task(_sample_rss(server, deadline))
+        urls = [f"/v1/jobs/{j}" for j in job_ids] or ["/healthz"]
+        profiler = _start_profiler(server, args)
+        samples, elapsed = await _open_loop(client, urls, args.rate, args.duration)
+        if profiler is not None:
+            profiler.wait(60)
+        events = sum(await asyncio.gather(*subscribers))
+        await sampler
+        statuses = [(await client.get(f"/v1/jobs/{j}")).json() for j in job_ids]
+        for job in statuses:
+            if job["status"] not in ("succeeded", "failed", "cancelled"):
+                await client.post(f"/v1/jobs/{job['id']}/cancel")
+    ok = sorted(s.latency_s * 1000 for s in samples if s.status == 200)
+    every = sorted(s.latency_s * 1000 for s in samples)
     return {
-        "jobs": args.jobs,
-        "jobs_succeeded": done,
-        "subscribers": args.subscribers,
-        "sse_events_received": sum(r for r in results[: args.subscribers] if isinstance(r, int)),
-        "get_job_requests": len(latencies),
-        "get_job_rps": len(latencies) / elapsed,
-        "p50_ms": statistics.median(ordered) * 1000,
-        "p99_ms": ordered[int(0.99 * (len(ordered) - 1))] * 1000,
+        "mode": args.mode,
+        "target_rate": args.rate,
+        "achieved_rate": round(len(samples) / elapsed, 1),
+        "requests": len(samples),
+        "ok": len(ok),
+        "shed_503": sum(s.status == 503 for s in samples),
+        "errors": sum(s.status not in (200, 503) for s in samples),
+        "p50_ms": round(_percentile(every, 0.50), 1),
+        "p95_ms": round(_percentile(every, 0.95), 1),
+        "p99_ms": round(_percentile(every, 0.99), 1),
+        "max_ms": round(every[-1], 1) if every else None,
+        "jobs_running_at_end": sum(j["status"] == "running" for j in statuses),
+        "checks_during_run": sum(j["progress"]["checks_run"] for j in statuses),
+        "sse_events": events,
+        "server_peak_rss_mb": round(server.peak_rss_mb, 1),
+    }
+
+
+def _start_profiler(server: Server, args: argparse.Namespace) -> subprocess.Popen[bytes] | None:
+    """``--py-spy FILE``: py-spy samples the api process during the load (collapsed stacks: one
+    line per stack with its sample count; ``--py-spy-format speedscope`` for a viewer)."""
+    if not args.py_spy:
+        return None
+    command = ["py-spy", "record", "-p", str(server.procs[0].pid), "-o", args.py_spy, "-d", str(int(args.duration))]
+    command += ["-f", args.py_spy_format, "-r", "200", "--nonblocking"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def _sample_rss(server: Server, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        server.sample_rss()
+        await asyncio.sleep(0.5)
+
+
+async def _intake_stall(server: Server, token: str, nodes: int) -> dict[str, object]:
+    """Poll /healthz every 50 ms while a ``nodes``-node model is uploaded and validated."""
+    model = chain(nodes, mul_at=nodes // 2)
+    worst, polls, done = 0.0, 0, asyncio.Event()
+    async with httpx.AsyncClient(
+        base_url=server.base, headers={"Authorization": f"Bearer {token}"}, timeout=600
+    ) as client:
+
+        async def upload() -> tuple[int, float]:
+            started = time.monotonic()
+            response = await client.post("/v1/jobs", files={"model": ("big.onnx", model)}, data={"check_spec": SPEC})
+            done.set()
+            return response.status_code, time.monotonic() - started
+
+        task = asyncio.create_task(upload())
+        async with httpx.AsyncClient(base_url=server.base, timeout=600) as probe:
+            while not done.is_set():
+                started = time.monotonic()
+                await probe.get("/healthz")
+                worst, polls = max(worst, time.monotonic() - started), polls + 1
+                server.sample_rss()
+                await asyncio.sleep(0.05)
+        status, took = await task
+        if status == 202:
+            await client.post(f"/v1/jobs/{(await client.get('/v1/jobs')).json()['items'][0]['id']}/cancel")
+    return {
+        "model_nodes": nodes,
+        "model_mb": round(len(model) / 2**20, 1),
+        "post_status": status,
+        "post_seconds": round(took, 1),
+        "healthz_polls": polls,
+        "healthz_worst_ms": round(worst * 1000, 1),
+        "server_peak_rss_mb": round(server.peak_rss_mb, 1),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--jobs", type=int, default=20)
-    parser.add_argument("--subscribers", type=int, default=20)
-    parser.add_argument("--pollers", type=int, default=8, help="concurrent GET /v1/jobs/{id} loops")
-    parser.add_argument("--duration", type=float, default=20.0, help="seconds of load (bounded)")
+    parser.add_argument("--mode", choices=("embedded", "distributed"), default="embedded")
+    parser.add_argument("--rate", type=float, default=200.0, help="GET /v1/jobs/{id} per second (open loop)")
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of load (at most 300)")
+    parser.add_argument("--jobs", type=int, default=2, help="reductions kept running during the load")
+    parser.add_argument("--subscribers", type=int, default=10, help="open SSE streams")
+    parser.add_argument("--connections", type=int, default=64, help="client connections for the GETs")
+    parser.add_argument("--warmup", type=float, default=3.0, help="seconds between submitting the jobs and the load")
+    parser.add_argument("--intake-nodes", type=int, default=0, help="instead: /healthz during a model of N nodes")
+    parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
+    parser.add_argument("--bin", default="", help="folder of the onnx-reducer to start (default: this venv)")
+    parser.add_argument("--py-spy", default="", help="profile the api during the load into this file (py-spy)")
+    parser.add_argument("--py-spy-format", default="raw", choices=("raw", "speedscope", "flamegraph"))
     args = parser.parse_args()
-    args.jobs, args.subscribers = min(args.jobs, 500), min(args.subscribers, 500)
     args.duration = min(args.duration, 300.0)
-    bin_dir = str(Path(sys.executable).parent)
-    with tempfile.TemporaryDirectory(prefix="onnx-reducer-load-") as tmp:
-        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DATA_DIR")}
-        env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
-        env["ONNX_REDUCER_HOME"] = tmp
-        port = _free_port()
-        server = subprocess.Popen(
-            ["onnx-reducer", "serve", "--port", str(port)],
-            cwd=tmp,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            base = f"http://127.0.0.1:{port}"
-            for _ in range(100):
-                try:
-                    if httpx.get(base + "/healthz").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.2)
-            token = subprocess.run(
-                ["onnx-reducer", "token", "create", "--team", "default"],
-                cwd=tmp,
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            report = asyncio.run(_run(base, token, args))
-        finally:
-            server.terminate()
-            server.wait(10)
-    for key, value in report.items():
-        print(f"{key:>22}: {value:.1f}" if isinstance(value, float) else f"{key:>22}: {value}")
+    with tempfile.TemporaryDirectory(prefix="onnx-reducer-load-") as tmp, running_server(args, Path(tmp)) as server:
+        token = server.token(args.bin or str(Path(sys.executable).parent))
+        if args.intake_nodes:
+            report = asyncio.run(_intake_stall(server, token, args.intake_nodes))
+        else:
+            report = asyncio.run(_load(server, token, args))
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

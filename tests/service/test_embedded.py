@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import onnx
@@ -40,12 +41,14 @@ def test_embedded_serve_reduces_the_reference_example(tmp_path: Path) -> None:
         model = build_example_model().SerializeToString()
         with client_for(f"http://127.0.0.1:{port}", token) as client:
             job_id = submit(client, model).json()["id"]
+            seen_job_process = _wait_for_child(server.popen.pid, "worker.local_child", timeout=60)
             job = wait_job(client, job_id)
             events = list(read_sse(client, f"/v1/jobs/{job_id}/events"))
             min_bad = client.get(f"/v1/jobs/{job_id}/artifacts/min-bad").content
     finally:
         server.stop()
     assert job["status"] == "succeeded", job
+    assert seen_job_process  # the job ran in a child process, not on the api's GIL
     assert (tmp_path / "data" / "onnx-reducer.db").is_file()
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     assert [e.data["number"] for e in events if e.kind == "iteration"] == list(
@@ -53,3 +56,23 @@ def test_embedded_serve_reduces_the_reference_example(tmp_path: Path) -> None:
     )
     assert [n.op_type for n in onnx.load_from_string(min_bad).graph.node] == ["Mul"]
     assert min_bad == cli_min_bad(tmp_path, model)
+
+
+def _wait_for_child(pid: int, marker: str, timeout: float) -> bool:
+    """Whether a child of ``pid`` whose command line holds ``marker`` appears within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        children = []  # each thread's children are listed under that thread
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            try:
+                children += task.read_text().split()
+            except OSError:
+                continue
+        for child in children:
+            try:
+                if marker in Path(f"/proc/{child}/cmdline").read_text():
+                    return True
+            except OSError:
+                continue
+        time.sleep(0.02)
+    return False

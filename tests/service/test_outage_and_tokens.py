@@ -105,7 +105,9 @@ def test_an_outage_is_503_with_retry_after_then_the_api_recovers(
 def test_tokens_are_listed_and_revoked_and_revocation_ends_event_streams(
     db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str], tokens: dict[str, str], tmp_path: Path
 ) -> None:
-    settings = ApiSettings(database_url=db_url, data_dir=data_dir, sse_heartbeat_s=0.5, sse_token_check_s=0.2)
+    settings = ApiSettings(
+        database_url=db_url, data_dir=data_dir, sse_heartbeat_s=0.5, sse_token_check_s=0.2, token_cache_s=0.5
+    )
     api = serve_app(create_app(settings, enqueue=lambda j, q: None))
     env = _env(DATABASE_URL=db_url)
     listed = _cli("token", "list", env=env, cwd=tmp_path)
