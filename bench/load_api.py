@@ -70,19 +70,31 @@ def chain(nodes: int, mul_at: int | None = None) -> bytes:
     return model.SerializeToString()
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (each thread's children are listed under that thread)."""
+    found, pids = [], [pid]
+    while pids:
+        current = pids.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                pids += [int(c) for c in task.read_text().split()]
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` alone (the api process, not its job or intake children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> float:
     """Resident memory of ``pid`` and all its descendants, in MB."""
     total = 0
-    pids = [pid]
-    while pids:
-        current = pids.pop()
-        try:
+    for current in _tree(pid):
+        with contextlib.suppress(OSError):
             status = Path(f"/proc/{current}/status").read_text()
-            children = [c for t in Path(f"/proc/{current}/task").glob("*/children") for c in t.read_text().split()]
-        except OSError:
-            continue
-        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")), 0)
-        pids += [int(c) for c in children]
+            total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")), 0)
     return total / 1024
 
 
@@ -200,23 +212,28 @@ async def _subscriber(client: httpx.AsyncClient, job_id: str, deadline: float) -
     return count
 
 
-async def _one(client: httpx.AsyncClient, url: str, due: float, samples: list[Sample]) -> None:
-    await asyncio.sleep(max(0.0, due - time.monotonic()))
-    try:
-        response = await client.get(url, timeout=30)
-        status = response.status_code
-    except httpx.HTTPError:
-        status = 0
+async def _one(client: httpx.AsyncClient, url: str, due: float, gate: asyncio.Semaphore, samples: list[Sample]) -> None:
+    async with gate:  # queue here (O(1)), not in httpcore's pool (quadratic with thousands waiting)
+        try:
+            response = await client.get(url, timeout=30)
+            status = response.status_code
+        except httpx.HTTPError:
+            status = 0
     samples.append(Sample(time.monotonic() - due, status))
 
 
 async def _open_loop(
-    client: httpx.AsyncClient, urls: list[str], rate: float, duration: float
+    client: httpx.AsyncClient, urls: list[str], rate: float, duration: float, connections: int
 ) -> tuple[list[Sample], float]:
+    """Start request i at ``start + i / rate`` (open loop), whatever happened to the earlier ones."""
     samples: list[Sample] = []
+    gate = asyncio.Semaphore(connections)
+    tasks: list[asyncio.Task[None]] = []
     start = time.monotonic() + 0.5
-    count = int(rate * duration)
-    tasks = [asyncio.create_task(_one(client, urls[i % len(urls)], start + i / rate, samples)) for i in range(count)]
+    for i in range(int(rate * duration)):
+        due = start + i / rate
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        tasks.append(asyncio.create_task(_one(client, urls[i % len(urls)], due, gate, samples)))
     await asyncio.gather(*tasks)
     return samples, time.monotonic() - start
 
@@ -252,7 +269,9 @@ async def _load(server: Server, token: str, args: argparse.Namespace) -> dict[st
         sampler = asyncio.create_task(_sample_rss(server, deadline))
         urls = [f"/v1/jobs/{j}" for j in job_ids] or ["/healthz"]
         profiler = _start_profiler(server, args)
-        samples, elapsed = await _open_loop(client, urls, args.rate, args.duration)
+        cpu_before, load_before = cpu_seconds(server.procs[0].pid), os.getloadavg()[0]
+        samples, elapsed = await _open_loop(client, urls, args.rate, args.duration, args.connections)
+        api_cpu = cpu_seconds(server.procs[0].pid) - cpu_before
         if profiler is not None:
             profiler.wait(60)
         events = sum(await asyncio.gather(*subscribers))
@@ -279,6 +298,9 @@ async def _load(server: Server, token: str, args: argparse.Namespace) -> dict[st
         "checks_during_run": sum(j["progress"]["checks_run"] for j in statuses),
         "sse_events": events,
         "server_peak_rss_mb": round(server.peak_rss_mb, 1),
+        "api_cpu_ms_per_request": round(api_cpu / max(len(samples), 1) * 1000, 2),
+        "api_cpu_share": round(api_cpu / elapsed, 2),
+        "machine_load_avg": [round(load_before, 1), round(os.getloadavg()[0], 1)],
     }
 
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from persistence.enums import TERMINAL_STATUSES, ErrorCode, JobStatus
 from persistence.models import Job, utcnow
@@ -54,14 +54,16 @@ class JobRepository:
         return self.session.get(Job, job_id)
 
     def for_team(self, team_id: str, job_id: str) -> Job | None:
-        """The only way the api looks a job up: another team's job is simply not found."""
-        return self.session.scalar(select(Job).where(Job.id == job_id, Job.team_id == team_id))
+        """The only way the api looks a job up: another team's job is simply not found. The
+        worker's bulky state (strategy state, verdict cache) is loaded only if it is read."""
+        query = select(Job).where(Job.id == job_id, Job.team_id == team_id).options(*_LIGHT)
+        return self.session.scalar(query)
 
     def by_idempotency_key(self, team_id: str, key: str) -> Job | None:
         return self.session.scalar(select(Job).where(Job.team_id == team_id, Job.idempotency_key == key))
 
     def page(self, team_id: str, status: JobStatus | None, limit: int, after: tuple[datetime, str] | None) -> JobPage:
-        query = select(Job).where(Job.team_id == team_id)
+        query = select(Job).where(Job.team_id == team_id).options(*_LIGHT)
         if status is not None:
             query = query.where(Job.status == status.value)
         if after is not None:
@@ -215,6 +217,9 @@ class JobRepository:
     def progress(job: Job, **values: Any) -> None:
         for key, value in values.items():
             setattr(job, key, value)
+
+
+_LIGHT = (defer(Job.strategy_state), defer(Job.verdict_cache))
 
 
 def _held_by(job_id: str, attempt: int) -> tuple[Any, ...]:

@@ -14,7 +14,7 @@ import pytest
 from examples.build_example_model import build_example_model
 from tests.service.commands import EMBEDDED_COMMAND
 from tests.service.conftest import BIN, client_for
-from tests.service.helpers import free_port, read_sse, start, submit, wait_http, wait_job
+from tests.service.helpers import chain_model, free_port, read_sse, start, submit, wait_http, wait_job
 from tests.service.test_end_to_end import cli_min_bad
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ def test_embedded_serve_reduces_the_reference_example(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert job["status"] == "succeeded", job
-    assert seen_job_process  # the job ran in a child process, not on the api's GIL
+    assert seen_job_process is not None  # the job ran in a child process, not on the api's GIL
     assert (tmp_path / "data" / "onnx-reducer.db").is_file()
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     assert [e.data["number"] for e in events if e.kind == "iteration"] == list(
@@ -58,8 +58,8 @@ def test_embedded_serve_reduces_the_reference_example(tmp_path: Path) -> None:
     assert min_bad == cli_min_bad(tmp_path, model)
 
 
-def _wait_for_child(pid: int, marker: str, timeout: float) -> bool:
-    """Whether a child of ``pid`` whose command line holds ``marker`` appears within ``timeout``."""
+def _wait_for_child(pid: int, marker: str, timeout: float) -> int | None:
+    """The child of ``pid`` whose command line holds ``marker``, once it appears within ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         children = []  # each thread's children are listed under that thread
@@ -71,8 +71,36 @@ def _wait_for_child(pid: int, marker: str, timeout: float) -> bool:
         for child in children:
             try:
                 if marker in Path(f"/proc/{child}/cmdline").read_text():
-                    return True
+                    return int(child)
             except OSError:
                 continue
         time.sleep(0.02)
-    return False
+    return None
+
+
+def test_a_job_process_ends_with_its_killed_server(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DATA_DIR")}
+    env.update(PATH=BIN + os.pathsep + env.get("PATH", ""), ONNX_REDUCER_HOME=str(tmp_path / "data"))
+    port = free_port()
+    server = start([*EMBEDDED_COMMAND, "--port", str(port)], env, tmp_path, tmp_path / "serve.log")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz")
+        token = subprocess.run(
+            ["onnx-reducer", "token", "create", "--team", "default"],
+            cwd=tmp_path,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        with client_for(f"http://127.0.0.1:{port}", token) as client:
+            submit(client, chain_model(60, mul_at=40).SerializeToString(), mode="linear")
+        child = _wait_for_child(server.popen.pid, "worker.local_child", timeout=60)
+        assert child is not None
+        server.kill()
+        deadline = time.monotonic() + 20
+        while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text()
+    finally:
+        server.stop()

@@ -435,6 +435,8 @@ def test_messages_are_worded_for_the_service(api: str, tokens: dict[str, str], d
         run_job(job_id, ctx)
         ctx.db.dispose()
         failed = client.get(f"/v1/jobs/{job_id}").json()
+        durations = [i["duration_s"] for i in client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]]
+    assert durations and failed["progress"]["mean_check_s"] == pytest.approx(sum(durations) / len(durations), abs=1e-3)
     problem = _problem(refused, 409, f"Job '{job_id}' is queued;")
     assert "None" not in problem["detail"]
     assert failed["error"]["code"] == "original-did-not-fail", failed
