@@ -81,6 +81,11 @@ def safe_filename(name: str, default: str = "model.onnx") -> str:
     return cleaned or default
 
 
+def warm_up() -> int:
+    """A no-op for a fresh intake process: importing this module is the work (onnx, numpy...)."""
+    return os.getpid()
+
+
 def inspect_upload(request: InspectRequest) -> Inspection | Refusal:
     """Everything about the upload that needs no database; never raises for a bad upload."""
     try:

@@ -13,7 +13,7 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from api.inspection import Inspection, InspectRequest, Refusal, inspect_upload
+from api.inspection import Inspection, InspectRequest, Refusal, inspect_upload, warm_up
 from api.problems import ProblemError
 
 
@@ -40,6 +40,13 @@ class IntakePool:
                 context = multiprocessing.get_context("spawn")
                 self._executor = ProcessPoolExecutor(self.workers, mp_context=context)
             return self._executor
+
+    def warm(self) -> None:
+        """Start the worker processes now (in the background), so the first upload does not wait
+        for them to start and import ONNX."""
+        pool = self._pool()
+        for _ in range(self.workers):
+            pool.submit(warm_up)
 
     def reserve(self) -> None:
         """Take a place, or raise 503 when ``max_pending`` uploads are already being inspected."""

@@ -86,10 +86,41 @@ def _refuse_custom_code_ops(graph: onnx.GraphProto) -> None:
         _refuse_custom_code_ops(sub)
 
 
+# Ops whose output size comes from the values of an input (or an attribute), not only from the
+# input shapes: the ones a small model can use to ask for a huge tensor.
+SIZE_FROM_VALUES_OPS = frozenset(
+    {
+        "ConstantOfShape",
+        "Expand",
+        "Tile",
+        "Range",
+        "Resize",
+        "Upsample",
+        "Pad",
+        "OneHot",
+        "RandomNormal",
+        "RandomUniform",
+        "EyeLike",
+        "Reshape",
+        "Col2Im",
+        "CenterCropPad",
+    }
+)
+
+
+def _uses_size_ops(graph: onnx.GraphProto) -> bool:
+    return any(n.op_type in SIZE_FROM_VALUES_OPS for n in graph.node) or any(
+        _uses_size_ops(sub) for sub in _subgraphs(graph)
+    )
+
+
 def _check_inferred_sizes(model: onnx.ModelProto, limit: int) -> None:
     """Shapes computed from constants (ConstantOfShape, Expand, Tile, Range, Resize, Pad... with
     constant sizes, through Concat/Shape arithmetic: ONNX shape inference with data propagation)
-    must not promise tensors far beyond the upload: such a model exhausts memory when it runs."""
+    must not promise tensors far beyond the upload: such a model exhausts memory when it runs.
+    Models without such ops skip the (costly) inference."""
+    if not _uses_size_ops(model.graph):
+        return
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # noqa: BLE001 - inference is best effort here; the checker judges the model

@@ -221,6 +221,7 @@ def serve_command(ns: argparse.Namespace) -> int:
             print("--no-local-worker needs REDIS_URL (the Celery broker).", file=sys.stderr)
             return 2
         app = create_app(settings)
+    app.state.services.intake.warm()
     url = f"http://{ns.host}:{ns.port}"
     print(f"onnx-reducer service on {url} (web UI: {url}/, API docs: {url}/docs)")
     print(f"Get a token: onnx-reducer token create --team {EMBEDDED_TEAM}  (send it as 'Authorization: Bearer TOKEN')")
