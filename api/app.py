@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
@@ -67,6 +68,9 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Threads for blocking work (database queries, sync routes): more than the connection pool
+        # holds only makes them wait for a connection and fight for the GIL.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
         yield
         services.intake.shutdown()
         db.dispose()

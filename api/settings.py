@@ -21,6 +21,7 @@ class ApiSettings(ServiceSettings):
     # Short requests handled at once; more answer 503 + Retry-After (0: no limit). Event streams
     # and uploads are not counted.
     max_inflight_requests: int = 32
+    worker_threads: int = 8  # threads for database work and blocking routes (at most the connection pool)
     # Staging folders of uploads older than this (an api killed mid-upload) are removed at start.
     staging_max_age_s: float = 3600.0
     sse_heartbeat_s: float = 15.0

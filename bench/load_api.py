@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import json
+import multiprocessing
 import os
 import socket
 import subprocess
@@ -212,10 +214,13 @@ async def _subscriber(client: httpx.AsyncClient, job_id: str, deadline: float) -
     return count
 
 
-async def _one(client: httpx.AsyncClient, url: str, due: float, gate: asyncio.Semaphore, samples: list[Sample]) -> None:
-    async with gate:  # queue here (O(1)), not in httpcore's pool (quadratic with thousands waiting)
+LANE_CONNECTIONS = 4  # connections per client: httpcore's pool costs O(connections) per request
+
+
+async def _one(lane: httpx.AsyncClient, url: str, due: float, gate: asyncio.Semaphore, samples: list[Sample]) -> None:
+    async with gate:  # queue here (O(1)), not in httpcore's pool (quadratic with many waiting)
         try:
-            response = await client.get(url, timeout=30)
+            response = await lane.get(url, timeout=30)
             status = response.status_code
         except httpx.HTTPError:
             status = 0
@@ -223,19 +228,68 @@ async def _one(client: httpx.AsyncClient, url: str, due: float, gate: asyncio.Se
 
 
 async def _open_loop(
-    client: httpx.AsyncClient, urls: list[str], rate: float, duration: float, connections: int
+    base: str, headers: dict[str, str], urls: list[str], rate: float, duration: float, connections: int
 ) -> tuple[list[Sample], float]:
-    """Start request i at ``start + i / rate`` (open loop), whatever happened to the earlier ones."""
+    """Start request i at ``start + i / rate`` (open loop), whatever happened to the earlier ones,
+    over ``connections`` connections in small clients ("lanes"): one big httpx pool is itself the
+    bottleneck at a few hundred requests per second."""
     samples: list[Sample] = []
-    gate = asyncio.Semaphore(connections)
+    limits = httpx.Limits(max_connections=LANE_CONNECTIONS, max_keepalive_connections=LANE_CONNECTIONS)
+    lanes = [
+        httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=30)
+        for _ in range(max(1, connections // LANE_CONNECTIONS))
+    ]
+    gates = [asyncio.Semaphore(LANE_CONNECTIONS) for _ in lanes]
     tasks: list[asyncio.Task[None]] = []
     start = time.monotonic() + 0.5
     for i in range(int(rate * duration)):
         due = start + i / rate
         await asyncio.sleep(max(0.0, due - time.monotonic()))
-        tasks.append(asyncio.create_task(_one(client, urls[i % len(urls)], due, gate, samples)))
+        lane = i % len(lanes)
+        tasks.append(asyncio.create_task(_one(lanes[lane], urls[i % len(urls)], due, gates[lane], samples)))
     await asyncio.gather(*tasks)
-    return samples, time.monotonic() - start
+    elapsed = time.monotonic() - start
+    for client in lanes:
+        await client.aclose()
+    return samples, elapsed
+
+
+def _client_process(
+    base: str, headers: dict[str, str], urls: list[str], rate: float, duration: float, connections: int, start: float
+) -> tuple[list[tuple[float, int]], float]:
+    """One load process's share: its own event loop and clients (a Python client saturates a
+    core well below the rates measured here)."""
+    time.sleep(max(0.0, start - time.time()))
+    samples, elapsed = asyncio.run(_open_loop(base, headers, urls, rate, duration, connections))
+    return [(s.latency_s, s.status) for s in samples], elapsed
+
+
+async def _open_loop_processes(
+    base: str, headers: dict[str, str], urls: list[str], args: argparse.Namespace
+) -> tuple[list[Sample], float]:
+    """``--client-processes`` processes, each sending ``rate / processes`` per second, started together."""
+    count = max(1, args.client_processes)
+    start = time.time() + 3.0  # after every process has started
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(count, mp_context=context) as pool:
+        loop = asyncio.get_running_loop()
+        shares = [
+            loop.run_in_executor(
+                pool,
+                _client_process,
+                base,
+                headers,
+                urls,
+                args.rate / count,
+                args.duration,
+                max(LANE_CONNECTIONS, args.connections // count),
+                start,
+            )
+            for _ in range(count)
+        ]
+        results = await asyncio.gather(*shares)
+    samples = [Sample(latency, status) for part, _ in results for latency, status in part]
+    return samples, max(elapsed for _, elapsed in results)
 
 
 def _percentile(ordered: list[float], q: float) -> float:
@@ -244,9 +298,7 @@ def _percentile(ordered: list[float], q: float) -> float:
 
 async def _load(server: Server, token: str, args: argparse.Namespace) -> dict[str, object]:
     headers = {"Authorization": f"Bearer {token}"}
-    limits = httpx.Limits(
-        max_connections=args.connections + args.subscribers, max_keepalive_connections=args.connections
-    )
+    limits = httpx.Limits(max_connections=args.subscribers + 4)
     async with httpx.AsyncClient(base_url=server.base, headers=headers, limits=limits, timeout=60) as client:
         busy = chain(BUSY_NODES, mul_at=BUSY_NODES // 2)
         job_ids = []
@@ -270,7 +322,7 @@ async def _load(server: Server, token: str, args: argparse.Namespace) -> dict[st
         urls = [f"/v1/jobs/{j}" for j in job_ids] or ["/healthz"]
         profiler = _start_profiler(server, args)
         cpu_before, load_before = cpu_seconds(server.procs[0].pid), os.getloadavg()[0]
-        samples, elapsed = await _open_loop(client, urls, args.rate, args.duration, args.connections)
+        samples, elapsed = await _open_loop_processes(server.base, headers, urls, args)
         api_cpu = cpu_seconds(server.procs[0].pid) - cpu_before
         if profiler is not None:
             profiler.wait(60)
@@ -364,6 +416,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="reductions kept running during the load")
     parser.add_argument("--subscribers", type=int, default=10, help="open SSE streams")
     parser.add_argument("--connections", type=int, default=64, help="client connections for the GETs")
+    parser.add_argument("--client-processes", type=int, default=2, help="processes sending the GETs")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds between submitting the jobs and the load")
     parser.add_argument("--intake-nodes", type=int, default=0, help="instead: /healthz during a model of N nodes")
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
