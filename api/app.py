@@ -10,14 +10,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import fastapi_offline
 from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
 from api.metrics import install_metrics
 from api.problems import install_problem_handlers
-from api.routes import artifacts, events, health, jobs
+from api.routes import artifacts, events, graphs, health, jobs, me
 from api.services import Services
 from api.settings import ApiSettings
 from persistence.contracts import Enqueue, Notifier, no_notify
@@ -26,6 +28,8 @@ from persistence.layout import DataLayout
 
 log = logging.getLogger("onnx_reducer.api")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+# Swagger UI and ReDoc, shipped in the fastapi-offline wheel: /docs and /redoc work without internet.
+DOCS_ASSETS_DIR = Path(fastapi_offline.__file__).resolve().parent / "static"
 
 
 def _default_enqueue(settings: ApiSettings) -> Enqueue:
@@ -68,13 +72,16 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
         description="Reduce a failing ONNX model to the smallest subgraph that still fails. "
         "Errors are RFC 9457 problem+json; authenticate with `Authorization: Bearer <team token>`.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.services = services
     install_problem_handlers(app)
     install_metrics(app, registry, db)
-    for module in (jobs, events, artifacts, health):
+    for module in (jobs, events, artifacts, graphs, me, health):
         app.include_router(module.router)
     _install_web_ui(app)
+    _install_offline_docs(app)
     return app
 
 
@@ -86,3 +93,36 @@ def _install_web_ui(app: FastAPI) -> None:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
     app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
+
+
+def _install_offline_docs(app: FastAPI) -> None:
+    """``/docs`` (Swagger UI) and ``/redoc`` from local assets under ``/docs-assets/``, no CDN."""
+    assets = "/docs-assets"
+    favicon = "/ui/favicon.svg"
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{app.title} - API docs",
+            oauth2_redirect_url="/docs/oauth2-redirect",
+            swagger_js_url=f"{assets}/swagger-ui-bundle.js",
+            swagger_css_url=f"{assets}/swagger-ui.css",
+            swagger_favicon_url=favicon,
+        )
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url="/openapi.json",
+            title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{assets}/redoc.standalone.js",
+            redoc_favicon_url=favicon,
+            with_google_fonts=False,
+        )
+
+    app.mount(assets, StaticFiles(directory=DOCS_ASSETS_DIR), name="docs-assets")
