@@ -30,6 +30,12 @@ log = logging.getLogger("onnx_reducer.api")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 # Swagger UI and ReDoc, shipped in the fastapi-offline wheel: /docs and /redoc work without internet.
 DOCS_ASSETS_DIR = Path(fastapi_offline.__file__).resolve().parent / "static"
+# The docs pages may load nothing from elsewhere (ReDoc's sidebar asks a CDN for its logo).
+DOCS_CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; "
+    "object-src 'none'; base-uri 'none'"
+)
 
 
 def _default_enqueue(settings: ApiSettings) -> Enqueue:
@@ -100,15 +106,21 @@ def _install_offline_docs(app: FastAPI) -> None:
     assets = "/docs-assets"
     favicon = "/ui/favicon.svg"
 
+    def local_only(page: HTMLResponse) -> HTMLResponse:
+        page.headers["Content-Security-Policy"] = DOCS_CSP
+        return page
+
     @app.get("/docs", include_in_schema=False)
     def swagger_ui() -> HTMLResponse:
-        return get_swagger_ui_html(
-            openapi_url="/openapi.json",
-            title=f"{app.title} - API docs",
-            oauth2_redirect_url="/docs/oauth2-redirect",
-            swagger_js_url=f"{assets}/swagger-ui-bundle.js",
-            swagger_css_url=f"{assets}/swagger-ui.css",
-            swagger_favicon_url=favicon,
+        return local_only(
+            get_swagger_ui_html(
+                openapi_url="/openapi.json",
+                title=f"{app.title} - API docs",
+                oauth2_redirect_url="/docs/oauth2-redirect",
+                swagger_js_url=f"{assets}/swagger-ui-bundle.js",
+                swagger_css_url=f"{assets}/swagger-ui.css",
+                swagger_favicon_url=favicon,
+            )
         )
 
     @app.get("/docs/oauth2-redirect", include_in_schema=False)
@@ -117,12 +129,14 @@ def _install_offline_docs(app: FastAPI) -> None:
 
     @app.get("/redoc", include_in_schema=False)
     def redoc() -> HTMLResponse:
-        return get_redoc_html(
-            openapi_url="/openapi.json",
-            title=f"{app.title} - ReDoc",
-            redoc_js_url=f"{assets}/redoc.standalone.js",
-            redoc_favicon_url=favicon,
-            with_google_fonts=False,
+        return local_only(
+            get_redoc_html(
+                openapi_url="/openapi.json",
+                title=f"{app.title} - ReDoc",
+                redoc_js_url=f"{assets}/redoc.standalone.js",
+                redoc_favicon_url=favicon,
+                with_google_fonts=False,
+            )
         )
 
     app.mount(assets, StaticFiles(directory=DOCS_ASSETS_DIR), name="docs-assets")

@@ -118,7 +118,7 @@ def test_a_cancelled_job_offers_its_best_model_so_far(client: httpx.Client) -> N
     best = min((i for i in items if i["reproduces"]), key=lambda i: (i["nodes"], i["number"]))
     answer = client.get(f"/v1/jobs/{job_id}/artifacts/min-bad")
     assert answer.status_code == 200
-    assert f'{job_id}-min-bad-iteration-{best["number"]}.onnx' in answer.headers["content-disposition"]
+    assert f"{job_id}-min-bad-iteration-{best['number']}.onnx" in answer.headers["content-disposition"]
     assert answer.content == client.get(f"/v1/jobs/{job_id}/artifacts/iteration-{best['number']}").content
     assert len(onnx.load_from_string(answer.content).graph.node) == best["nodes"] < 24
     graph = client.get(f"/v1/jobs/{job_id}/artifacts/min-bad/graph").json()
