@@ -173,7 +173,10 @@ export function drawGraph(container, graph, highlight) {
       const u = 0.33;
       const lx = (1 - u) ** 3 * x1 + 3 * (1 - u) ** 2 * u * x1 + 3 * (1 - u) * u ** 2 * x2 + u ** 3 * x2;
       const ly = y1 + (y2 - y1) * 0.3;
-      const text = svg("text", { x: lx + 5, y: ly + 4, class: "edge-label" }, group);
+      const leftward = x2 < x1 - 1; // a label beside its edge, on the side the edge leans away from
+      const text = svg("text", {
+        x: leftward ? lx - 5 : lx + 5, y: ly + 4, "text-anchor": leftward ? "end" : "start", class: "edge-label",
+      }, group);
       text.textContent = `${clip(edge.tensor, 22)} ${shapeText(graph.tensors[edge.tensor])}`;
     }
   }
@@ -239,7 +242,11 @@ function attachPanZoom(container, root, bounds) {
   let drag = null;
   root.addEventListener("pointerdown", (event) => {
     drag = { x: event.clientX, y: event.clientY, s: scale() };
-    root.setPointerCapture(event.pointerId);
+    try {
+      root.setPointerCapture(event.pointerId);
+    } catch {
+      // a pointer the browser does not track (synthetic events): panning works without capture
+    }
     root.classList.add("dragging");
   });
   root.addEventListener("pointermove", (event) => {

@@ -22,14 +22,21 @@ export function openNew() {
   if (!allowed && $("check-kind").value === "command") $("check-kind").value = "op-present";
   setRich($("kind-help"), allowed ? "" : t("new.command.disabled"));
   $("mode-help").textContent = "";
+  showModel();
+  showGolden();
   syncCheckForm();
+}
+
+function showModel() {
+  const file = form.file;
+  $("model-chosen").textContent = file ? t("new.model.chosen", { name: file.name, size: formatBytes(file.size) }) : "";
+  $("drop-zone").classList.toggle("has-file", Boolean(file));
 }
 
 function chooseFile(file) {
   form.file = file || null;
   clearFieldError("model");
-  $("model-chosen").textContent = file ? t("new.model.chosen", { name: file.name, size: formatBytes(file.size) }) : "";
-  $("drop-zone").classList.toggle("has-file", Boolean(file));
+  showModel();
 }
 
 function errorElement(field) {
@@ -141,8 +148,19 @@ async function submit(event) {
   }
 }
 
+function showGolden() {
+  const file = $("golden").files[0];
+  $("golden-chosen").textContent = file
+    ? t("new.model.chosen", { name: file.name, size: formatBytes(file.size) })
+    : t("new.golden.none");
+}
+
 export function bindNew() {
   initCheckForm();
+  $("golden").addEventListener("change", () => {
+    clearFieldError("golden");
+    showGolden();
+  });
   const zone = $("drop-zone");
   $("model").addEventListener("change", () => chooseFile($("model").files[0]));
   for (const name of ["dragenter", "dragover"]) {
