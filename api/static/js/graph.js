@@ -83,6 +83,12 @@ function assignLayers(items) {
       if (pending.get(next) === 0) queue.push(target);
     }
   }
+  // a source (graph input) sits just above its first consumer, not at the top with long edges
+  for (const item of items.values()) {
+    if (item.incoming.length === 0 && item.outgoing.length) {
+      item.layer = Math.max(0, Math.min(...item.outgoing.map((id) => items.get(id).layer)) - 1);
+    }
+  }
   const deepest = Math.max(0, ...[...items.values()].filter((i) => i.kind !== "output").map((i) => i.layer));
   for (const item of items.values()) if (item.kind === "output") item.layer = deepest + 1;
 }
@@ -173,9 +179,10 @@ export function drawGraph(container, graph, highlight) {
       const u = 0.33;
       const lx = (1 - u) ** 3 * x1 + 3 * (1 - u) ** 2 * u * x1 + 3 * (1 - u) * u ** 2 * x2 + u ** 3 * x2;
       const ly = y1 + (y2 - y1) * 0.3;
-      const leftward = x2 < x1 - 1; // a label beside its edge, on the side the edge leans away from
+      // beside its edge, on the side the edge leans away from: edges meeting at one node fan apart
+      const rightward = x2 > x1 + 1;
       const text = svg("text", {
-        x: leftward ? lx - 5 : lx + 5, y: ly + 4, "text-anchor": leftward ? "end" : "start", class: "edge-label",
+        x: rightward ? lx - 5 : lx + 5, y: ly + 4, "text-anchor": rightward ? "end" : "start", class: "edge-label",
       }, group);
       text.textContent = `${clip(edge.tensor, 22)} ${shapeText(graph.tensors[edge.tensor])}`;
     }

@@ -87,8 +87,8 @@ function row(job) {
   const model = document.createDocumentFragment();
   model.append(link, " ", id);
   cell(tr, model, t("col.model"), "model");
-  const after = job.nodes_after ?? job.progress.best_size;
-  cell(tr, `${job.nodes_before ?? "?"} → ${after ?? "?"}`, t("col.nodes"), "num");
+  const after = job.nodes_after ?? (job.status === "running" ? job.progress.best_size : null);
+  cell(tr, `${job.nodes_before ?? "–"} → ${after ?? "–"}`, t("col.nodes"), "num");
   cell(tr, String(job.progress.checks_run), t("col.checks"), "num");
   cell(tr, formatDate(job.started_at), t("col.started"));
   cell(tr, formatSeconds(secondsBetween(job.started_at, job.finished_at)), t("col.duration"), "num");
