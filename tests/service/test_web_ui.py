@@ -288,6 +288,7 @@ def test_the_live_page_survives_a_cut_stream_and_cancel_asks_first(service: Serv
         assert resumed and all(int(r.last_event_id or 0) > 0 for r in resumed), streams
         numbers = [int(r.get_attribute("data-number")) for r in browser.driver.find_elements(By.CSS_SELECTOR, rows)]
         assert numbers == list(range(1, len(numbers) + 1))
+        assert browser.text("stream-state") == EN["stream.live"] and not browser.find("error").is_displayed()
 
         browser.find("cancel-job").click()
         assert browser.find("cancel-dialog").get_property("open")

@@ -111,7 +111,9 @@ async function refresh(state) {
       state.ended = true;
       return false;
     }
-    showError(err);
+    // a network failure while the page already shows the job: the event stream's state says
+    // "reconnecting", and the next refresh brings the facts up to date
+    if (!(err instanceof TypeError && state.job)) showError(err);
     return state.job !== null;
   }
 }
