@@ -259,6 +259,30 @@ def test_a_missing_job_says_so_and_offers_no_buttons(service: Service, browser: 
     assert not browser.find("error").is_displayed()
 
 
+def _start_slow_job(browser: Browser) -> str:
+    """A 24-node chain reduced linearly with a command check that sleeps: many iterations."""
+    browser.drop_file("drop-zone", "chain.onnx", chain_model(24, 15).SerializeToString())
+    Select(browser.find("check-kind")).select_by_value("command")
+    browser.find("command").clear()
+    browser.find("command").send_keys("\n".join(SLOW_CHECK))
+    Select(browser.find("mode")).select_by_value("linear")
+    browser.find("submit-job").click()
+    return _job_id(browser)
+
+
+def _cancel_after_confirming(browser: Browser) -> None:
+    """Cancel asks first: "keep it running" leaves the job running; confirming cancels it."""
+    browser.find("cancel-job").click()
+    assert browser.find("cancel-dialog").get_property("open")
+    browser.find("cancel-keep").click()
+    assert not browser.find("cancel-dialog").get_property("open")
+    time.sleep(1)
+    assert browser.find("job-status").get_attribute("data-status") == "running"
+    browser.find("cancel-job").click()
+    browser.find("cancel-confirm").click()
+    _wait_status(browser, "cancelled")
+
+
 def test_the_live_page_survives_a_cut_stream_and_cancel_asks_first(service: Service, browser: Browser) -> None:
     """Through a proxy whose connections are cut mid-job: the page reconnects by itself with
     Last-Event-ID and shows every iteration once; cancel needs a confirmation; the cancelled job
@@ -267,13 +291,7 @@ def test_the_live_page_survives_a_cut_stream_and_cancel_asks_first(service: Serv
     try:
         browser.open(proxy.url + "/#/new")
         browser.sign_in(service.token)
-        browser.drop_file("drop-zone", "chain.onnx", chain_model(24, 15).SerializeToString())
-        Select(browser.find("check-kind")).select_by_value("command")
-        browser.find("command").clear()
-        browser.find("command").send_keys("\n".join(SLOW_CHECK))
-        Select(browser.find("mode")).select_by_value("linear")
-        browser.find("submit-job").click()
-        job_id = _job_id(browser)
+        job_id = _start_slow_job(browser)
         rows = "#iterations-body tr[data-number]"
         browser.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) >= 3, "a few iterations")
         browser.wait(lambda d: browser.text("job-eta") != "–", "an ETA")
@@ -290,15 +308,7 @@ def test_the_live_page_survives_a_cut_stream_and_cancel_asks_first(service: Serv
         assert numbers == list(range(1, len(numbers) + 1))
         assert browser.text("stream-state") == EN["stream.live"] and not browser.find("error").is_displayed()
 
-        browser.find("cancel-job").click()
-        assert browser.find("cancel-dialog").get_property("open")
-        browser.find("cancel-keep").click()
-        assert not browser.find("cancel-dialog").get_property("open")
-        time.sleep(1)
-        assert browser.find("job-status").get_attribute("data-status") == "running"
-        browser.find("cancel-job").click()
-        browser.find("cancel-confirm").click()
-        _wait_status(browser, "cancelled")
+        _cancel_after_confirming(browser)
 
         with client_for(service.url, service.token) as client:
             items = client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]

@@ -2,7 +2,7 @@
 // spec, mode and options; the upload goes through XMLHttpRequest for its progress bar, and every
 // server problem is shown next to the field it names.
 
-import { ApiError, NoTokenError, randomKey, upload } from "./api.js";
+import { ApiError, randomKey, upload } from "./api.js";
 import { setRich, t } from "./i18n.js";
 import { initCheckForm, specFieldOf, specFromForm, syncCheckForm } from "./spec.js";
 import { $, clearError, formatBytes, session, setState, showError, signInHint } from "./ui.js";
@@ -140,8 +140,7 @@ async function submit(event) {
   } catch (err) {
     $("upload").hidden = true;
     if (err instanceof ApiError) showProblem(err).focus();
-    else if (err instanceof NoTokenError) showError(err);
-    else showError(err);
+    else showError(err); // no token, or the network
   } finally {
     form.busy = false;
     $("submit-job").disabled = Boolean(signInHint());
