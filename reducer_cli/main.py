@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from reducer_cli import args as cli_args
-from reducer_cli import service_cmd
+from reducer_cli import client_cmd, service_cmd
 from reducer_cli.progress import ProgressReporter, reporter_from_args
 from reducer_core.errors import (
     InvalidModelError,
@@ -62,7 +62,13 @@ def _reporter(ns: argparse.Namespace) -> ProgressReporter:
 
 def run(argv: Sequence[str]) -> int:
     ns = cli_args.build_parser().parse_args(list(argv))
-    handlers = {"reduce": _reduce, "inspect": _inspect, "golden": _golden, **service_cmd.HANDLERS}
+    handlers = {
+        "reduce": _reduce,
+        "inspect": _inspect,
+        "golden": _golden,
+        **service_cmd.HANDLERS,
+        **client_cmd.HANDLERS,
+    }
     with contextlib.ExitStack() as stack:
         if ns.command == "reduce":
             log_file = stack.enter_context(open(ns.log_file, "a")) if ns.log_file else None

@@ -11,6 +11,7 @@ download | cancel | retry | jobs`` commands use). It imports nothing of the serv
             client.download(job.id, "min-bad", Path("reduced"))
 """
 
+from reducer_client.bundle import model_source
 from reducer_client.client import ReducerClient
 from reducer_client.errors import (
     ApiError,
@@ -24,11 +25,13 @@ from reducer_client.errors import (
 )
 from reducer_client.models import Event, Iteration, IterationPage, Job, JobError, JobPage, Progress, Submission
 from reducer_client.retry import RetryPolicy
+from reducer_client.upload import FileSource, TarSource, UploadSource
 
 __all__ = [
     "ApiError",
     "AuthError",
     "Event",
+    "FileSource",
     "Iteration",
     "IterationPage",
     "Job",
@@ -43,5 +46,8 @@ __all__ = [
     "RetryPolicy",
     "ServerUnreachableError",
     "Submission",
+    "TarSource",
+    "UploadSource",
     "WaitTimeoutError",
+    "model_source",
 ]

@@ -165,7 +165,7 @@ class ReducerClient:
 
     def submit(
         self,
-        model: Path,
+        model: Path | UploadSource,
         check_spec: str,
         *,
         golden: Path | None = None,
@@ -179,10 +179,10 @@ class ReducerClient:
     ) -> Submission:
         """Upload ``model`` (an ``.onnx`` file, a ``.tar``/``.zip`` bundle, or an ``.onnx`` whose
         external-data files lie next to it: those are bundled on the fly) with a check spec (YAML or
-        JSON text). Streamed from disk; ``progress(sent, total)`` sees the file bytes go out. Retries
-        reuse one ``Idempotency-Key`` (a new one unless given), so at most one job is created."""
+        JSON text); ``model`` may also be a prepared ``UploadSource`` (see ``model_source``). Streamed
+        from disk; ``progress(sent, total)`` sees the file bytes go out. Retries reuse one ``Idempotency-Key`` (a new one unless given), so at most one job is created."""
         key = idempotency_key or uuid.uuid4().hex
-        files: dict[str, UploadSource] = {"model": model_source(model)}
+        files = {"model": model if isinstance(model, UploadSource) else model_source(model)}
         if golden is not None:
             files["golden"] = FileSource(golden)
         options = {"reduce_inputs": reduce_inputs, "reduce_outputs": reduce_outputs, "pin_signature": pin_signature}
