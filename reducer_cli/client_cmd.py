@@ -275,9 +275,7 @@ def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
     source = model_source(model)
     if isinstance(source, TarSource):
         extra = len(source.members) - 1
-        log(
-            f"[I] {model.name} keeps its weights in {extra} external-data file(s): sending them together as {source.name}"
-        )
+        log(f"[I] {model.name} keeps its weights in {extra} external-data file(s): sent together as {source.name}")
     bar = UploadBar(source.name)
     sent = client.submit(
         source,

@@ -178,9 +178,10 @@ class ReducerClient:
         progress: Progress | None = None,
     ) -> Submission:
         """Upload ``model`` (an ``.onnx`` file, a ``.tar``/``.zip`` bundle, or an ``.onnx`` whose
-        external-data files lie next to it: those are bundled on the fly) with a check spec (YAML or
-        JSON text); ``model`` may also be a prepared ``UploadSource`` (see ``model_source``). Streamed
-        from disk; ``progress(sent, total)`` sees the file bytes go out. Retries reuse one ``Idempotency-Key`` (a new one unless given), so at most one job is created."""
+        external-data files lie next to it: those are bundled on the fly; or a prepared
+        ``UploadSource``, see ``model_source``) with a check spec (YAML or JSON text). Streamed from
+        disk; ``progress(sent, total)`` sees the file bytes go out. Retries reuse one
+        ``Idempotency-Key`` (a new one unless given), so at most one job is created."""
         key = idempotency_key or uuid.uuid4().hex
         files = {"model": model if isinstance(model, UploadSource) else model_source(model)}
         if golden is not None:
