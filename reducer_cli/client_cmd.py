@@ -79,7 +79,11 @@ def _wait_args(parser: argparse.ArgumentParser, default_wait: bool = False) -> N
         "--timeout", type=float, default=None, metavar="S", help="Stop waiting after S seconds (exit 7)."
     )
     parser.add_argument(
-        "-o", "--output-dir", default=".", metavar="DIR", help="Where min-bad and min-good go (default: .)."
+        "-o",
+        "--output-dir",
+        default=None,
+        metavar="DIR",
+        help="With --wait: where min-bad and min-good go (default: .).",
     )
 
 
@@ -249,7 +253,7 @@ def _wait_and_download(client: ReducerClient, ns: argparse.Namespace, summary: S
     summary.with_job(job)
     _report_end(job)
     if job.status == "succeeded":
-        _download(client, job.id, RESULTS, Path(ns.output_dir), summary)
+        _download(client, job.id, RESULTS, Path(ns.output_dir or "."), summary)
     return exit_for_job(job)
 
 
@@ -267,8 +271,7 @@ def _download(client: ReducerClient, job_id: str, names: tuple[str, ...], folder
 
 
 def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> int:
-    if not ns.wait and ns.timeout is not None:
-        raise InputError("--timeout limits --wait; add --wait.")
+    _check_wait_options(ns)
     model = _input_file(ns.model, "MODEL")
     spec = _input_file(ns.check_spec, "--check-spec").read_text()
     golden = _input_file(ns.golden, "--golden") if ns.golden else None
@@ -301,7 +304,13 @@ def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
     return _wait_and_download(client, ns, summary, sent.job_id)
 
 
+def _check_wait_options(ns: argparse.Namespace) -> None:
+    if not ns.wait and (ns.timeout is not None or ns.output_dir is not None):
+        raise InputError("--timeout and -o/--output-dir go with --wait; add --wait (or use `onnx-reducer download`).")
+
+
 def _status(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> int:
+    _check_wait_options(ns)
     job_id = job_id_of(ns.job)
     summary.url, summary.api_url = client.job_url(job_id), client.api_url(job_id)
     if ns.wait:

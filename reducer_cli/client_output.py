@@ -5,6 +5,7 @@ JSON summary with ``--json``, so scripts can read it."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -23,12 +24,12 @@ def log(message: str, stream: TextIO | None = None) -> None:
 
 class UploadBar:
     """``progress(sent, total)`` for an upload: a bar redrawn in place on a terminal, nothing elsewhere
-    (CI logs get one line when the upload is done)."""
+    or when ``CI`` is set (logs get one line when the upload is done)."""
 
     def __init__(self, name: str, stream: TextIO | None = None) -> None:
         self.name = name
         self.stream = stream or sys.stderr
-        self.live = self.stream.isatty()
+        self.live = self.stream.isatty() and not os.environ.get("CI")  # CI runners may fake a terminal
         self.drawn_at = 0.0
         self.total = 0
 

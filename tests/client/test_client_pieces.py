@@ -20,7 +20,9 @@ from persistence.enums import ErrorCode
 from reducer_cli import args as cli_args
 from reducer_cli import client_exit
 from reducer_cli.client_cmd import InputError, job_id_of
-from reducer_client import FileSource, ModelBundleError, Problem, RetryPolicy, TarSource, model_source
+from reducer_cli.client_output import UploadBar, event_line
+from reducer_cli.main import run
+from reducer_client import Event, FileSource, ModelBundleError, Problem, RetryPolicy, TarSource, model_source
 from reducer_client.retry import retry_after_seconds
 from reducer_client.sse import SseParser
 from reducer_client.upload import MultipartBody
@@ -236,3 +238,48 @@ def test_job_references_are_ids_or_urls() -> None:
         assert job_id_of(reference) == job
     with pytest.raises(InputError):
         job_id_of("../../etc")
+
+
+# -- command line output --------------------------------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_upload_bar_draws_on_a_terminal_and_prints_one_line_in_a_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    terminal, log = Terminal(), io.StringIO()
+    for stream in (terminal, log):
+        bar = UploadBar("model.onnx", stream)
+        for sent in (0, 500_000, 2_000_000):
+            bar(sent, 2_000_000)
+        bar.done()
+    assert "\r[I] uploading model.onnx [" in terminal.getvalue()
+    assert "100% 2.0/2.0 MB" in terminal.getvalue()
+    assert log.getvalue() == "[I] uploaded model.onnx (2.0 MB)\n"
+    monkeypatch.setenv("CI", "true")
+    assert not UploadBar("model.onnx", Terminal()).live
+
+
+def test_iteration_events_print_one_line_each() -> None:
+    event = Event(
+        7,
+        "iteration",
+        {"number": 3, "phase": "bisect", "nodes": 2, "verdict": "fail", "reproduces": True, "duration_s": 0.25},
+    )
+    line = event_line(event)
+    assert line is not None and line.startswith("[I] iteration    3 | bisect")
+    assert "candidate      2 nodes | FAIL (reproduces)" in line
+    assert event_line(Event(8, "job.succeeded", {})) is None
+
+
+def test_wait_options_without_wait_are_bad_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model, spec = tmp_path / "m.onnx", tmp_path / "s.yaml"
+    model.write_bytes(b"x")
+    spec.write_text("kind: op-present\nops: [Mul]\n")
+    server = "http://127.0.0.1:9"  # never contacted: the options are checked first
+    assert run(["submit", str(model), "--check-spec", str(spec), "-o", "out", "--server", server]) == 2
+    assert run(["submit", str(model), "--check-spec", str(tmp_path / "missing.yaml"), "--server", server]) == 2
+    assert "go with --wait" in capsys.readouterr().err
