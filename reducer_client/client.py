@@ -35,6 +35,8 @@ from reducer_client.upload import FileSource, MultipartBody, Progress, UploadSou
 USER_AGENT = "onnx-reducer-client/0.1"
 # A stream that sends nothing (not even a heartbeat) for this long is treated as dropped.
 STREAM_IDLE_TIMEOUT_S = 60.0
+# The server validates a model before it answers an upload: allow big models that long.
+UPLOAD_ANSWER_TIMEOUT_S = 900.0
 _RETRYABLE_TRANSPORT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError)
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
 _FILENAME = re.compile(r"""filename\*?=(?:UTF-8'')?"?([^";]+)"?""", re.IGNORECASE)
@@ -195,8 +197,11 @@ class ReducerClient:
             "Content-Length": str(body.length),
             "Idempotency-Key": key,
         }
+        timeout = httpx.Timeout(60.0, connect=10.0, read=UPLOAD_ANSWER_TIMEOUT_S)
         response = self._send(
-            lambda: self._http.build_request("POST", "/v1/jobs", content=body.stream(progress), headers=headers)
+            lambda: self._http.build_request(
+                "POST", "/v1/jobs", content=body.stream(progress), headers=headers, timeout=timeout
+            )
         )
         data = _json(response)
         return Submission(
