@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from reducer_cli.client_cmd import add_client_parsers
+from reducer_cli.client_args import add_client_parsers
 from reducer_cli.service_cmd import add_service_parsers
 from reducer_core.strategies import MODES
 
