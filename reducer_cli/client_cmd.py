@@ -75,6 +75,13 @@ def _input_file(name: str, what: str) -> Path:
     return path
 
 
+def _read_spec(name: str) -> str:
+    try:
+        return _input_file(name, "--check-spec").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"--check-spec '{name}' cannot be read as UTF-8 text ({exc}).") from exc
+
+
 def _print_event(event: Event) -> None:
     line = event_line(event)
     if line is not None:
@@ -119,7 +126,7 @@ def _guarded(ns: argparse.Namespace, action: Action) -> int:
     except InputError as exc:
         log(f"[E] {exc}")
         summary.with_message("usage", str(exc)).exit_code = EXIT_USAGE
-    except ReducerClientError as exc:
+    except (ReducerClientError, OSError) as exc:
         log(f"[E] {exc}")
         summary.with_message("client-error", str(exc)).exit_code = EXIT_ERROR
     except KeyboardInterrupt:
@@ -160,7 +167,7 @@ def _download(client: ReducerClient, job_id: str, names: tuple[str, ...], folder
 def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> int:
     _check_wait_options(ns)
     model = _input_file(ns.model, "MODEL")
-    spec = _input_file(ns.check_spec, "--check-spec").read_text()
+    spec = _read_spec(ns.check_spec)
     golden = _input_file(ns.golden, "--golden") if ns.golden else None
     source = model_source(model)
     if isinstance(source, TarSource):
