@@ -23,6 +23,7 @@ from typing import Any
 
 from checks.capture import BoundedText, StreamCapture, kill_group, pump, signal_name
 from checks.command import KILL_GRACE_S, CommandCheck
+from checks.lifeline import OWNER_ENV, die_with_parent
 from checks.spec import CheckSpec, ModelCheck
 from reducer_core.verdict import Verdict, VerdictKind
 
@@ -44,6 +45,7 @@ SAFE_ENV_NAMES = frozenset(
         "PYTHONHASHSEED",
         "VIRTUAL_ENV",
         "LD_LIBRARY_PATH",
+        OWNER_ENV,  # marks a service worker's check processes (checks.lifeline), not a secret
     }
 )
 SAFE_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "CUDNN_", "TRT_", "TENSORRT_", "OMP_", "MKL_", "OPENBLAS_", "ORT_")
@@ -92,6 +94,7 @@ def run_isolated(
                 start_new_session=True,
                 cwd=tmp,
                 env=child_env(),
+                preexec_fn=die_with_parent(),  # noqa: PLW1509 - prctl only, resolved before the fork
             )
         except OSError as exc:
             return Verdict(VerdictKind.INFRA_ERROR, "", f"cannot start the check process: {exc}"), str(exc)

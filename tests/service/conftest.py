@@ -85,6 +85,8 @@ def service_env(db_url: str, redis_url: str, data_dir: Path) -> dict[str, str]:
         REDIS_URL=redis_url,
         DATA_DIR=str(data_dir),
         JOB_LEASE_S="3",
+        WORKER_HEARTBEAT_S="1",
+        DISPATCH_GRACE_S="2",
         SSE_HEARTBEAT_S="1",
         PATH=BIN + os.pathsep + env.get("PATH", ""),
         PYTHONPATH=str(Path(__file__).resolve().parents[2]),
