@@ -23,7 +23,7 @@ from typing import Any
 
 from checks.capture import BoundedText, StreamCapture, kill_group, pump, signal_name
 from checks.command import KILL_GRACE_S, CommandCheck
-from checks.lifeline import OWNER_ENV, die_with_parent
+from checks.lifeline import OWNER_ENV
 from checks.spec import CheckSpec, ModelCheck
 from reducer_core.verdict import Verdict, VerdictKind
 
@@ -94,7 +94,6 @@ def run_isolated(
                 start_new_session=True,
                 cwd=tmp,
                 env=child_env(),
-                preexec_fn=die_with_parent(),  # noqa: PLW1509 - prctl only, resolved before the fork
             )
         except OSError as exc:
             return Verdict(VerdictKind.INFRA_ERROR, "", f"cannot start the check process: {exc}"), str(exc)

@@ -5,11 +5,13 @@ own (so that its whole process group can be killed on timeout): without more, it
 running next to the re-run of the same check on the restarted worker, two checks of one job on
 one GPU. Two mechanisms:
 
-* ``die_with_parent``, the ``preexec_fn`` of every check process this package starts: Linux's
-  ``PR_SET_PDEATHSIG`` sends the child SIGKILL when the thread that started it ends (and a child
-  whose parent already died before that exits at once). It holds across ``exec`` but not across
-  ``fork``, so each level that starts a process passes it on; the thread that starts a check must
-  wait for it (they all do).
+* Linux's ``PR_SET_PDEATHSIG``: the child gets SIGKILL when the thread that started it ends. It
+  holds across ``exec`` but not across ``fork``, so every level that starts a check process sets
+  it: our own Python children call ``die_with_parent_now()`` first thing (nothing for the parent
+  to do, so starting them stays a cheap ``vfork``); a check command gets it from
+  ``die_with_parent()`` as ``preexec_fn`` (which makes ``subprocess`` fork instead, a cost that
+  grows with the parent's memory: a few ms in a check runner). The thread that starts a check
+  must wait for it (they all do).
 * The owner mark: a worker writes ``ONNX_REDUCER_CHECK_OWNER=<pid>:<start time>`` into its own
   environment (``mark_owner``); every process below it inherits the mark (the allow-listed check
   environment keeps it), also what a check command starts itself, in any session. Worker start-up
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import signal
 import sys
@@ -38,7 +39,7 @@ def _load_prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # this process's own symbols, libc's among them
     except OSError:
         return None
     prctl: Callable[..., int] = libc.prctl
@@ -46,6 +47,13 @@ def _load_prctl() -> Callable[..., int] | None:
 
 
 _prctl = _load_prctl()  # resolved here, so the forked child only makes the call
+
+
+def die_with_parent_now() -> None:
+    """Called first thing in a check's own Python child: SIGKILL when its parent ends. (A parent
+    killed before this call leaves the child to ``kill_orphaned_checks``.)"""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def die_with_parent() -> Callable[[], None] | None:

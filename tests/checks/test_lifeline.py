@@ -18,13 +18,22 @@ from checks.lifeline import OWNER_ENV, kill_orphaned_checks, owner_mark
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (/proc, prctl)")
 
-# A parent that starts a sleeping child the way checks are started, prints its pid, then waits.
+# A parent that starts a sleeping child the way checks are started, prints its pid once the child
+# is set up, then waits. "command": a program, given PR_SET_PDEATHSIG by preexec_fn; "python": our
+# own Python child, which sets it itself first thing.
 PARENT = textwrap.dedent(
     """
     import subprocess, sys, time
     from checks.lifeline import die_with_parent
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", sys.argv[1]],
-                             start_new_session=True, preexec_fn=die_with_parent())
+    SLEEP = "import time; time.sleep(120)"
+    OWN = "from checks.lifeline import die_with_parent_now; die_with_parent_now(); print(1, flush=True); " + SLEEP
+    if sys.argv[2] == "command":
+        child = subprocess.Popen([sys.executable, "-c", SLEEP, sys.argv[1]], start_new_session=True,
+                                 preexec_fn=die_with_parent())
+    else:
+        child = subprocess.Popen([sys.executable, "-c", OWN, sys.argv[1]], start_new_session=True,
+                                 stdout=subprocess.PIPE)
+        child.stdout.readline()
     print(child.pid, flush=True)
     time.sleep(120)
     """
@@ -48,10 +57,11 @@ def wait_gone(pid: int, timeout: float = 5.0) -> bool:
     return False
 
 
-def test_a_check_child_is_killed_when_its_parent_is_killed() -> None:
+@pytest.mark.parametrize("kind", ["command", "python"])
+def test_a_check_child_is_killed_when_its_parent_is_killed(kind: str) -> None:
     root = str(Path(__file__).resolve().parents[2])
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, f"lifeline-{uuid.uuid4().hex}"],
+        [sys.executable, "-c", PARENT, f"lifeline-{uuid.uuid4().hex}", kind],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": root},
