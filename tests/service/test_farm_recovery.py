@@ -7,6 +7,7 @@ check's blob is swept; the worker logs when a job starts and ends."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import uuid
@@ -19,12 +20,16 @@ import pytest
 import redis
 from sqlalchemy import create_engine, select
 
-from persistence.db import normalize_url
-from persistence.models import Artifact
+from persistence.db import Database, normalize_url
+from persistence.enums import ArtifactKind
+from persistence.models import Artifact, Job
+from persistence.repositories import ArtifactRepository, JobRepository, TeamRepository
+from persistence.store import ArtifactStore
 from tests.service.conftest import Processes, client_for
 from tests.service.helpers import OP_PRESENT_MUL, Proc, chain_model, submit, wait_job
 from tests.service.proxy import TcpProxy
 from worker.broker import BrokerMessages
+from worker.maintenance import sweep_unreferenced_blobs
 
 SMALL_MODEL = chain_model(4, 2).SerializeToString()
 
@@ -235,3 +240,35 @@ def test_the_worker_logs_when_a_job_starts_and_ends(api_url: str, processes: Pro
     assert len(started) == 1 and len(ended) == 1, messages
     assert f", {job['progress']['checks_run']} checks, " in ended[0]
     assert httpx.get(api_url + "/healthz").status_code == 200
+
+
+def test_the_sweep_keeps_referenced_and_freshly_stored_blobs(db_url: str, tmp_path: Path) -> None:
+    """Only blobs that nothing refers to and nobody stored for ``min_age`` go; storing content that
+    is already there makes its blob young again (a resumed check re-storing its model)."""
+    store = ArtifactStore(tmp_path / "artifacts")
+    database = Database(db_url)
+    kept, swept, restored = (store.put_bytes(f"blob {i}".encode()) for i in range(3))
+    long_ago = time.time() - 7200
+    for blob in (kept, swept, restored):
+        os.utime(store.path(blob.key), (long_ago, long_ago))
+    with database.session() as session:
+        team = TeamRepository(session).get_or_create("team-a")
+        job = JobRepository(session).add(
+            Job(
+                team_id=team.id,
+                status="succeeded",
+                queue="cpu",
+                mode="auto",
+                check_spec=OP_PRESENT_MUL,
+                check_kind="op-present",
+                model_filename="m.onnx",
+                model_sha256=kept.sha256,
+                model_size=kept.size,
+                model_path="m.onnx",
+            )
+        )
+        ArtifactRepository(session).put(job.id, ArtifactKind.ORIGINAL, "original", kept)
+    assert store.put_bytes(b"blob 2") == restored  # stored again: young
+    assert sweep_unreferenced_blobs(database, store, min_age_s=3600) == 1
+    assert store.exists(kept.key) and store.exists(restored.key) and not store.exists(swept.key)
+    database.dispose()
