@@ -236,14 +236,11 @@ class JobRepository:
         )
         return [DispatchCandidate(job_id, spec) for job_id, spec in self.session.execute(query).all()]
 
-    def mark_dispatched(self, job_id: str, sent_before: datetime | None = None) -> bool:
-        """Record that a message for the job was sent now. With ``sent_before``, only if the job is
-        still lost in the sense of ``lost`` (so of two workers that found it, one re-sends it)."""
-        condition = [Job.id == job_id, *(_lost_since(sent_before) if sent_before is not None else ())]
-        result = self.session.execute(
-            update(Job).where(*condition).values(dispatched_at=utcnow()).returning(Job.id)
-        ).first()
-        return result is not None
+    def mark_dispatched(self, job_id: str, sent_before: datetime) -> bool:
+        """Record that a message for the job is sent now, if it is still lost in the sense of
+        ``lost`` (so of two workers that found it, one re-sends it)."""
+        query = update(Job).where(Job.id == job_id, *_lost_since(sent_before)).values(dispatched_at=utcnow())
+        return self.session.execute(query.returning(Job.id)).first() is not None
 
     def park(self, job_id: str) -> None:
         """No message of the job is on its way any more (the worker that got it cannot serve it):
