@@ -103,8 +103,16 @@ def probe() -> Capabilities:
         gpus=_gpu_names(),
         onnxruntime=_distribution_version(*_ORT_DISTRIBUTIONS),
         providers=_ort_providers(),
-        tensorrt=_tensorrt_version(),
+        tensorrt=_tensorrt_version() or _imported_version("tensorrt"),
     )
+
+
+def _imported_version(module_name: str) -> str | None:
+    """``module.__version__`` (only in the probe's child: importing a runtime may be slow)."""
+    try:
+        return str(importlib.import_module(module_name).__version__)
+    except Exception:  # noqa: BLE001 - not installed, or broken: not offered
+        return None
 
 
 def _distribution_version(*names: str) -> str | None:
