@@ -58,9 +58,12 @@ def die_with_parent_now() -> None:
 
 def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` for ``subprocess.Popen``: the child gets SIGKILL when its parent (the
-    calling thread) ends. None where the platform has no such thing."""
+    calling thread) ends. None where the platform has no such thing, and outside a service worker
+    (no owner mark): on the command line the parent may hold a large model, where a ``preexec_fn``
+    (a real fork instead of vfork) costs ~150 ms per check, and a thread pool running checks in
+    parallel would kill a check whenever the thread that started it is retired."""
     prctl = _prctl
-    if prctl is None:
+    if prctl is None or OWNER_ENV not in os.environ:
         return None
     parent = os.getpid()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from checks.lifeline import OWNER_ENV, kill_orphaned_checks, owner_mark
+from checks.lifeline import OWNER_ENV, die_with_parent, kill_orphaned_checks, owner_mark
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (/proc, prctl)")
 
@@ -64,7 +64,7 @@ def test_a_check_child_is_killed_when_its_parent_is_killed(kind: str) -> None:
         [sys.executable, "-c", PARENT, f"lifeline-{uuid.uuid4().hex}", kind],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": root},
+        env={**os.environ, "PYTHONPATH": root, OWNER_ENV: "worker-under-test"},  # as under a worker
     )
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
@@ -98,3 +98,12 @@ def test_processes_marked_by_a_dead_owner_are_killed_and_others_spared() -> None
         for proc in (owner, orphan, kept, unmarked):
             proc.kill()
             proc.wait()
+
+
+def test_outside_a_worker_command_checks_keep_the_cheap_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the command line no preexec_fn (a real fork of a parent that may hold a large model);
+    under a worker's owner mark, the lifeline."""
+    monkeypatch.delenv(OWNER_ENV, raising=False)
+    assert die_with_parent() is None
+    monkeypatch.setenv(OWNER_ENV, "1:1")
+    assert die_with_parent() is not None
