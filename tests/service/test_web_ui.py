@@ -330,6 +330,24 @@ def test_the_live_page_survives_a_cut_stream_and_cancel_asks_first(service: Serv
         proxy.stop()
 
 
+def test_a_queued_job_says_why_it_waits(browser: Browser, tmp_path: Path) -> None:
+    """With nobody to run it, the job stays queued and its page shows the api's waiting reason."""
+    with embedded_service(tmp_path, run_jobs=False) as idle:
+        with client_for(idle.url, idle.token) as client:
+            job_id = client.post(
+                "/v1/jobs",
+                files={"model": ("model.onnx", EXAMPLE)},
+                data={"check_spec": "kind: op-present\nops: [Mul]"},
+            ).json()["id"]
+            reason = client.get(f"/v1/jobs/{job_id}").json()["waiting_reason"]
+        assert reason
+        browser.open(f"{idle.url}/#/jobs/{job_id}")
+        browser.sign_in(idle.token)
+        browser.wait(lambda d: browser.find("job-waiting").is_displayed(), "the waiting reason")
+        assert browser.text("job-waiting") == reason
+        assert browser.find("job-status").get_attribute("data-status") == "queued"
+
+
 def _texts(browser: Browser) -> list[str]:
     return list(
         browser.js(

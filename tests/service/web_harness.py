@@ -79,9 +79,14 @@ def _recording(app: Any, seen: list[Seen]) -> Any:
     return wrapped
 
 
+def _no_runner(job_id: str, queue: str) -> None:
+    """An enqueue that hands the job to nobody: it stays queued."""
+
+
 @contextmanager
-def embedded_service(root: Path, **settings: Any) -> Iterator[Service]:
-    """The embedded default in-process: SQLite, a data folder, the local runner, over real HTTP."""
+def embedded_service(root: Path, run_jobs: bool = True, **settings: Any) -> Iterator[Service]:
+    """The embedded default in-process: SQLite, a data folder, the local runner (none when
+    ``run_jobs`` is false: jobs stay queued), over real HTTP."""
     url = f"sqlite:///{root / 'onnx-reducer.db'}"
     upgrade(url)
     database = Database(url)
@@ -91,11 +96,11 @@ def embedded_service(root: Path, **settings: Any) -> Iterator[Service]:
     database.dispose()
     data_dir = root / "data"
     worker = WorkerSettings(database_url=url, redis_url=None, data_dir=data_dir, allow_command_checks=True)
-    runner = LocalRunner(context_from_settings(worker)).start()
+    runner = LocalRunner(context_from_settings(worker)).start() if run_jobs else None
     values: dict[str, Any] = {"sse_heartbeat_s": 1, "sse_poll_s": 0.2, "allow_command_checks": True} | settings
     api_settings = ApiSettings(database_url=url, redis_url=None, data_dir=data_dir, **values)
     seen: list[Seen] = []
-    app = _recording(create_app(api_settings, enqueue=runner), seen)
+    app = _recording(create_app(api_settings, enqueue=runner or _no_runner), seen)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -109,7 +114,8 @@ def embedded_service(root: Path, **settings: Any) -> Iterator[Service]:
     finally:
         server.should_exit = True
         thread.join(10)
-        runner.stop()
+        if runner is not None:
+            runner.stop()
 
 
 _RESET = b"\x01\x00\x00\x00\x00\x00\x00\x00"  # SO_LINGER on, 0 s: close() sends RST

@@ -193,6 +193,7 @@ function render(state) {
   fact("job-eta", job.status === "running" ? formatSeconds(job.progress.eta_s) : "–");
   fact("job-started", formatDate(job.started_at));
   renderClock(state);
+  optionalFact("job-waiting", job.status === "queued" ? job.waiting_reason || "" : "");
   optionalFact("job-localization", localization(job));
   optionalFact("job-flaky", flakiness(job));
   if (job.error) {
