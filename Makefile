@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 RUN_DIR ?= build/example
 
-.PHONY: install install-runtime run example test services browser lint typecheck contracts pytest bench bench-localize clean
+.PHONY: install install-runtime run example test services browser lint typecheck contracts pytest bench bench-localize screenshots clean
 
 $(VENV)/bin/python:
 	$$(scripts/ensure-python.sh) -m venv $(VENV)
@@ -50,7 +50,7 @@ example: $(RUNTIME_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check reducer_core reducer_cli checks engine persistence api worker migrations tests/service
+	$(BIN)/ruff format --check reducer_core reducer_cli reducer_client checks engine persistence api worker migrations tests/service tests/client
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -78,6 +78,10 @@ bench: $(STAMP)
 # Localisation (issue 3): planted fp16 overflow, checks with/without localisation (bench/README.md).
 bench-localize: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/localize_bench.py $(BENCH_ARGS)
+
+# The web page's screenshots in docs/screenshots/ (README), taken in headless Chromium.
+screenshots: $(STAMP) browser
+	PATH=$(abspath $(BIN)):$$PATH PYTHONPATH=. $(BIN)/python scripts/web_screenshots.py docs/screenshots
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache

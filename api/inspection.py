@@ -16,7 +16,7 @@ from typing import Any
 
 from api.bundles import extract_bundle, find_model, is_bundle
 from api.golden import validate_golden
-from api.problems import ProblemError
+from api.problems import ProblemError, about_field, field_errors
 from api.validation import validate_model
 from checks.spec import CheckSpec, CheckSpecError, build_check, parse_check_spec
 from reducer_core.strategies import MODES
@@ -91,7 +91,12 @@ def inspect_upload(request: InspectRequest) -> Inspection | Refusal:
     try:
         return _inspect(request)
     except ProblemError as exc:
-        return Refusal(exc.status, exc.title, scrub(exc.detail, request.staging), exc.extra)
+        extra = dict(exc.extra)
+        if isinstance(extra.get("errors"), list):
+            extra["errors"] = [
+                {**e, "message": scrub(str(e.get("message", "")), request.staging)} for e in extra["errors"]
+            ]
+        return Refusal(exc.status, exc.title, scrub(exc.detail, request.staging), extra)
     except RecursionError:
         return Refusal(422, "Invalid upload", "The upload is nested too deeply to read.")
     except MemoryError:
@@ -111,16 +116,20 @@ def scrub(text: str, staging: Path) -> str:
 
 def _inspect(request: InspectRequest) -> Inspection:
     limits = request.limits
-    spec = _parse_spec(request)
-    mode, options = _options(request.fields)
+    with about_field("check_spec"):
+        spec = _parse_spec(request)
+    with about_field("mode"):
+        mode, options = _options(request.fields)
     golden_format = None
     if request.golden is not None:
         budget = min(limits.max_extracted_bytes, max(GOLDEN_FLOOR_BYTES, limits.declared_bytes_factor * request.size))
-        golden_format = validate_golden(request.golden, budget)
-    model_path, bundle = _unpack(request)
-    nodes = validate_model(
-        model_path, request.size, limits.declared_bytes_floor, limits.declared_bytes_factor, limits.max_model_nodes
-    )
+        with about_field("golden"):
+            golden_format = validate_golden(request.golden, budget)
+    with about_field("model"):
+        model_path, bundle = _unpack(request)
+        nodes = validate_model(
+            model_path, request.size, limits.declared_bytes_floor, limits.declared_bytes_factor, limits.max_model_nodes
+        )
     relative = model_path.relative_to(request.staging / "model").as_posix()
     return Inspection(relative, bundle, nodes, spec.kind, spec.needs_gpu, mode, options, golden_format)
 
@@ -142,12 +151,11 @@ def _parse_spec(request: InspectRequest) -> CheckSpec:
             f"({limit:g} s, JOB_TIME_LIMIT_S); lower timeout or repeat.",
         )
     if spec.kind == "golden" and request.golden is None:
-        raise ProblemError(
-            422,
-            "Invalid check spec",
+        detail = (
             "kind: 'golden' compares against stored values: upload them in the 'golden' file field "
-            "(the file written by `onnx-reducer golden MODEL -o GOLDEN`, or Polygraphy JSON).",
+            "(the file written by `onnx-reducer golden MODEL -o GOLDEN`, or Polygraphy JSON)."
         )
+        raise ProblemError(422, "Invalid check spec", detail, errors=field_errors("golden", detail))
     golden = request.golden.with_suffix(".golden") if request.golden is not None else None
     try:
         build_check(spec, golden=golden, allow_command=request.limits.allow_command_checks)
@@ -164,7 +172,8 @@ def _options(fields: dict[str, str]) -> tuple[str, dict[str, Any]]:
     for name in BOOL_FIELDS:
         raw = fields.get(name, "true").strip().lower()
         if raw not in ("true", "false", "1", "0"):
-            raise ProblemError(422, "Invalid option", f"{name} must be true or false, not '{raw[:50]}'.")
+            detail = f"{name} must be true or false, not '{raw[:50]}'."
+            raise ProblemError(422, "Invalid option", detail, errors=field_errors(name, detail))
         options[name] = raw in ("true", "1")
     return mode, options
 

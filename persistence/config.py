@@ -53,6 +53,9 @@ class ServiceSettings(BaseSettings):
     job_time_limit_s: float = 6 * 3600.0
     # serve/worker start-up: how long to wait for an unreachable database before giving up
     database_wait_s: float = 60.0
+    # a worker without a heartbeat for this long is offline; after the second, its row is dropped
+    worker_offline_after_s: float = Field(default=60.0, gt=0)
+    worker_forget_after_s: float = Field(default=24 * 3600.0, gt=0)
 
     @field_validator("database_url")
     @classmethod

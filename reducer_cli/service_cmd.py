@@ -214,7 +214,7 @@ def serve_command(ns: argparse.Namespace) -> int:
         from worker.settings import load_worker_settings
 
         worker_settings = load_worker_settings()
-        runner = LocalRunner(context_from_settings(worker_settings), worker_settings).start()
+        runner = LocalRunner(context_from_settings(worker_settings), worker_settings, jobs_in_child=True).start()
         app = create_app(settings, enqueue=runner)
     else:
         if not settings.redis_url:

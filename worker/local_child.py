@@ -5,32 +5,17 @@ the claim result (``claimed``, ``busy``, ``finished``) as the last line."""
 
 from __future__ import annotations
 
-import os
 import sys
-import threading
-import time
 
+from checks.lifeline import die_with_parent_now
 from persistence.jsonlog import configure_logging
 from worker.context import context_from_settings
 from worker.run_job import run_job
 from worker.settings import WorkerSettings
 
 
-def _exit_with_parent(interval_s: float = 0.5) -> None:
-    """A job process outlives nothing: when the embedded server dies, it ends too (the job's lease
-    expires and the next server resumes it from its last finished check)."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(interval_s)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
 def main(argv: list[str]) -> int:
-    _exit_with_parent()
+    die_with_parent_now()  # the embedded server's death ends this job process (and its checks)
     settings = WorkerSettings.model_validate_json(sys.stdin.read())
     configure_logging()
     ctx = context_from_settings(settings)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Annotated
 
 import anyio
@@ -12,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from api.cursor import decode_cursor, encode_cursor
 from api.deps import ServicesDep, TeamDep
+from api.farm import WorkerView, load_workers, waiting_reason
 from api.intake import JobIntake
 from api.intake_pool import busy
 from api.problems import ProblemError, not_found
@@ -104,7 +106,8 @@ def list_jobs(
     after = decode_cursor(cursor) if cursor else None
     with services.db.session() as session:
         page = JobRepository(session).page(team.id, status, limit, after)
-        items = [_job_out(session, job) for job in page.jobs]
+        workers = _workers_for(session, services, page.jobs)
+        items = [_job_out(session, job, workers) for job in page.jobs]
     return JobList(items=items, next_cursor=encode_cursor(page.next_key) if page.next_key else None)
 
 
@@ -116,10 +119,19 @@ def load_job(services: Services, team_id: str, job_id: str) -> Job:
     return job
 
 
-def _job_out(session: Session, job: Job) -> JobOut:
-    """The mean check time from the job's own counters (every finished check adds its duration to
-    ``check_time_s`` and one to ``checks_run``): no query per job."""
-    return job_from_row(job, job.check_time_s / job.checks_run if job.checks_run else None)
+def _job_out(session: Session, job: Job, workers: Sequence[WorkerView] | None = None) -> JobOut:
+    """``workers``: the farm, to say why a queued job waits (``_workers_for``). The mean check time
+    comes from the job's own counters (every finished check adds its duration to ``check_time_s``
+    and one to ``checks_run``): no query per job."""
+    reason = waiting_reason(job, workers) if workers is not None else None
+    return job_from_row(job, job.check_time_s / job.checks_run if job.checks_run else None, reason)
+
+
+def _workers_for(session: Session, services: Services, jobs: Sequence[Job]) -> Sequence[WorkerView] | None:
+    """The farm's workers when one of ``jobs`` is queued (only then is there a wait to explain)."""
+    if any(job.status == JobStatus.QUEUED.value for job in jobs):
+        return load_workers(session, services.settings)
+    return None
 
 
 def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
@@ -127,7 +139,7 @@ def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
         job = JobRepository(session).for_team(team_id, job_id)
         if job is None:
             raise not_found(f"Job '{job_id}'")
-        return _job_out(session, job).model_dump_json().encode()
+        return _job_out(session, job, _workers_for(session, services, [job])).model_dump_json().encode()
 
 
 @router.get("/{job_id}", response_model=JobOut)
@@ -196,7 +208,7 @@ def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
             )
         event = EventRepository(session).append(job.id, EventKind.QUEUED, {"status": "queued", "retry": True})
         session.refresh(job)
-        out = _job_out(session, job)
+        out = _job_out(session, job, _workers_for(session, services, [job]))
         queue = job.queue
     services.notify(job_id, event.seq)
     try:

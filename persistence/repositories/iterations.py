@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
@@ -54,7 +55,31 @@ class IterationRepository:
     def by_number(self, job_id: str, number: int) -> Iteration | None:
         return self.session.scalar(select(Iteration).where(Iteration.job_id == job_id, Iteration.number == number))
 
+    def best_failing(self, job_id: str) -> Iteration | None:
+        """The smallest finished iteration that reproduced the original failure and kept its model
+        (the earliest of equal size): a job's best model so far."""
+        query = (
+            select(Iteration)
+            .where(
+                Iteration.job_id == job_id,
+                Iteration.pending.is_(False),
+                Iteration.reproduces.is_(True),
+                Iteration.artifact_id.is_not(None),
+            )
+            .order_by(Iteration.node_count, Iteration.number)
+            .limit(1)
+        )
+        return self.session.scalar(query)
+
     def mean_duration(self, job_id: str) -> float | None:
         query = select(func.avg(Iteration.duration_s)).where(Iteration.job_id == job_id, Iteration.pending.is_(False))
         value = self.session.scalar(query)
         return float(value) if value is not None else None
+
+    def pending_of(self, job_id: str) -> Iteration | None:
+        """The check running now (its row is pending), if any."""
+        return self.session.scalar(select(Iteration).where(Iteration.job_id == job_id, Iteration.pending.is_(True)))
+
+    def finished_since(self, moment: datetime) -> int:
+        """Checks finished after ``moment``, over all jobs."""
+        return self.session.scalar(select(func.count()).where(Iteration.finished_at > moment)) or 0
