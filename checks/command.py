@@ -34,6 +34,7 @@ class CommandCheck:
     timeout_s: float | None = None
     memory_limit_bytes: int | None = None  # resident memory of all its processes (``checks.memory``)
     env: Mapping[str, str] | None = None  # None: this process's whole environment (``--check``)
+    cwd: Path | None = None  # None: this process's working directory
     compiled: list[re.Pattern[str]] = field(default_factory=list, compare=False)
 
     def __post_init__(self) -> None:
@@ -61,6 +62,7 @@ class CommandCheck:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 env=self.env,
+                cwd=self.cwd,
             )
         except OSError as exc:
             return Verdict(VerdictKind.INFRA_ERROR, "", f"cannot start check: {exc}"), str(exc)
