@@ -23,8 +23,10 @@ POLL_S = 0.25
 _should_stop: ContextVar[Callable[[], bool] | None] = ContextVar("onnx_reducer_check_stop", default=None)
 
 
-class CheckStoppedError(Exception):
-    """The check was killed because its stop scope asked for it (cancelled, out of time)."""
+class CheckStoppedError(BaseException):
+    """The check was killed because its stop scope asked for it (cancelled, out of time). A
+    ``BaseException``, like ``KeyboardInterrupt``: code that turns any ``Exception`` of a check
+    into a verdict or a warning must not swallow a stop."""
 
 
 @contextmanager
