@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -117,7 +118,8 @@ def service_run(client: httpx.Client, folder: Path, timeout: float) -> dict[str,
 
 def cli_run(folder: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
     run_dir = folder / "cli-min-good"
-    run_dir.mkdir(exist_ok=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir()
     args = ["reduce", "../planted.onnx", "-o", "min_bad.onnx", "--min-good", "min_good.onnx"]
     args += ["--check-spec", "../spec.yaml", "--golden", "../planted.golden", "--summary-json", "summary.json", "-q"]
     started = time.monotonic()
