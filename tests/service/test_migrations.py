@@ -17,7 +17,7 @@ from persistence.migrate import downgrade, upgrade
 from persistence.models import Base
 from tests.service.commands import MIGRATE_COMMAND
 
-TABLES = {"alembic_version", "teams", "api_tokens", "jobs", "iterations", "events", "artifacts"}
+TABLES = {"alembic_version", "teams", "api_tokens", "jobs", "iterations", "events", "artifacts", "workers"}
 
 
 def _tables(url: str) -> set[str]:
@@ -78,8 +78,8 @@ def _job_columns(url: str) -> dict[str, object]:
 
 
 def test_a_job_stored_before_sessions_keeps_its_verdicts_across_the_migration(pg_url: str) -> None:
-    """0002: the verdict cache of an older job becomes its session state (a session resumes from
-    it without re-running those checks), and back on downgrade."""
+    """session_state: the verdict cache of an older job becomes its session state (a session
+    resumes from it without re-running those checks), and back on downgrade."""
     cache = {"version": 1, "tool": "onnx-reducer", "graph": "g", "check": "c", "verdicts": {"fp": {"kind": "fail"}}}
     upgrade(pg_url, "0001")
     _insert_legacy_job(pg_url, cache)
@@ -87,5 +87,5 @@ def test_a_job_stored_before_sessions_keeps_its_verdicts_across_the_migration(pg
     row = _job_columns(pg_url)
     assert row["session_state"] == {"cache": cache}
     assert "verdict_cache" not in row and "strategy_state" not in row
-    downgrade(pg_url, "0001")
+    downgrade(pg_url, "farm_workers_and_dispatch")
     assert _job_columns(pg_url)["verdict_cache"] == cache

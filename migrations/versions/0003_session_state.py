@@ -5,8 +5,8 @@ run's result, counters). A job stored before keeps its finished checks: its verd
 the state ``{"cache": ...}``, from which a session resumes (it replays its flow against those
 verdicts). The strategy state is not needed: the strategy is replayed from the verdicts.
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: session_state
+Revises: farm_workers_and_dispatch
 Create Date: 2026-11-28 10:00:00.000000
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0002"
-down_revision: str | None = "0001"
+revision: str = "session_state"
+down_revision: str | None = "farm_workers_and_dispatch"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
