@@ -121,10 +121,11 @@ def load_job(services: Services, team_id: str, job_id: str) -> Job:
 
 def _job_out(session: Session, job: Job, workers: Sequence[WorkerView] | None = None) -> JobOut:
     """``workers``: the farm, to say why a queued job waits (``_workers_for``). The mean check time
-    comes from the job's own counters (every finished check adds its duration to ``check_time_s``
-    and one to ``checks_run``): no query per job."""
+    comes from the job's own counters (every finished iteration adds its duration to
+    ``check_time_s`` and is numbered ``iterations_done``): no query per job."""
     reason = waiting_reason(job, workers) if workers is not None else None
-    return job_from_row(job, job.check_time_s / job.checks_run if job.checks_run else None, reason)
+    mean = job.check_time_s / job.iterations_done if job.iterations_done else None
+    return job_from_row(job, mean, reason)
 
 
 def _workers_for(session: Session, services: Services, jobs: Sequence[Job]) -> Sequence[WorkerView] | None:

@@ -70,7 +70,7 @@ class JobRepository:
 
     def for_team(self, team_id: str, job_id: str) -> Job | None:
         """The only way the api looks a job up: another team's job is simply not found. The
-        worker's bulky state (strategy state, verdict cache) is loaded only if it is read."""
+        worker's bulky session state is loaded only if it is read."""
         query = select(Job).where(Job.id == job_id, Job.team_id == team_id).options(*_LIGHT)
         return self.session.scalar(query)
 
@@ -276,7 +276,7 @@ class JobRepository:
             setattr(job, key, value)
 
 
-_LIGHT = (defer(Job.strategy_state), defer(Job.verdict_cache))
+_LIGHT = (defer(Job.session_state),)
 
 
 def claimable(job: Job, max_attempts: int) -> bool:
