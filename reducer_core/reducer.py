@@ -14,7 +14,7 @@ from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.errors import CheckInfraError, OriginalDidNotFailError
 from reducer_core.strategies.base import Strategy
-from reducer_core.verdict import Verdict, VerdictKind
+from reducer_core.verdict import Pinning, Verdict, VerdictKind
 
 Oracle = Callable[[Candidate, int], Verdict]
 
@@ -44,6 +44,17 @@ class ReductionResult:
     stopped_early: bool = False
 
     @property
+    def pinned_out(self) -> int:
+        """Distinct candidates whose verdict signature pinning changed: they failed, but not like
+        the original, so they did not count (``Verdict.changed_by_pinning``)."""
+        changed = {
+            r.candidate.fingerprint
+            for r in self.iterations
+            if r.phase != "original" and r.verdict.changed_by_pinning(self.original, r.reproduces)
+        }
+        return len(changed)
+
+    @property
     def check_time_s(self) -> float:
         """Time spent in checks that ran (the original's included; cached verdicts cost none)."""
         return sum(r.verdict.duration_s for r in self.iterations if not r.cached)
@@ -61,7 +72,7 @@ class Reduction:
         strategy: Strategy,
         oracle: Oracle,
         cache: VerdictCache,
-        pin_signature: bool = True,
+        pin_signature: bool | Pinning = True,
         on_iteration: Callable[[IterationRecord], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         infra_retries: int = 2,
