@@ -28,14 +28,16 @@ from reducer_core.graph import GraphIndex
 
 
 def boundary_inputs(index: GraphIndex, nodes: frozenset[int]) -> list[str]:
-    """Tensors the set reads but does not produce, in first-use order."""
+    """Tensors the set reads but does not produce: the original graph inputs among them in the
+    original order (as Polygraphy keeps them), then the others in first-use order."""
     produced = {name for n in nodes for name in index.writes[n]}
     seen: dict[str, None] = {}
     for n in sorted(nodes):
         for name in index.reads[n]:
             if name not in produced:
                 seen.setdefault(name, None)
-    return list(seen)
+    position = index.input_position
+    return sorted(seen, key=lambda name: position.get(name, len(position)))
 
 
 def boundary_outputs(index: GraphIndex, nodes: frozenset[int]) -> list[str]:
