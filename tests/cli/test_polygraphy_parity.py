@@ -1,9 +1,8 @@
 """The same reductions through real Polygraphy (``polygraphy debug reduce``, from PyPI) and through
 ``onnx-reducer reduce``, with the same flags and the same check script: final node sets, inputs and
-outputs must agree, except where onnx-reducer's answer is deliberately smaller. Those cases are
-listed in ``DIFFERENCES`` with the documented reason (README, "Switching from Polygraphy"), and
-the test asserts that the difference is exactly that: a strict subset of Polygraphy's nodes that
-still fails the check.
+outputs must agree, except where onnx-reducer's answer differs on purpose. Each scenario states
+which (``SAME`` or one of the documented differences below, README "Switching from Polygraphy"),
+and the test asserts that the difference is exactly that one.
 
 Polygraphy quirk left out of the comparison: it lists a tensor read twice by the marked node
 twice as a graph input (``Mul(b, b)`` gives inputs ``[b, b]``); inputs are compared as sets.
