@@ -38,7 +38,7 @@ example: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check reducer_core reducer_cli checks engine persistence api worker migrations tests/service
+	$(BIN)/ruff format --check reducer_core reducer_cli reducer_client checks engine persistence api worker migrations tests/service tests/client
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from api.metrics import install_metrics
 from api.problems import install_problem_handlers
-from api.routes import artifacts, events, health, jobs
+from api.routes import artifacts, events, health, jobs, workers
 from api.services import Services
 from api.settings import ApiSettings
 from persistence.contracts import Enqueue, Notifier, no_notify
@@ -71,8 +71,8 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
     )
     app.state.services = services
     install_problem_handlers(app)
-    install_metrics(app, registry, db)
-    for module in (jobs, events, artifacts, health):
+    install_metrics(app, registry, db, settings)
+    for module in (jobs, workers, events, artifacts, health):
         app.include_router(module.router)
     _install_web_ui(app)
     return app

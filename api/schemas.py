@@ -48,6 +48,7 @@ class JobOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    waiting_reason: str | None = None
     links: dict[str, str]
 
 
@@ -82,6 +83,45 @@ class IterationList(BaseModel):
     next_after: int | None
 
 
+class RuntimesOut(BaseModel):
+    onnxruntime: str | None
+    providers: list[str]
+    tensorrt: str | None
+
+
+class WorkerCheckOut(BaseModel):
+    iteration: int
+    phase: str
+    nodes: int
+    started_at: datetime | None
+
+
+class WorkerJobOut(BaseModel):
+    id: str
+    check: WorkerCheckOut | None
+
+
+class WorkerOut(BaseModel):
+    name: str
+    host: str
+    queues: list[str]
+    state: str  # idle | busy | offline
+    gpus: list[str]
+    runtimes: RuntimesOut
+    job: WorkerJobOut | None  # your team's job it is running; null when idle or running another team's
+    started_at: datetime
+    last_heartbeat: datetime
+    jobs_done: int
+    busy_s: float
+    utilisation: float  # busy time / time since the worker started
+
+
+class WorkerList(BaseModel):
+    items: list[WorkerOut]
+    online: int
+    busy: int
+
+
 def utc(value: datetime | None) -> datetime | None:
     """SQLite hands datetimes back without a zone; they were stored as UTC."""
     if value is None or value.tzinfo is not None:
@@ -95,7 +135,7 @@ def remaining_checks(mode: str, best_size: int) -> int:
     return {"bisect": bisect, "linear": best_size}.get(mode, bisect + best_size)
 
 
-def job_from_row(job: Job, mean_check_s: float | None) -> JobOut:
+def job_from_row(job: Job, mean_check_s: float | None, waiting_reason: str | None = None) -> JobOut:
     eta = None
     if job.status == "running" and mean_check_s is not None and job.best_size is not None:
         eta = round(mean_check_s * remaining_checks(job.mode, job.best_size), 1)
@@ -124,6 +164,7 @@ def job_from_row(job: Job, mean_check_s: float | None) -> JobOut:
         created_at=utc(job.created_at) or job.created_at,
         started_at=utc(job.started_at),
         finished_at=utc(job.finished_at),
+        waiting_reason=waiting_reason,
         links={
             "self": base,
             "events": f"{base}/events",

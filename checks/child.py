@@ -14,6 +14,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from checks.lifeline import die_with_parent_now
+
 
 def _call(payload: dict[str, Any]) -> dict[str, Any]:
     module_name, _, function_name = str(payload["entry"]).partition(":")
@@ -24,6 +26,7 @@ def _call(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    die_with_parent_now()  # the check dies with the process that started it (checks.lifeline)
     payload = json.loads(Path(argv[0]).read_text())
     try:
         result = _call(payload)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from checks.capture import StreamCapture, kill_group, matched_patterns, pump, signal_name
+from checks.lifeline import die_with_parent
 from reducer_core.verdict import Verdict, VerdictKind
 
 OUTPUT_TAIL_CHARS = 4000
@@ -61,6 +62,7 @@ class CommandCheck:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 env=self.env,
+                preexec_fn=die_with_parent(),  # noqa: PLW1509 - prctl only, resolved before the fork
             )
         except OSError as exc:
             return Verdict(VerdictKind.INFRA_ERROR, "", f"cannot start check: {exc}"), str(exc)

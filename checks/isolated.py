@@ -23,6 +23,7 @@ from typing import Any
 
 from checks.capture import BoundedText, StreamCapture, kill_group, pump, signal_name
 from checks.command import KILL_GRACE_S, CommandCheck
+from checks.lifeline import OWNER_ENV
 from checks.spec import CheckSpec, ModelCheck
 from reducer_core.verdict import Verdict, VerdictKind
 
@@ -44,6 +45,7 @@ SAFE_ENV_NAMES = frozenset(
         "PYTHONHASHSEED",
         "VIRTUAL_ENV",
         "LD_LIBRARY_PATH",
+        OWNER_ENV,  # marks a service worker's check processes (checks.lifeline), not a secret
     }
 )
 SAFE_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "CUDNN_", "TRT_", "TENSORRT_", "OMP_", "MKL_", "OPENBLAS_", "ORT_")

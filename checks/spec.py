@@ -9,6 +9,7 @@ service accept. See ``docs/check-specs.md`` for the schema with examples.
     memory_limit: 2GiB                              # resident memory of a check run (every kind)
     repeat: 1                                       # runs per check (every kind)
     fail_if: any                                    # any | all | majority of the runs
+    requires: {gpu: H100, onnxruntime: ">=1.20"}    # what a service worker must offer (every kind)
 
 ``parse_check_spec`` validates the document and raises ``CheckSpecError`` naming the offending
 field (``tolerance.atol: must be a number >= 0, got 'abc'``). ``build_check`` turns a spec into a
@@ -17,6 +18,7 @@ field (``tolerance.atol: must be a number >= 0, got 'abc'``). ``build_check`` tu
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import yaml
 
 from checks.memory import parse_size
+from checks.requirements import RequirementError, Requirements, parse_requirements
 from reducer_core.errors import UsageError
 
 if TYPE_CHECKING:
@@ -134,6 +137,7 @@ class CheckSpec:
     fail_codes: tuple[int, ...] = ()
     ignore_fail_codes: tuple[int, ...] = ()
     fail_regex: tuple[str, ...] = ()
+    requires: Requirements = field(default_factory=Requirements)
 
     def to_json(self) -> dict[str, Any]:
         """The normalised document (defaults filled in); ``parse_check_spec`` reads it back."""
@@ -164,16 +168,21 @@ class CheckSpec:
             data["fail_codes"] = list(self.fail_codes)
             data["ignore_fail_codes"] = list(self.ignore_fail_codes)
             data["fail_regex"] = list(self.fail_regex)
+        if self.requires:
+            data["requires"] = self.requires.to_json()
         return data
 
     @property
     def identity(self) -> str:
-        """Stable text naming what this check does (the verdict cache key includes it)."""
-        return "spec:" + json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        """Stable text naming what this check does (the verdict cache key includes it). ``requires``
+        is left out: it says where the check may run, not what it checks."""
+        document = {k: v for k, v in self.to_json().items() if k != "requires"}
+        return "spec:" + json.dumps(document, sort_keys=True, separators=(",", ":"))
 
     @property
     def needs_gpu(self) -> bool:
-        return any(r is not None and r.needs_gpu for r in (self.reference, self.target))
+        runtimes = any(r is not None and r.needs_gpu for r in (self.reference, self.target))
+        return runtimes or self.requires.needs_gpu
 
     @property
     def is_accuracy(self) -> bool:
@@ -194,6 +203,15 @@ def parse_check_spec(text: str) -> CheckSpec:
     return check_spec_from_dict(document)
 
 
+@functools.lru_cache(maxsize=1024)
+def requirements_of(text: str) -> Requirements:
+    """The ``requires`` of a stored spec; none when the spec is invalid (running it reports that)."""
+    try:
+        return parse_check_spec(text).requires
+    except CheckSpecError:
+        return Requirements()
+
+
 def load_check_spec(path: str | Path) -> CheckSpec:
     try:
         text = Path(path).read_text()
@@ -202,7 +220,7 @@ def load_check_spec(path: str | Path) -> CheckSpec:
     return parse_check_spec(text)
 
 
-_COMMON = {"kind", "timeout", "repeat", "fail_if", "memory_limit"}
+_COMMON = {"kind", "timeout", "repeat", "fail_if", "memory_limit", "requires"}
 _ALLOWED: dict[str, set[str]] = {
     "compare": _COMMON | {"reference", "target", "tolerance", "seed", "input_range"},
     "golden": _COMMON | {"target", "tolerance", "seed", "input_range"},
@@ -232,8 +250,18 @@ def check_spec_from_dict(document: Any) -> CheckSpec:
         "repeat": _integer(document, "repeat", 1, minimum=1),
         "fail_if": _choice(document, "fail_if", FAIL_IF, "any"),
         "memory_limit": _size(document, "memory_limit"),
+        "requires": _requires(document),
     }
     return CheckSpec(**common, **_KIND_PARSERS[kind](document))
+
+
+def _requires(doc: Mapping[str, Any]) -> Requirements:
+    if "requires" not in doc:
+        return Requirements()
+    try:
+        return parse_requirements(doc["requires"])
+    except RequirementError as exc:
+        raise CheckSpecError(str(exc)) from exc
 
 
 def _parse_compare(doc: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,9 @@ class ServiceSettings(BaseSettings):
     # Resident memory of one check run (all its processes): the default when a spec gives no
     # memory_limit, and the most a spec may ask for. 0: no limit.
     check_memory_limit_bytes: int = Field(default=8 * 2**30, ge=0)
+    # a worker without a heartbeat for this long is offline; after the second, its row is dropped
+    worker_offline_after_s: float = Field(default=60.0, gt=0)
+    worker_forget_after_s: float = Field(default=24 * 3600.0, gt=0)
 
     @field_validator("database_url")
     @classmethod

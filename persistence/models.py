@@ -73,6 +73,10 @@ class Job(Base):
     strategy_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     verdict_cache: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     event_seq: Mapped[int] = mapped_column(default=0)
+    cache_hits: Mapped[int] = mapped_column(default=0, server_default="0")
+    # when a message for this job was last sent to the broker; None: none is on its way (a worker
+    # that could not serve the job left it for a capable one), see worker/presence.py
+    dispatched_at: Mapped[datetime | None] = mapped_column(default=utcnow)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
@@ -97,7 +101,7 @@ class Iteration(Base):
     output_tail: Mapped[str | None] = mapped_column(Text, default=None)
     artifact_id: Mapped[str | None] = mapped_column(ForeignKey("artifacts.id", ondelete="SET NULL"), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None, index=True)
 
 
 class Event(Base):
@@ -123,3 +127,20 @@ class Artifact(Base):
     storage_key: Mapped[str] = mapped_column(String(200))
     meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Worker(Base):
+    """A worker process that announced itself (``worker/presence.py``); its heartbeat refreshes the
+    row, a clean stop removes it, and a row without a heartbeat for long is dropped."""
+
+    __tablename__ = "workers"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    queues: Mapped[list[str]] = mapped_column(JSON, default=list)
+    capabilities: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    current_job_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    busy_since: Mapped[datetime | None] = mapped_column(default=None)
+    busy_s: Mapped[float] = mapped_column(Float, default=0.0)  # busy time before ``busy_since``
+    jobs_done: Mapped[int] = mapped_column(default=0)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)

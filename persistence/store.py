@@ -2,7 +2,11 @@
 
 Blobs live at ``sha256/ab/abcdef...``. Writes stream through a running sha256 into a temporary
 file that is renamed into place, so a blob is either complete or absent. ``put_file`` hardlinks an
-existing file (a job's weights) instead of copying it when the store is on the same filesystem."""
+existing file (a job's weights) instead of copying it when the store is on the same filesystem.
+
+A blob's modification time is when it was last stored: storing content that is already there
+touches it, so an unreferenced blob can be told from one that a running job is about to refer to
+(``worker/maintenance.py`` sweeps the old unreferenced ones)."""
 
 from __future__ import annotations
 
@@ -10,8 +14,9 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -82,7 +87,7 @@ class ArtifactStore:
                 size += len(chunk)
         sha = digest.hexdigest()
         target = self.path(self.key_for(sha))
-        if not target.exists():
+        if not _touch(target):
             tmp = self.temp_path()
             try:
                 os.link(path, tmp)
@@ -94,7 +99,7 @@ class ArtifactStore:
     def adopt(self, tmp: Path, sha256: str, size: int) -> StoredBlob:
         """Move a fully written temporary file (whose hash is known) into place."""
         target = self.path(self.key_for(sha256))
-        if target.exists():
+        if _touch(target):
             tmp.unlink(missing_ok=True)
         else:
             self._install(tmp, target)
@@ -110,3 +115,36 @@ class ArtifactStore:
 
     def scratch_dir(self, prefix: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp_dir))
+
+    def keys_stored_before(self, seconds: float) -> Iterator[str]:
+        """Keys of the blobs last stored more than ``seconds`` ago."""
+        for path in (self.root / "sha256").glob("*/*"):
+            if _stored_before(path, seconds):
+                yield f"sha256/{path.parent.name}/{path.name}"
+
+    def delete_if_stored_before(self, key: str, seconds: float) -> bool:
+        """Delete the blob unless it was stored again within ``seconds`` (its age is checked once
+        more right before, so a job storing it meanwhile keeps it)."""
+        path = self.path(key)
+        if not _stored_before(path, seconds):
+            return False
+        path.unlink(missing_ok=True)
+        return True
+
+
+def _stored_before(path: Path, seconds: float) -> bool:
+    try:
+        return path.stat().st_mtime < time.time() - seconds
+    except OSError:
+        return False  # deleted meanwhile
+
+
+def _touch(path: Path) -> bool:
+    """Mark an existing blob as stored now; False when there is none."""
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        return False
+    except OSError:  # not ours to touch (another user's file): it is there all the same
+        return path.exists()
+    return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from reducer_cli.client_args import add_client_parsers
 from reducer_cli.service_cmd import add_service_parsers
 from reducer_core.strategies import MODES
 from reducer_core.verdict import Pinning
@@ -396,4 +397,5 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--mode", default="basic", help="Accepted for Polygraphy compatibility.")
     inspect.add_argument("--external-data-dir", default=None)
     add_service_parsers(sub)
+    add_client_parsers(sub)
     return parser

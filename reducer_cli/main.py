@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from reducer_cli import args as cli_args
 from reducer_cli import service_cmd
+from reducer_cli.client_args import CLIENT_COMMANDS
 from reducer_cli.progress import ProgressReporter, reporter_from_args
 from reducer_core.errors import (
     InvalidModelError,
@@ -54,6 +55,13 @@ def _inspect(ns: argparse.Namespace) -> int:
     return cli_args.EXIT_OK
 
 
+def _client_command(ns: argparse.Namespace) -> int:
+    # Imported here: the HTTP client is loaded only by the service commands, not by every start-up.
+    from reducer_cli.client_cmd import HANDLERS
+
+    return HANDLERS[ns.command](ns)
+
+
 def _reporter(ns: argparse.Namespace) -> ProgressReporter:
     """The log of this command: ``reduce`` honours -q/-v/--silent/--verbosity/--log-format/--log-file."""
     reporter = getattr(ns, "reporter", None)
@@ -63,6 +71,7 @@ def _reporter(ns: argparse.Namespace) -> ProgressReporter:
 def run(argv: Sequence[str]) -> int:
     ns = cli_args.build_parser().parse_args(list(argv))
     handlers = {"reduce": _reduce, "inspect": _inspect, "golden": _golden, **service_cmd.HANDLERS}
+    handlers |= dict.fromkeys(CLIENT_COMMANDS, _client_command)
     with contextlib.ExitStack() as stack:
         if ns.command == "reduce":
             log_file = stack.enter_context(open(ns.log_file, "a")) if ns.log_file else None

@@ -116,7 +116,8 @@ def serve_command(ns: argparse.Namespace) -> int:
         from worker.local import LocalRunner
         from worker.settings import load_worker_settings
 
-        runner = LocalRunner(context_from_settings(load_worker_settings())).start()
+        worker_settings = load_worker_settings()
+        runner = LocalRunner(context_from_settings(worker_settings), worker_settings).start()
         app = create_app(settings, enqueue=runner)
     else:
         if not settings.redis_url:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 
 
 @dataclass(frozen=True, order=False)
@@ -16,7 +17,7 @@ class Candidate:
     def __len__(self) -> int:
         return len(self.nodes)
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         """Canonical key: the same node set (and primary node) always has the same fingerprint."""
         digest = hashlib.sha256(",".join(map(str, sorted(self.nodes))).encode())

@@ -9,6 +9,7 @@ import hashlib
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import onnx
 
@@ -161,6 +162,11 @@ class GraphIndex:
 
     def is_graph_output(self, name: str) -> bool:
         return name in self._output_set
+
+    @cached_property
+    def output_nodes(self) -> frozenset[int]:
+        """The nodes that write a graph output."""
+        return frozenset(self.producer[name] for name in self.graph_outputs if name in self.producer)
 
     def all_nodes(self) -> frozenset[int]:
         return frozenset(range(len(self.nodes)))

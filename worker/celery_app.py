@@ -4,27 +4,32 @@
 (module ``__getattr__``), from the environment, never at import time.
 
 Settings follow ARCHITECTURE.md §3: late acks and prefetch 1 (a job is one long task), json only,
-``visibility_timeout`` above the job time limit (Redis would otherwise hand a running job to a
-second worker), and ``reject_on_worker_lost`` only because ``run_job``'s claim caps attempts."""
+``reject_on_worker_lost`` only because ``run_job``'s claim caps attempts. Lost work is found
+through the database, not the broker (``worker/presence.py``): each worker also consumes a queue
+of its own, where it sends a lost job it takes; a message for a job another worker holds is
+dropped (no retry loop), since that job is taken again if its worker dies. The visibility timeout
+stays above the job time limit (``WorkerSettings.visibility_timeout_s``): a shorter one would make
+Redis hand every long job's message to a second worker again and again (each time dropped), and
+the messages of dead workers, which a long timeout would keep, are removed when their job is
+taken again."""
 
 from __future__ import annotations
 
 import functools
 import logging
-import threading
 from typing import Any
 
-from celery import Celery, Task
-from celery.signals import setup_logging, worker_ready
+from celery import Celery
+from celery.signals import celeryd_after_setup, setup_logging, worker_ready, worker_shutdown
 from kombu.entity import Queue
 
+from checks.lifeline import kill_orphaned_checks, mark_owner
 from persistence.contracts import QUEUES, RUN_JOB_TASK
 from persistence.jsonlog import configure_logging
 from persistence.notify import RedisNotifier
-from persistence.repositories import ClaimResult
+from worker.broker import BrokerMessages
 from worker.context import RunnerContext, context_from_settings
-from worker.recovery import requeue_orphans
-from worker.run_job import run_job
+from worker.node import WorkerNode, direct_queue, worker_name
 from worker.settings import WorkerSettings, load_worker_settings
 
 log = logging.getLogger("onnx_reducer.worker")
@@ -33,6 +38,56 @@ log = logging.getLogger("onnx_reducer.worker")
 def _structured_logging(**_: Any) -> None:
     """Celery leaves logging to us when this signal has a receiver: JSON lines (persistence.jsonlog)."""
     configure_logging()
+
+
+class _CeleryWorker:
+    """The farm side of one Celery worker process, wired to Celery's signals."""
+
+    def __init__(self, app: Celery, settings: WorkerSettings) -> None:
+        self.app, self.settings = app, settings
+        self.queues: list[str] = list(QUEUES)
+        self._node: WorkerNode | None = None
+
+    @functools.cached_property
+    def ctx(self) -> RunnerContext:
+        return context_from_settings(self.settings, RedisNotifier(str(self.settings.redis_url)))
+
+    @property
+    def node(self) -> WorkerNode:
+        if self._node is None:
+            broker = BrokerMessages(str(self.settings.redis_url))
+            self._node = WorkerNode(self.settings, self.ctx, self.queues, self.send_to_self, broker.forget_unacked)
+        return self._node
+
+    def run_job_task(self, job_id: str) -> str:
+        """The whole task: hand the job to this worker's handler."""
+        return self.node.handler.handle(job_id).value
+
+    def send_to_self(self, job_id: str) -> None:
+        self.app.send_task(RUN_JOB_TASK, args=[job_id], queue=direct_queue(worker_name()))
+
+    def on_setup(self, sender: Any = None, instance: Any = None, **_: Any) -> None:
+        """Before consuming: note the queues, add this worker's own, mark and clean up check
+        processes, detect capabilities."""
+        app = self.app
+        if getattr(instance, "app", None) is not app:
+            return
+        queues: Any = self.app.amqp.queues
+        self.queues = [name for name in queues.consume_from if name in QUEUES] or ["cpu"]
+        queues.select_add(direct_queue(worker_name()))
+        mark_owner()
+        killed = kill_orphaned_checks()
+        if killed:
+            log.warning("killed %d check processes left behind by a worker that is gone", killed)
+        log.info("worker %s offers %s", worker_name(), self.node.identity.capabilities.to_json())
+
+    def on_ready(self, sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is self.app:
+            self.node.presence.start()
+
+    def on_shutdown(self, sender: Any = None, **_: Any) -> None:
+        if self._node is not None:
+            self._node.presence.stop()
 
 
 def create_celery_app(settings: WorkerSettings) -> Celery:
@@ -54,42 +109,17 @@ def create_celery_app(settings: WorkerSettings) -> Celery:
         worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=False,
     )
-    context = functools.cache(lambda: context_from_settings(settings, RedisNotifier(str(settings.redis_url))))
+    worker = _CeleryWorker(app, settings)
 
-    def run_job_task(self: Task, job_id: str) -> str:
-        """The whole task: run the job; when another worker holds it, try again after its lease."""
-        outcome = run_job(job_id, context())
-        if outcome is ClaimResult.BUSY:
-            raise self.retry(countdown=settings.job_lease_s)
-        return outcome.value
+    def run_job_task(job_id: str) -> str:
+        return worker.run_job_task(job_id)
 
-    app.task(name=RUN_JOB_TASK, bind=True, max_retries=None)(run_job_task)
-
-    def send(job_id: str, queue: str) -> None:
-        app.send_task(RUN_JOB_TASK, args=[job_id], queue=queue)
-
-    def on_ready(sender: Any = None, **_: Any) -> None:
-        if getattr(sender, "app", None) is app:
-            _start_recovery(context(), send, settings.job_lease_s)
-
-    worker_ready.connect(on_ready, weak=False)
+    app.task(name=RUN_JOB_TASK)(run_job_task)
+    celeryd_after_setup.connect(worker.on_setup, weak=False)
+    worker_ready.connect(worker.on_ready, weak=False)
+    worker_shutdown.connect(worker.on_shutdown, weak=False)
     setup_logging.connect(_structured_logging, weak=False)
     return app
-
-
-def _start_recovery(ctx: RunnerContext, send: Any, lease_s: float) -> None:
-    """Now and then, re-queue jobs whose worker died (their lease ran out)."""
-    requeue_orphans(ctx, send, queued_older_than_s=lease_s)
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(max(lease_s, 5.0)):
-            try:
-                requeue_orphans(ctx, send, queued_older_than_s=None)
-            except Exception:
-                log.exception("orphan recovery failed")
-
-    threading.Thread(target=loop, name="orphan-recovery", daemon=True).start()
 
 
 @functools.cache

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from checks.command import tail
 from checks.isolated import safe_child_env
+from checks.lifeline import die_with_parent_now
 from reducer_core.verdict import Verdict, VerdictKind
 
 POLL_S = 0.25
@@ -136,6 +137,7 @@ def _result(code: int, out: bytes, err: bytes) -> tuple[Verdict, str]:
 
 
 def main() -> None:
+    die_with_parent_now()  # the check dies with its worker (checks.lifeline)
     from checks.spec import build_check, parse_check_spec
 
     request = json.loads(sys.stdin.read())

@@ -420,6 +420,7 @@ class JobRun:
                 ArtifactRepository(session).put(self.job_id, kind, kind.value, blob, meta)
             job.nodes_after = len(result.min_bad)
             job.best_size = len(result.min_bad)
+            job.cache_hits = result.cache_hits
             JobRepository(session).finish(job, JobStatus.SUCCEEDED)
             payload = _end_payload(job) | {"min_bad_nodes": _labels(workspace, result.min_bad)}
             event = EventRepository(session).append(self.job_id, EventKind.SUCCEEDED, payload)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from persistence.config import ServiceSettings
 
 
@@ -10,11 +12,27 @@ class WorkerSettings(ServiceSettings):
     job_lease_s: float = 60.0
     max_attempts: int = 3
     worker_queues: str = "cpu"
+    # how often a worker refreshes its row, looks for lost work (when idle) and kills orphaned checks
+    worker_heartbeat_s: float = Field(default=10.0, gt=0)
+    # how long a job's message may take to reach an idle worker before that worker takes the job
+    dispatch_grace_s: float = Field(default=30.0, ge=0)
+    # GPU models this worker advertises, comma-separated ("none": no GPU); unset: detected
+    worker_gpus: str | None = None
+    blob_sweep_interval_s: float = Field(default=3600.0, gt=0)
+    # unset: JOB_TIME_LIMIT_S + 1 h (a running check's model is unreferenced until its verdict)
+    blob_sweep_age_s: float | None = Field(default=None, ge=0)
 
     @property
     def visibility_timeout_s(self) -> int:
-        """Above the job time limit, so Redis never redelivers a job that is still running."""
+        """Above the job time limit, so Redis never hands a running job's message to a second worker
+        (which would find it held and drop it). Lost work is found through the database instead
+        (leases, dispatch times: ``worker/presence.py``), which also removes a dead worker's
+        message from Redis, so nothing waits for this timeout."""
         return int(self.job_time_limit_s + 3600)
+
+    @property
+    def blob_sweep_min_age_s(self) -> float:
+        return self.blob_sweep_age_s if self.blob_sweep_age_s is not None else self.job_time_limit_s + 3600
 
 
 def load_worker_settings() -> WorkerSettings:

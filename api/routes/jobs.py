@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -11,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from api.cursor import decode_cursor, encode_cursor
 from api.deps import ServicesDep, TeamDep
+from api.farm import WorkerView, load_workers, waiting_reason
 from api.intake import JobIntake
 from api.problems import ProblemError, not_found
 from api.schemas import IterationList, JobCreated, JobList, JobOut, iteration_from_row, job_from_row
@@ -105,7 +107,8 @@ def list_jobs(
     after = decode_cursor(cursor) if cursor else None
     with services.db.session() as session:
         page = JobRepository(session).page(team.id, status, limit, after)
-        items = [_job_out(session, job) for job in page.jobs]
+        workers = _workers_for(session, services, page.jobs)
+        items = [_job_out(session, job, workers) for job in page.jobs]
     return JobList(items=items, next_cursor=encode_cursor(page.next_key) if page.next_key else None)
 
 
@@ -117,8 +120,17 @@ def load_job(services: Services, team_id: str, job_id: str) -> Job:
     return job
 
 
-def _job_out(session: Session, job: Job) -> JobOut:
-    return job_from_row(job, IterationRepository(session).mean_duration(job.id))
+def _job_out(session: Session, job: Job, workers: Sequence[WorkerView] | None = None) -> JobOut:
+    """``workers``: the farm, to say why a queued job waits (``_workers_for``)."""
+    reason = waiting_reason(job, workers) if workers is not None else None
+    return job_from_row(job, IterationRepository(session).mean_duration(job.id), reason)
+
+
+def _workers_for(session: Session, services: Services, jobs: Sequence[Job]) -> Sequence[WorkerView] | None:
+    """The farm's workers when one of ``jobs`` is queued (only then is there a wait to explain)."""
+    if any(job.status == JobStatus.QUEUED.value for job in jobs):
+        return load_workers(session, services.settings)
+    return None
 
 
 @router.get("/{job_id}", response_model=JobOut)
@@ -127,7 +139,7 @@ def get_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
         job = JobRepository(session).for_team(team.id, job_id)
         if job is None:
             raise not_found(f"Job '{job_id}'")
-        return _job_out(session, job)
+        return _job_out(session, job, _workers_for(session, services, [job]))
 
 
 @router.get("/{job_id}/iterations", response_model=IterationList)
@@ -188,7 +200,7 @@ def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
             )
         event = EventRepository(session).append(job.id, EventKind.QUEUED, {"status": "queued", "retry": True})
         session.refresh(job)
-        out = _job_out(session, job)
+        out = _job_out(session, job, _workers_for(session, services, [job]))
         queue = job.queue
     services.notify(job_id, event.seq)
     try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import func, select
@@ -40,3 +40,8 @@ class ArtifactRepository:
 
     def references(self, storage_key: str) -> int:
         return self.session.scalar(select(func.count()).where(Artifact.storage_key == storage_key)) or 0
+
+    def referenced(self, storage_keys: Collection[str]) -> set[str]:
+        """Those of ``storage_keys`` that some artifact row refers to."""
+        query = select(Artifact.storage_key).where(Artifact.storage_key.in_(list(storage_keys))).distinct()
+        return set(self.session.scalars(query).all())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
@@ -58,3 +59,11 @@ class IterationRepository:
         query = select(func.avg(Iteration.duration_s)).where(Iteration.job_id == job_id, Iteration.pending.is_(False))
         value = self.session.scalar(query)
         return float(value) if value is not None else None
+
+    def pending_of(self, job_id: str) -> Iteration | None:
+        """The check running now (its row is pending), if any."""
+        return self.session.scalar(select(Iteration).where(Iteration.job_id == job_id, Iteration.pending.is_(True)))
+
+    def finished_since(self, moment: datetime) -> int:
+        """Checks finished after ``moment``, over all jobs."""
+        return self.session.scalar(select(func.count()).where(Iteration.finished_at > moment)) or 0

@@ -13,7 +13,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from persistence.enums import TERMINAL_STATUSES, ErrorCode, JobStatus
-from persistence.models import Job, utcnow
+from persistence.models import Job, Team, utcnow
 
 RETRYABLE_ERRORS = (
     ErrorCode.CHECK_INFRA_ERROR,
@@ -33,6 +33,21 @@ class ClaimResult(enum.StrEnum):
     CLAIMED = "claimed"
     BUSY = "busy"  # another worker holds a live lease
     FINISHED = "finished"  # nothing left to do (terminal, or just cancelled/exhausted here)
+
+
+@dataclass(frozen=True)
+class DispatchCandidate:
+    """A job no worker is working on, as an idle worker looking for lost work sees it."""
+
+    id: str
+    check_spec: str
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    team: str
+    queue: str
+    jobs: int
 
 
 @dataclass(frozen=True)
@@ -187,6 +202,7 @@ class JobRepository:
                 error_code=None,
                 error_message=None,
                 cancel_requested=False,
+                dispatched_at=utcnow(),
             )
             .returning(Job.id)
         ).first()
@@ -207,6 +223,47 @@ class JobRepository:
             condition = or_(condition, and_(Job.status == JobStatus.QUEUED.value, Job.created_at < since))
         return self.session.scalars(select(Job).where(condition)).all()
 
+    def lost(self, queues: Sequence[str], sent_before: datetime, limit: int) -> list[DispatchCandidate]:
+        """Jobs of ``queues`` whose message should have reached a worker by now, oldest first:
+        nobody works on them (queued, or running with an expired lease: its worker died) and no
+        message was sent for them since ``sent_before`` (or none is on its way: parked).
+        Cancel-requested jobs are included: the claim ends them."""
+        query = (
+            select(Job.id, Job.check_spec)
+            .where(Job.queue.in_(list(queues)), *_lost_since(sent_before))
+            .order_by(Job.created_at, Job.id)
+            .limit(limit)
+        )
+        return [DispatchCandidate(job_id, spec) for job_id, spec in self.session.execute(query).all()]
+
+    def mark_dispatched(self, job_id: str, sent_before: datetime) -> bool:
+        """Record that a message for the job is sent now, if it is still lost in the sense of
+        ``lost`` (so of two workers that found it, one re-sends it)."""
+        query = update(Job).where(Job.id == job_id, *_lost_since(sent_before)).values(dispatched_at=utcnow())
+        return self.session.execute(query.returning(Job.id)).first() is not None
+
+    def park(self, job_id: str) -> None:
+        """No message of the job is on its way any more (the worker that got it cannot serve it):
+        the next idle worker that can takes it (``lost``)."""
+        self.session.execute(update(Job).where(Job.id == job_id).values(dispatched_at=None))
+
+    def queue_depths(self) -> list[QueueDepth]:
+        """Queued jobs per team and queue."""
+        query = (
+            select(Team.name, Job.queue, func.count())
+            .join(Team, Team.id == Job.team_id)
+            .where(Job.status == JobStatus.QUEUED.value)
+            .group_by(Team.name, Job.queue)
+        )
+        return [QueueDepth(str(team), str(queue), int(n)) for team, queue, n in self.session.execute(query).all()]
+
+    def check_totals(self) -> tuple[int, int]:
+        """Checks run and verdicts answered from the cache, over all jobs."""
+        row = self.session.execute(
+            select(func.coalesce(func.sum(Job.checks_run), 0), func.coalesce(func.sum(Job.cache_hits), 0))
+        ).one()
+        return int(row[0]), int(row[1])
+
     def counts_by_status(self) -> dict[str, int]:
         rows = self.session.execute(select(Job.status, func.count()).group_by(Job.status)).all()
         return {str(status): int(count) for status, count in rows}
@@ -215,6 +272,22 @@ class JobRepository:
     def progress(job: Job, **values: Any) -> None:
         for key, value in values.items():
             setattr(job, key, value)
+
+
+def claimable(job: Job, max_attempts: int) -> bool:
+    """What ``JobRepository.claim`` would accept, judged on a row already read (for log lines)."""
+    if job.cancel_requested or job.attempts >= max_attempts:
+        return False
+    expired = _aware(job.lease_expires_at) < utcnow()
+    return job.status == JobStatus.QUEUED.value or (job.status == JobStatus.RUNNING.value and expired)
+
+
+def _lost_since(sent_before: datetime) -> tuple[Any, ...]:
+    unheld = or_(
+        Job.status == JobStatus.QUEUED.value,
+        and_(Job.status == JobStatus.RUNNING.value, Job.lease_expires_at < utcnow()),
+    )
+    return unheld, or_(Job.dispatched_at.is_(None), Job.dispatched_at < sent_before)
 
 
 def _held_by(job_id: str, attempt: int) -> tuple[Any, ...]:
@@ -238,4 +311,14 @@ def _aware(moment: datetime | None) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-__all__ = ["RETRYABLE_ERRORS", "TERMINAL_STATUSES", "CancelOutcome", "ClaimResult", "JobPage", "JobRepository"]
+__all__ = [
+    "RETRYABLE_ERRORS",
+    "TERMINAL_STATUSES",
+    "CancelOutcome",
+    "ClaimResult",
+    "DispatchCandidate",
+    "JobPage",
+    "JobRepository",
+    "QueueDepth",
+    "claimable",
+]

@@ -29,6 +29,9 @@ class TeamRepository:
             self.session.flush()
         return team
 
+    def name_of(self, team_id: str) -> str:
+        return self.session.scalar(select(Team.name).where(Team.id == team_id)) or team_id
+
     def count(self) -> int:
         return len(self.session.scalars(select(Team.id)).all())
 

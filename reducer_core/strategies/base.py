@@ -9,7 +9,7 @@ observations to rebuild the exact same position without running a single check.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from reducer_core.candidate import Candidate
@@ -17,6 +17,8 @@ from reducer_core.errors import ReplayMismatchError, UsageError
 from reducer_core.strategies.space import SearchSpace
 
 Search = Generator[Candidate, bool, None]
+Observation = tuple[bool, bool]
+"""What a strategy learns from a verdict: (reproduces the failure, clean pass)."""
 Algorithm = Callable[[SearchSpace, "Tracker"], Search]
 
 
@@ -75,7 +77,9 @@ class Strategy:
         self.space = space
         self.mode = mode
         self.tracker = Tracker(Candidate(space.start))
-        self._observations: list[tuple[str, bool, bool]] = []
+        self._observations: list[tuple[Candidate, bool, bool]] = []
+        self.outcomes: list[tuple[str, bool]] = []
+        """(phase, reproduced) of every observation, in order (speculation estimates rates from it)."""
         self._search = _algorithms()[mode](space, self.tracker)
         self._pending: Candidate | None = None
         self._done = False
@@ -107,8 +111,25 @@ class Strategy:
             raise ReplayMismatchError("observe() was given a candidate that is not the pending proposal.")
         clean = (not failed) if passed is None else passed and not failed
         self.tracker.record(candidate, failed, clean)
-        self._observations.append((candidate.fingerprint, failed, clean))
+        self._observations.append((candidate, failed, clean))
+        self.outcomes.append((self.phase, failed))
         self._advance(failed)
+
+    def fork(self, then: Sequence[Observation] = ()) -> Strategy:
+        """A copy at the same position, rebuilt by replaying the observations (the engine is
+        deterministic), then advanced by the hypothetical outcomes ``then``."""
+        copy = Strategy(self.space, self.mode)
+        for _, failed, passed in self._observations:
+            copy._observe_pending(failed, passed)
+        for failed, passed in then:
+            copy._observe_pending(failed, passed)
+        return copy
+
+    def _observe_pending(self, failed: bool, passed: bool) -> None:
+        pending = self.propose()
+        if pending is None:
+            raise ReplayMismatchError("fork() replayed past the end of the search.")
+        self.observe(pending, failed, passed)
 
     @property
     def done(self) -> bool:
@@ -128,7 +149,7 @@ class Strategy:
             "mode": self.mode,
             "graph": self.space.index.fingerprint,
             "start": sorted(self.space.start),
-            "observations": [[fp, failed, passed] for fp, failed, passed in self._observations],
+            "observations": [[c.fingerprint, failed, passed] for c, failed, passed in self._observations],
         }
 
     @classmethod

@@ -20,6 +20,8 @@ class SearchSpace:
 
     def normalize(self, nodes: frozenset[int]) -> frozenset[int]:
         """Shrink ``nodes`` until it honours the constraints (removal only, never adds)."""
+        if self.reduce_inputs and self.reduce_outputs:
+            return nodes & self.start  # no constraint to honour (the common case, and a hot path)
         current = set(nodes & self.start)
         changed = True
         while changed:
@@ -48,19 +50,19 @@ class SearchSpace:
         return sorted(nodes)
 
     def dead_after_removing(self, nodes: frozenset[int], removed: frozenset[int]) -> frozenset[int]:
-        """``removed`` plus the nodes that become dead: all their readers in the set were removed."""
+        """``removed`` plus the nodes that become dead: all their readers in the set were removed.
+        A worklist over the producers of what was removed: linear in the edges it touches."""
         gone = set(removed)
-        changed = True
-        while changed:
-            changed = False
-            for n in nodes:
-                if n in gone:
-                    continue
-                readers_in_set = self.index.succs[n] & nodes
-                if readers_in_set and readers_in_set <= gone and not self._feeds_graph_output(n):
-                    gone.add(n)
-                    changed = True
+        waiting = [p for r in removed for p in self.index.preds[r]]
+        while waiting:
+            n = waiting.pop()
+            if n in gone or n not in nodes:
+                continue
+            readers_in_set = self.index.succs[n] & nodes
+            if readers_in_set and readers_in_set <= gone and not self._feeds_graph_output(n):
+                gone.add(n)
+                waiting.extend(self.index.preds[n])
         return frozenset(gone)
 
     def _feeds_graph_output(self, node: int) -> bool:
-        return any(self.index.is_graph_output(name) for name in self.index.writes[node])
+        return node in self.index.output_nodes

@@ -85,6 +85,8 @@ def service_env(db_url: str, redis_url: str, data_dir: Path) -> dict[str, str]:
         REDIS_URL=redis_url,
         DATA_DIR=str(data_dir),
         JOB_LEASE_S="3",
+        WORKER_HEARTBEAT_S="1",
+        DISPATCH_GRACE_S="2",
         SSE_HEARTBEAT_S="1",
         PATH=BIN + os.pathsep + env.get("PATH", ""),
         PYTHONPATH=str(Path(__file__).resolve().parents[2]),
@@ -98,13 +100,14 @@ class Processes:
     cwd: Path
     started: list[Proc] = field(default_factory=list)
 
-    def start(self, command: list[str], name: str) -> Proc:
-        proc = start(command, self.env, self.cwd, self.cwd / f"{name}-{len(self.started)}.log")
+    def start(self, command: list[str], name: str, env: dict[str, str] | None = None) -> Proc:
+        proc = start(command, {**self.env, **(env or {})}, self.cwd, self.cwd / f"{name}-{len(self.started)}.log")
         self.started.append(proc)
         return proc
 
-    def worker(self) -> Proc:
-        proc = self.start(WORKER_COMMAND, "worker")
+    def worker(self, command: list[str] = WORKER_COMMAND, **env: str) -> Proc:
+        """A Celery worker, with ``env`` added to the service environment."""
+        proc = self.start(command, "worker", env)
         proc.wait_for("ready.", timeout=60)
         return proc
 
@@ -117,13 +120,24 @@ def processes(service_env: dict[str, str], tmp_path: Path) -> Iterator[Processes
         proc.stop()
 
 
-@pytest.fixture
-def api_url(processes: Processes) -> str:
+def start_api(processes: Processes) -> str:
     port = free_port()
     processes.start(api_command(port), "api")
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/healthz")
     return url
+
+
+@pytest.fixture
+def api_url(processes: Processes) -> str:
+    return start_api(processes)
+
+
+@pytest.fixture
+def command_api_url(processes: Processes) -> str:
+    """The api with command checks allowed, as are workers started afterwards (ALLOW_COMMAND_CHECKS)."""
+    processes.env["ALLOW_COMMAND_CHECKS"] = "true"
+    return start_api(processes)
 
 
 def client_for(base_url: str, token: str) -> httpx.Client:

@@ -16,7 +16,7 @@ from persistence.migrate import downgrade, upgrade
 from persistence.models import Base
 from tests.service.commands import MIGRATE_COMMAND
 
-TABLES = {"alembic_version", "teams", "api_tokens", "jobs", "iterations", "events", "artifacts"}
+TABLES = {"alembic_version", "teams", "api_tokens", "jobs", "iterations", "events", "artifacts", "workers"}
 
 
 def _tables(url: str) -> set[str]:

@@ -1,0 +1,123 @@
+"""The arguments of ``onnx-reducer submit | status | download | cancel | retry | jobs``. Kept apart
+from the commands (reducer_cli/client_cmd.py) so that building the parser imports no HTTP client:
+every ``onnx-reducer`` start-up (``inspect`` runs once per check in Polygraphy-style reductions)
+stays as fast as before."""
+
+from __future__ import annotations
+
+import argparse
+
+from reducer_core.strategies import MODES
+
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+SERVER_ENV, TOKEN_ENV = "ONNX_REDUCER_SERVER", "ONNX_REDUCER_TOKEN"
+CLIENT_COMMANDS = ("submit", "status", "download", "cancel", "retry", "jobs")
+
+EXIT_EPILOG = """exit codes: 0 reduced (or: done); 1 other error; 2 bad usage, a refused check spec or no such job;
+3 the original model did not fail the check; 4 the model was refused (invalid, unsafe, too large);
+5 the job failed (check infrastructure, attempts, time limit, internal error: `onnx-reducer retry JOB`);
+6 cancelled; 7 still running (--timeout passed, or `status` of an unfinished job); 8 server unreachable;
+9 authentication refused (token); 130 interrupted (the job keeps running). See docs/ci.md."""
+
+
+def _connection_args() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("Service")
+    group.add_argument("--server", default=None, help=f"Service URL (default: ${SERVER_ENV}, else {DEFAULT_SERVER}).")
+    group.add_argument("--token", default=None, help=f"API token (default: ${TOKEN_ENV}).")
+    group.add_argument(
+        "--retries",
+        type=int,
+        default=5,
+        metavar="N",
+        help="Retries, with backoff, of a request that cannot connect or gets 502/503/504 (default 5).",
+    )
+    group.add_argument("--json", action="store_true", help="Print a machine-readable summary on stdout.")
+    return common
+
+
+def _wait_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wait", action="store_true", help="Follow the job until it ends, then download the results.")
+    parser.add_argument(
+        "--timeout", type=float, default=None, metavar="S", help="Stop waiting after S seconds (exit 7)."
+    )
+    parser.add_argument(
+        "-o",
+        "--output-dir",
+        default=None,
+        metavar="DIR",
+        help="With --wait: where min-bad and min-good go (default: .).",
+    )
+
+
+def _command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+    name: str,
+    summary: str,
+    description: str = "",
+) -> argparse.ArgumentParser:
+    return sub.add_parser(
+        name,
+        help=summary,
+        description=description or summary,
+        parents=[common],
+        epilog=EXIT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = _connection_args()
+    submit = _command(
+        sub,
+        common,
+        "submit",
+        "Upload a failing model to the service (with --wait: follow it and download the result).",
+        "Upload MODEL (.onnx; .tar/.zip bundle; an .onnx whose external-data files lie next to it is "
+        "bundled for you) with a check spec; prints the job's URL.",
+    )
+    submit.add_argument("model", help="The model: .onnx, or a .tar/.zip bundle with its external data.")
+    submit.add_argument("--check-spec", required=True, metavar="SPEC", help="Check spec file (YAML or JSON).")
+    submit.add_argument("--golden", default=None, metavar="G", help="Golden values (`onnx-reducer golden`).")
+    submit.add_argument("--mode", choices=MODES, default=None, help="Reduction mode (server default: auto).")
+    submit.add_argument("--model-path", default=None, help="The model inside a bundle that holds several.")
+    submit.add_argument(
+        "--no-reduce-inputs", dest="reduce_inputs", action="store_false", default=None, help="As for reduce."
+    )
+    submit.add_argument(
+        "--no-reduce-outputs", dest="reduce_outputs", action="store_false", default=None, help="As for reduce."
+    )
+    submit.add_argument(
+        "--any-failure",
+        dest="pin_signature",
+        action="store_false",
+        default=None,
+        help="Count any failure, not only one like the original's (as for reduce).",
+    )
+    submit.add_argument(
+        "--idempotency-key",
+        default=None,
+        help="Sent as Idempotency-Key (default: a new one per command; reuse one to never submit twice).",
+    )
+    _wait_args(submit)
+    status = _command(sub, common, "status", "Show a job (exit code: its outcome, 7 while running).")
+    status.add_argument("job", help="Job id or URL.")
+    _wait_args(status)
+    download = _command(sub, common, "download", "Download a finished job's min-bad and min-good.")
+    download.add_argument("job", help="Job id or URL.")
+    download.add_argument("-o", "--output-dir", default=".", metavar="DIR")
+    download.add_argument(
+        "--artifact",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="min-bad, min-good, original, golden or iteration-N (repeatable; default: min-bad and min-good).",
+    )
+    cancel = _command(sub, common, "cancel", "Cancel a job.")
+    cancel.add_argument("job", help="Job id or URL.")
+    retry = _command(sub, common, "retry", "Queue a failed job again (it resumes from its last finished check).")
+    retry.add_argument("job", help="Job id or URL.")
+    jobs = _command(sub, common, "jobs", "List the team's jobs, newest first.")
+    jobs.add_argument("--status", choices=("queued", "running", "succeeded", "failed", "cancelled"), default=None)
+    jobs.add_argument("--limit", type=int, default=20, help="At most this many jobs (default 20).")

@@ -1,0 +1,277 @@
+"""``onnx-reducer submit | status | download | cancel | retry | jobs``: the service from a terminal or a
+CI pipeline, through ``reducer_client``. Arguments: reducer_cli/client_args.py; exit codes:
+reducer_cli/client_exit.py (and docs/ci.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from reducer_cli.client_args import DEFAULT_SERVER, SERVER_ENV, TOKEN_ENV
+from reducer_cli.client_exit import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID_MODEL,
+    EXIT_OK,
+    EXIT_STILL_RUNNING,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    exit_for_job,
+    exit_for_problem,
+)
+from reducer_cli.client_output import Summary, UploadBar, event_line, job_lines, log
+from reducer_client import (
+    ApiError,
+    Event,
+    Job,
+    ModelBundleError,
+    NotFoundError,
+    ReducerClient,
+    ReducerClientError,
+    RetryPolicy,
+    ServerUnreachableError,
+    TarSource,
+    WaitTimeoutError,
+    model_source,
+)
+
+RESULTS = ("min-bad", "min-good")
+_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
+_JOB_IN_URL = re.compile(r"/jobs/([A-Za-z0-9_-]{1,100})/?$")
+
+
+class InputError(Exception):
+    """A local input the user named cannot be used (exit 2)."""
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _client(ns: argparse.Namespace) -> ReducerClient:
+    server = ns.server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
+    token = ns.token or os.environ.get(TOKEN_ENV) or None
+    if ns.retries < 0:
+        raise InputError("--retries must be 0 or more.")
+    return ReducerClient(server, token, retry=RetryPolicy(attempts=ns.retries + 1))
+
+
+def job_id_of(reference: str) -> str:
+    """A job id, from the id itself or any URL of the job (api or web UI)."""
+    match = _JOB_IN_URL.search(reference.split("?", 1)[0])
+    if match:
+        return match.group(1)
+    if _JOB_ID.fullmatch(reference):
+        return reference
+    raise InputError(f"'{reference}' is neither a job id nor a job URL.")
+
+
+def _input_file(name: str, what: str) -> Path:
+    path = Path(name)
+    if not path.is_file():
+        raise InputError(f"{what} '{name}' is not a file.")
+    return path
+
+
+def _read_spec(name: str) -> str:
+    try:
+        return _input_file(name, "--check-spec").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"--check-spec '{name}' cannot be read as UTF-8 text ({exc}).") from exc
+
+
+def _print_event(event: Event) -> None:
+    line = event_line(event)
+    if line is not None:
+        log(line)
+
+
+def _report_end(job: Job) -> None:
+    if job.status == "succeeded":
+        log(
+            f"[I] job {job.id} succeeded: {job.nodes_before} -> {job.nodes_after} nodes, "
+            f"{job.progress.checks_run} checks"
+        )
+    elif job.error is not None:
+        log(f"[E] job {job.id} {job.status}: {job.error.code}: {job.error.message or ''}".rstrip(": "))
+    else:
+        log(f"[E] job {job.id} {job.status}")
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+Action = Callable[[ReducerClient, argparse.Namespace, Summary], int]
+
+
+def _guarded(ns: argparse.Namespace, action: Action) -> int:
+    """Run ``action`` with a client; every failure becomes a message, an exit code and, with
+    ``--json``, the summary on stdout."""
+    summary = Summary()
+    try:
+        with _client(ns) as client:
+            summary.exit_code = action(client, ns, summary)
+    except ApiError as exc:
+        log(f"[E] the server refused the request: {exc}")
+        if exc.status in (401, 403):
+            log(f"[E] give a valid token with --token or ${TOKEN_ENV} (`onnx-reducer token create --team NAME`).")
+        summary.with_problem(exc.problem).exit_code = exit_for_problem(exc.problem)
+    except ServerUnreachableError as exc:
+        log(f"[E] {exc} Check --server or ${SERVER_ENV}.")
+        summary.with_message("server-unreachable", str(exc)).exit_code = EXIT_UNREACHABLE
+    except ModelBundleError as exc:
+        log(f"[E] {exc}")
+        summary.with_message("invalid-model", str(exc)).exit_code = EXIT_INVALID_MODEL
+    except InputError as exc:
+        log(f"[E] {exc}")
+        summary.with_message("usage", str(exc)).exit_code = EXIT_USAGE
+    except (ReducerClientError, OSError) as exc:
+        log(f"[E] {exc}")
+        summary.with_message("client-error", str(exc)).exit_code = EXIT_ERROR
+    except KeyboardInterrupt:
+        log("[E] interrupted; the job keeps running on the server (onnx-reducer status JOB, or cancel JOB).")
+        summary.exit_code = EXIT_INTERRUPTED
+    if ns.json:
+        print(summary.dump(), flush=True)
+    return summary.exit_code
+
+
+def _wait_and_download(client: ReducerClient, ns: argparse.Namespace, summary: Summary, job_id: str) -> int:
+    try:
+        job = client.wait(job_id, timeout_s=ns.timeout, on_event=_print_event)
+    except WaitTimeoutError as exc:
+        summary.with_job(client.get_job(job_id))
+        log(f"[E] {exc}; it keeps running: onnx-reducer status {job_id} --wait (or cancel {job_id}).")
+        return EXIT_STILL_RUNNING
+    summary.with_job(job)
+    _report_end(job)
+    if job.status == "succeeded":
+        _download(client, job.id, RESULTS, Path(ns.output_dir or "."), summary)
+    return exit_for_job(job)
+
+
+def _download(client: ReducerClient, job_id: str, names: tuple[str, ...], folder: Path, summary: Summary) -> None:
+    for name in names:
+        try:
+            path = client.download(job_id, name, folder)
+        except NotFoundError:
+            if name != "min-good":
+                raise
+            log("[W] no min-good: no passing subgraph was found.")
+            continue
+        log(f"[I] wrote {path}")
+        summary.add_file(path)
+
+
+def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> int:
+    _check_wait_options(ns)
+    model = _input_file(ns.model, "MODEL")
+    spec = _read_spec(ns.check_spec)
+    golden = _input_file(ns.golden, "--golden") if ns.golden else None
+    source = model_source(model)
+    if isinstance(source, TarSource):
+        extra = len(source.members) - 1
+        log(f"[I] {model.name} keeps its weights in {extra} external-data file(s): sent together as {source.name}")
+    bar = UploadBar(source.name)
+    sent = client.submit(
+        source,
+        spec,
+        golden=golden,
+        mode=ns.mode,
+        model_path=ns.model_path,
+        reduce_inputs=ns.reduce_inputs,
+        reduce_outputs=ns.reduce_outputs,
+        pin_signature=ns.pin_signature,
+        idempotency_key=ns.idempotency_key,
+        progress=bar,
+    )
+    bar.done()
+    summary.job_id, summary.status, summary.replayed = sent.job_id, sent.status, sent.replayed
+    summary.url, summary.api_url = client.job_url(sent.job_id), client.api_url(sent.job_id)
+    again = " (the job an earlier upload with this Idempotency-Key created)" if sent.replayed else ""
+    log(f"[I] job {sent.job_id} {sent.status}{again}: {summary.url}")
+    if not ns.json:
+        print(summary.url, flush=True)
+    if not ns.wait:
+        return EXIT_OK
+    return _wait_and_download(client, ns, summary, sent.job_id)
+
+
+def _check_wait_options(ns: argparse.Namespace) -> None:
+    if not ns.wait and (ns.timeout is not None or ns.output_dir is not None):
+        raise InputError("--timeout and -o/--output-dir go with --wait; add --wait (or use `onnx-reducer download`).")
+
+
+def _status(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> int:
+    _check_wait_options(ns)
+    job_id = job_id_of(ns.job)
+    summary.url, summary.api_url = client.job_url(job_id), client.api_url(job_id)
+    if ns.wait:
+        return _wait_and_download(client, ns, summary, job_id)
+    job = client.get_job(job_id)
+    summary.with_job(job)
+    if not ns.json:
+        print("\n".join(job_lines(job)), flush=True)
+    return exit_for_job(job)
+
+
+def _download_cmd(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> int:
+    job = client.get_job(job_id_of(ns.job))
+    summary.with_job(job)
+    if ns.artifact:
+        _download(client, job.id, tuple(ns.artifact), Path(ns.output_dir), summary)
+        return EXIT_OK
+    if job.status != "succeeded":
+        log(f"[E] job {job.id} is {job.status}: it has no reduced model to download.")
+        return exit_for_job(job)
+    _download(client, job.id, RESULTS, Path(ns.output_dir), summary)
+    return EXIT_OK
+
+
+def _cancel(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> int:
+    job = client.cancel(job_id_of(ns.job))
+    summary.with_job(job)
+    state = "cancelled" if job.status == "cancelled" else "cancel requested (its running check is being stopped)"
+    log(f"[I] job {job.id}: {state}")
+    return EXIT_OK
+
+
+def _retry(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> int:
+    job = client.retry_job(job_id_of(ns.job))
+    summary.with_job(job)
+    log(f"[I] job {job.id} queued again; it resumes from its last finished check: onnx-reducer status {job.id} --wait")
+    return EXIT_OK
+
+
+def _jobs(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> int:
+    if ns.limit < 1:
+        raise InputError("--limit must be 1 or more.")
+    listed: list[Job] = []
+    for job in client.iter_jobs(status=ns.status, page_size=min(ns.limit, 200)):
+        listed.append(job)
+        if len(listed) >= ns.limit:
+            break
+    summary.jobs = [job.raw for job in listed]
+    if not ns.json:
+        for job in listed:
+            nodes = f"{job.nodes_before}->{job.nodes_after}" if job.nodes_after is not None else f"{job.nodes_before}"
+            print(f"{job.id}  {job.status:<9}  {nodes:>11}  {job.created_at[:19]}  {job.model_filename}", flush=True)
+    return EXIT_OK
+
+
+def _handler(action: Action) -> Callable[[argparse.Namespace], int]:
+    def handle(ns: argparse.Namespace) -> int:
+        return _guarded(ns, action)
+
+    return handle
+
+
+HANDLERS = {
+    "submit": _handler(_submit),
+    "status": _handler(_status),
+    "download": _handler(_download_cmd),
+    "cancel": _handler(_cancel),
+    "retry": _handler(_retry),
+    "jobs": _handler(_jobs),
+}

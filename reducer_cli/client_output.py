@@ -1,0 +1,129 @@
+"""What the service commands print: an upload progress bar (terminals only), one line per event, a
+job's state, and the ``--json`` summary. Log lines go to stderr; stdout carries the job URL, or the
+JSON summary with ``--json``, so scripts can read it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from reducer_client import Event, Job, Problem
+
+BAR_WIDTH = 30
+BAR_INTERVAL_S = 0.1
+
+
+def log(message: str, stream: TextIO | None = None) -> None:
+    print(message, file=stream or sys.stderr, flush=True)
+
+
+class UploadBar:
+    """``progress(sent, total)`` for an upload: a bar redrawn in place on a terminal, nothing elsewhere
+    or when ``CI`` is set (logs get one line when the upload is done)."""
+
+    def __init__(self, name: str, stream: TextIO | None = None) -> None:
+        self.name = name
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty() and not os.environ.get("CI")  # CI runners may fake a terminal
+        self.drawn_at = 0.0
+        self.total = 0
+
+    def __call__(self, sent: int, total: int) -> None:
+        self.total = total
+        if not self.live:
+            return
+        now = time.monotonic()
+        if sent < total and now - self.drawn_at < BAR_INTERVAL_S:
+            return
+        self.drawn_at = now
+        share = sent / total if total else 1.0
+        bar = "#" * int(share * BAR_WIDTH)
+        self.stream.write(f"\r[I] uploading {self.name} [{bar:<{BAR_WIDTH}}] {share:4.0%} {_mb(sent)}/{_mb(total)} MB")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.live:
+            self.stream.write("\r\x1b[2K")
+        log(f"[I] uploaded {self.name} ({_mb(self.total)} MB)", self.stream)
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.1f}"
+
+
+def event_line(event: Event) -> str | None:
+    """One log line for an event (None for kinds not worth a line)."""
+    data = event.data
+    if event.kind == "iteration":
+        outcome = "FAIL (reproduces)" if data.get("reproduces") else str(data.get("verdict", "?")).upper()
+        return (
+            f"[I] iteration {data.get('number', '?'):>4} | {data.get('phase', ''):<15} | candidate "
+            f"{data.get('nodes', '?'):>6} nodes | {outcome:<18} | check {float(data.get('duration_s') or 0):7.2f}s "
+            f"| best {data.get('best_size', '?')}"
+        )
+    if event.kind == "job.queued":
+        return "[I] queued" + (" again (retry)" if data.get("retry") else "")
+    if event.kind == "job.started":
+        return "[I] started" + (f" (attempt {data['attempt']})" if data.get("attempt") else "")
+    return None
+
+
+def job_lines(job: Job) -> list[str]:
+    """A job's state in a few lines."""
+    nodes = f"{job.nodes_before} -> {job.nodes_after}" if job.nodes_after is not None else f"{job.nodes_before}"
+    lines = [
+        f"job {job.id}: {job.status}",
+        f"model: {job.model_filename}  mode: {job.mode}  check: {job.check_kind}  nodes: {nodes}",
+        f"checks run: {job.progress.checks_run}  best size: {job.progress.best_size}  attempts: {job.attempts}",
+    ]
+    if job.progress.eta_s is not None:
+        lines.append(f"estimated time left: {job.progress.eta_s:.0f}s")
+    if job.error is not None:
+        lines.append(f"error: {job.error.code}: {job.error.message or ''}".rstrip(": "))
+    return lines
+
+
+@dataclass
+class Summary:
+    """The machine-readable result of a command (``--json``)."""
+
+    exit_code: int = 0
+    job_id: str | None = None
+    url: str | None = None
+    api_url: str | None = None
+    status: str | None = None
+    replayed: bool | None = None
+    error: dict[str, Any] | None = None
+    nodes_before: int | None = None
+    nodes_after: int | None = None
+    checks_run: int | None = None
+    files: list[str] = field(default_factory=list)
+    jobs: list[dict[str, Any]] | None = None  # `onnx-reducer jobs` only
+
+    def with_job(self, job: Job) -> Summary:
+        self.job_id, self.status = job.id, job.status
+        self.nodes_before, self.nodes_after = job.nodes_before, job.nodes_after
+        self.checks_run = job.progress.checks_run
+        if job.error is not None:
+            self.error = {"code": job.error.code, "message": job.error.message}
+        return self
+
+    def with_problem(self, problem: Problem) -> Summary:
+        self.error = {"status": problem.status, "type": problem.type, "title": problem.title, "detail": problem.detail}
+        return self
+
+    def with_message(self, code: str, message: str) -> Summary:
+        self.error = {"code": code, "message": message}
+        return self
+
+    def add_file(self, path: Path) -> None:
+        self.files.append(str(path))
+
+    def dump(self) -> str:
+        fields = {k: v for k, v in self.__dict__.items() if k != "jobs" or v is not None}
+        return json.dumps(fields, indent=2)

@@ -1,0 +1,274 @@
+"""Faults must not strand work (issue 8), against real PostgreSQL, Redis and Celery workers:
+a job whose message a worker consumed while the database was down runs once it is back; a worker
+started during an outage starts its heartbeat when the database returns; a busy worker re-sends
+nothing and the dead worker's message leaves Redis; a check dies with its worker; a cancelled
+check's blob is swept; the worker logs when a job starts and ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import pytest
+import redis
+from sqlalchemy import create_engine, select
+
+from persistence.db import Database, normalize_url
+from persistence.enums import ArtifactKind
+from persistence.models import Artifact, Job
+from persistence.repositories import ArtifactRepository, JobRepository, TeamRepository
+from persistence.store import ArtifactStore
+from tests.service.conftest import Processes, client_for
+from tests.service.helpers import OP_PRESENT_MUL, Proc, chain_model, submit, wait_job
+from tests.service.tcp_proxy import TcpProxy
+from worker.broker import BrokerMessages
+from worker.maintenance import sweep_unreferenced_blobs
+
+SMALL_MODEL = chain_model(4, 2).SerializeToString()
+
+
+def via_proxy(url: str, proxy: TcpProxy) -> str:
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)
+    host = f"127.0.0.1:{proxy.port}"
+    return urlunsplit(parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host))
+
+
+def database_proxy(db_url: str) -> TcpProxy:
+    parts = urlsplit(db_url)
+    return TcpProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+
+
+def eventually(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+def log_messages(proc: Proc) -> list[str]:
+    messages = []
+    for line in proc.output().splitlines():
+        try:
+            messages.append(str(json.loads(line)["message"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return messages
+
+
+def sleeping_command(marker: str, seconds: int = 300) -> str:
+    """A command check that runs for ``seconds``; ``marker`` names its processes."""
+    return json.dumps(
+        {"kind": "command", "command": [sys.executable, "-c", f"import time; time.sleep({seconds})", marker]}
+    )
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                args = entry.joinpath("cmdline").read_bytes().split(b"\0")
+                state = entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if marker.encode() in args and state != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_job_consumed_during_a_database_outage_runs_when_the_database_is_back(
+    api_url: str, processes: Processes, tokens: dict[str, str], db_url: str
+) -> None:
+    proxy = database_proxy(db_url).start()
+    worker = processes.worker(DATABASE_URL=via_proxy(db_url, proxy))
+    try:
+        with client_for(api_url, tokens["team-a"]) as client:
+            proxy.stop()  # the outage: the api still reaches the database, the worker does not
+            job_id = submit(client, chain_model(6, 3).SerializeToString()).json()["id"]
+            worker.wait_for("the database is unreachable", timeout=60)  # it took the message and could not claim
+            time.sleep(1)
+            assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "queued"
+            proxy.start()
+            job = wait_job(client, job_id, timeout=90)
+        assert job["status"] == "succeeded", job
+        assert any("this worker takes it" in m for m in log_messages(worker))
+    finally:
+        proxy.stop()
+
+
+def test_a_worker_started_during_an_outage_starts_its_heartbeat_when_the_database_returns(
+    api_url: str, processes: Processes, tokens: dict[str, str], db_url: str
+) -> None:
+    proxy = database_proxy(db_url)  # not listening: the database is unreachable from the start
+    worker = processes.worker(DATABASE_URL=via_proxy(db_url, proxy))
+    try:
+        with client_for(api_url, tokens["team-a"]) as client:
+            job_id = submit(client, chain_model(6, 3).SerializeToString()).json()["id"]
+            worker.wait_for("the database is unreachable", timeout=60)
+            assert client.get("/v1/workers").json()["items"] == []
+            proxy.start()
+            eventually(lambda: len(client.get("/v1/workers").json()["items"]) == 1, 60, "the worker reports itself")
+            job = wait_job(client, job_id, timeout=90)
+        assert job["status"] == "succeeded", job
+        assert any("worker heartbeat failed" in m for m in log_messages(worker))
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.slow
+def test_a_busy_worker_resends_nothing_and_a_dead_workers_message_leaves_redis(
+    command_api_url: str, processes: Processes, tokens: dict[str, str], redis_url: str
+) -> None:
+    """The only worker is killed mid-job X; its successor is busy with job Y for a while: no message
+    for X piles up meanwhile (the old recovery re-sent X every few seconds). Once idle, the
+    successor takes X (one re-send) and removes the dead worker's copy of X's message from
+    Redis's unacknowledged set, so Redis does not hand it out again later."""
+    broker = BrokerMessages(redis_url)
+    client_redis = redis.Redis.from_url(redis_url)
+    first = processes.worker()
+    marker = f"job-x-{uuid.uuid4().hex}"
+    with client_for(command_api_url, tokens["team-a"]) as client:
+        response = submit(client, SMALL_MODEL, sleeping_command(marker))
+        x = response.json()["id"]
+        eventually(lambda: bool(processes_with(marker)), 60, "job X's check runs")
+        response = client.post(
+            "/v1/jobs",
+            files={"model": ("model.onnx", chain_model(4, 2).SerializeToString())},
+            data={"check_spec": sleeping_command(f"job-y-{uuid.uuid4().hex}", seconds=12)},
+        )
+        y = response.json()["id"]
+        first.kill()
+        assert broker.unacked_jobs().count(x) == 1  # the dead worker's copy
+        second = processes.worker()
+        eventually(lambda: client.get(f"/v1/jobs/{y}").json()["status"] == "running", 30, "Y runs")
+        waiting: list[int] = []
+        while client.get(f"/v1/jobs/{y}").json()["status"] == "running":
+            queues = ["cpu", *(k.decode() for k in client_redis.scan_iter("onnx-reducer.worker.*"))]
+            waiting.append(broker.waiting_jobs(queues).count(x))
+            time.sleep(0.5)
+        assert len(waiting) >= 5 and max(waiting) == 0, waiting
+        eventually(lambda: client.get(f"/v1/jobs/{x}").json()["attempts"] == 2, 30, "X is taken again")
+        eventually(lambda: bool(processes_with(marker)), 30, "X's check runs again")
+        assert broker.unacked_jobs().count(x) == 1  # the running delivery only: the stale copy is gone
+        client.post(f"/v1/jobs/{x}/cancel")
+        assert wait_job(client, x)["status"] == "cancelled"
+    taken = [m for m in log_messages(second) if m.startswith(f"job {x}: no message reached an idle worker")]
+    assert taken and "removed 1 unacknowledged copies" in taken[0], taken
+    broker.close()
+    client_redis.close()
+
+
+def test_a_check_dies_with_its_worker_and_what_it_left_dies_before_the_rerun(
+    command_api_url: str, processes: Processes, tokens: dict[str, str]
+) -> None:
+    """SIGKILL the worker mid-check: the check process dies within seconds; a process the check
+    started in a session of its own is killed by the next worker before it runs anything."""
+    worker = processes.worker()
+    marker = f"check-{uuid.uuid4().hex}"
+    script = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', sys.argv[1] + '-left'],"
+        " start_new_session=True)\n"
+        "time.sleep(300)\n"
+    )
+    spec = json.dumps({"kind": "command", "command": [sys.executable, "-c", script, marker]})
+    with client_for(command_api_url, tokens["team-a"]) as client:
+        response = submit(client, SMALL_MODEL, spec)
+        job_id = response.json()["id"]
+        eventually(lambda: bool(processes_with(marker) and processes_with(marker + "-left")), 60, "the check runs")
+        worker.kill()
+        eventually(lambda: not processes_with(marker), 5, "the check process is gone")
+        left_behind = processes_with(marker + "-left")
+        assert left_behind, "the check's own child is in a session of its own: only the next worker can kill it"
+        processes.worker()
+        assert not processes_with(marker + "-left")
+        eventually(lambda: bool(processes_with(marker)), 60, "the job's check runs again on the new worker")
+        client.post(f"/v1/jobs/{job_id}/cancel")
+        assert wait_job(client, job_id)["status"] == "cancelled"
+    eventually(lambda: not processes_with(marker) and not processes_with(marker + "-left"), 10, "all gone")
+
+
+def test_a_cancelled_checks_model_is_swept_from_the_store(
+    command_api_url: str, processes: Processes, tokens: dict[str, str], data_dir: Path, db_url: str
+) -> None:
+    worker = processes.worker()
+    marker = f"sweep-{uuid.uuid4().hex}"
+    with client_for(command_api_url, tokens["team-a"]) as client:
+        response = submit(client, SMALL_MODEL, sleeping_command(marker))
+        job_id = response.json()["id"]
+        eventually(lambda: bool(processes_with(marker)), 60, "the check runs")
+        client.post(f"/v1/jobs/{job_id}/cancel")
+        assert wait_job(client, job_id)["status"] == "cancelled"
+    worker.stop()
+
+    def blobs() -> tuple[set[str], set[str]]:
+        """(unreferenced, referenced) storage keys."""
+        engine = create_engine(normalize_url(db_url))
+        with engine.connect() as conn:
+            referenced = set(conn.scalars(select(Artifact.storage_key)).all())
+        engine.dispose()
+        stored = {str(p.relative_to(data_dir / "artifacts")) for p in (data_dir / "artifacts" / "sha256").glob("*/*")}
+        return stored - referenced, stored & referenced
+
+    unreferenced, referenced = blobs()
+    assert unreferenced, "the cancelled check's iteration model is stored and nothing refers to it"
+    processes.worker(BLOB_SWEEP_AGE_S="0")
+    eventually(lambda: not blobs()[0], 30, "the unreferenced blob is swept")
+    assert blobs()[1] == referenced  # everything an artifact refers to is kept
+
+
+def test_the_worker_logs_when_a_job_starts_and_ends(api_url: str, processes: Processes, tokens: dict[str, str]) -> None:
+    worker = processes.worker()
+    with client_for(api_url, tokens["team-a"]) as client:
+        job_id = submit(client, chain_model(6, 3).SerializeToString(), OP_PRESENT_MUL).json()["id"]
+        job = wait_job(client, job_id)
+    assert job["status"] == "succeeded"
+    worker.wait_for(f"job {job_id} ended", timeout=10)  # written just after the job's last commit
+    messages = [m for m in log_messages(worker) if m.startswith(f"job {job_id} ")]
+    started = [m for m in messages if m.startswith(f"job {job_id} started: team team-a, queue cpu, attempt 1")]
+    ended = [m for m in messages if m.startswith(f"job {job_id} ended: succeeded, team team-a, ")]
+    assert len(started) == 1 and len(ended) == 1, messages
+    assert f", {job['progress']['checks_run']} checks, " in ended[0]
+    assert httpx.get(api_url + "/healthz").status_code == 200
+
+
+def test_the_sweep_keeps_referenced_and_freshly_stored_blobs(db_url: str, tmp_path: Path) -> None:
+    """Only blobs that nothing refers to and nobody stored for ``min_age`` go; storing content that
+    is already there makes its blob young again (a resumed check re-storing its model)."""
+    store = ArtifactStore(tmp_path / "artifacts")
+    database = Database(db_url)
+    kept, swept, restored = (store.put_bytes(f"blob {i}".encode()) for i in range(3))
+    long_ago = time.time() - 7200
+    for blob in (kept, swept, restored):
+        os.utime(store.path(blob.key), (long_ago, long_ago))
+    with database.session() as session:
+        team = TeamRepository(session).get_or_create("team-a")
+        job = JobRepository(session).add(
+            Job(
+                team_id=team.id,
+                status="succeeded",
+                queue="cpu",
+                mode="auto",
+                check_spec=OP_PRESENT_MUL,
+                check_kind="op-present",
+                model_filename="m.onnx",
+                model_sha256=kept.sha256,
+                model_size=kept.size,
+                model_path="m.onnx",
+            )
+        )
+        ArtifactRepository(session).put(job.id, ArtifactKind.ORIGINAL, "original", kept)
+    assert store.put_bytes(b"blob 2") == restored  # stored again: young
+    assert sweep_unreferenced_blobs(database, store, min_age_s=3600) == 1
+    assert store.exists(kept.key) and store.exists(restored.key) and not store.exists(swept.key)
+    database.dispose()

@@ -1,0 +1,37 @@
+"""Housekeeping of the artifact store: blobs that no artifact row refers to are deleted once they
+are older than the longest a check can run (a cancelled or killed check leaves its iteration
+model stored but never recorded). A blob's age is the time since it was last stored
+(``persistence.store``): a job that stores the same content again makes it young again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from persistence.db import Database
+from persistence.repositories import ArtifactRepository
+from persistence.store import ArtifactStore
+
+BATCH = 500
+
+
+def sweep_unreferenced_blobs(db: Database, store: ArtifactStore, min_age_s: float) -> int:
+    """Delete the blobs stored more than ``min_age_s`` ago that no artifact refers to; how many."""
+    removed = 0
+    for keys in _batches(store.keys_stored_before(min_age_s), BATCH):
+        with db.session() as session:
+            referenced = ArtifactRepository(session).referenced(keys)
+        for key in keys:
+            if key not in referenced and store.delete_if_stored_before(key, min_age_s):
+                removed += 1
+    return removed
+
+
+def _batches(keys: Iterable[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for key in keys:
+        batch.append(key)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

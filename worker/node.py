@@ -1,0 +1,59 @@
+"""One worker process in the farm: its name, queues and capabilities, what it is doing, its
+heartbeat (``WorkerPresence``) and the handler of the jobs it receives (``JobHandler``). Built by
+the Celery app for each worker process (one job at a time: the solo pool, as deployed) and by the
+embedded server for its runner."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+
+from checks.capabilities import detect_capabilities, parse_gpu_names
+from worker.context import RunnerContext
+from worker.presence import Activity, ForgetMessages, PresenceTimings, Resend, WorkerIdentity, WorkerPresence
+from worker.runner import JobHandler
+from worker.settings import WorkerSettings
+
+
+def worker_name() -> str:
+    """Unique while the process runs: the host and the process id."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def direct_queue(name: str) -> str:
+    """The queue only this worker consumes: lost jobs it takes itself are sent there."""
+    return f"onnx-reducer.worker.{name}"
+
+
+def presence_timings(settings: WorkerSettings) -> PresenceTimings:
+    return PresenceTimings(
+        heartbeat_s=settings.worker_heartbeat_s,
+        dispatch_grace_s=settings.dispatch_grace_s,
+        forget_after_s=settings.worker_forget_after_s,
+        sweep_interval_s=settings.blob_sweep_interval_s,
+        sweep_min_age_s=settings.blob_sweep_min_age_s,
+    )
+
+
+class WorkerNode:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        ctx: RunnerContext,
+        queues: Sequence[str],
+        resend: Resend | None = None,
+        forget_messages: ForgetMessages | None = None,
+    ) -> None:
+        gpus = parse_gpu_names(settings.worker_gpus) if settings.worker_gpus is not None else None
+        self.identity = WorkerIdentity(
+            name=worker_name(),
+            host=socket.gethostname(),
+            queues=tuple(queues),
+            capabilities=detect_capabilities(gpus),
+        )
+        self.activity = Activity()
+        self.handler = JobHandler(ctx, self.identity, self.activity)
+        self.presence = WorkerPresence(
+            ctx, self.identity, self.activity, presence_timings(settings), resend, forget_messages
+        )
