@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN_DIR ?= build/example
 
-.PHONY: install run example test services browser lint typecheck contracts pytest bench bench-localize clean
+.PHONY: install run example test services browser lint typecheck contracts pytest bench bench-localize screenshots clean
 
 $(STAMP): pyproject.toml
 	$$(scripts/ensure-python.sh) -m venv $(VENV)
@@ -66,6 +66,10 @@ bench: $(STAMP)
 # Localisation (issue 3): planted fp16 overflow, checks with/without localisation (bench/README.md).
 bench-localize: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/localize_bench.py $(BENCH_ARGS)
+
+# The web page's screenshots in docs/screenshots/ (README), taken in headless Chromium.
+screenshots: $(STAMP) browser
+	PATH=$(abspath $(BIN)):$$PATH PYTHONPATH=. $(BIN)/python scripts/web_screenshots.py docs/screenshots
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache

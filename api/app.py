@@ -10,14 +10,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import fastapi_offline
 from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
 from api.metrics import install_metrics
 from api.problems import install_problem_handlers
-from api.routes import artifacts, events, health, jobs, workers
+from api.routes import artifacts, events, graphs, health, jobs, me, workers
 from api.services import Services
 from api.settings import ApiSettings
 from persistence.contracts import Enqueue, Notifier, no_notify
@@ -26,6 +28,14 @@ from persistence.layout import DataLayout
 
 log = logging.getLogger("onnx_reducer.api")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+# Swagger UI and ReDoc, shipped in the fastapi-offline wheel: /docs and /redoc work without internet.
+DOCS_ASSETS_DIR = Path(fastapi_offline.__file__).resolve().parent / "static"
+# The docs pages may load nothing from elsewhere (ReDoc's sidebar asks a CDN for its logo).
+DOCS_CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; "
+    "object-src 'none'; base-uri 'none'"
+)
 
 
 def _default_enqueue(settings: ApiSettings) -> Enqueue:
@@ -68,13 +78,16 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
         description="Reduce a failing ONNX model to the smallest subgraph that still fails. "
         "Errors are RFC 9457 problem+json; authenticate with `Authorization: Bearer <team token>`.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.services = services
     install_problem_handlers(app)
     install_metrics(app, registry, db, settings)
-    for module in (jobs, workers, events, artifacts, health):
+    for module in (jobs, workers, events, artifacts, graphs, me, health):
         app.include_router(module.router)
     _install_web_ui(app)
+    _install_offline_docs(app)
     return app
 
 
@@ -86,3 +99,44 @@ def _install_web_ui(app: FastAPI) -> None:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
     app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
+
+
+def _install_offline_docs(app: FastAPI) -> None:
+    """``/docs`` (Swagger UI) and ``/redoc`` from local assets under ``/docs-assets/``, no CDN."""
+    assets = "/docs-assets"
+    favicon = "/ui/favicon.svg"
+
+    def local_only(page: HTMLResponse) -> HTMLResponse:
+        page.headers["Content-Security-Policy"] = DOCS_CSP
+        return page
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger_ui() -> HTMLResponse:
+        return local_only(
+            get_swagger_ui_html(
+                openapi_url="/openapi.json",
+                title=f"{app.title} - API docs",
+                oauth2_redirect_url="/docs/oauth2-redirect",
+                swagger_js_url=f"{assets}/swagger-ui-bundle.js",
+                swagger_css_url=f"{assets}/swagger-ui.css",
+                swagger_favicon_url=favicon,
+            )
+        )
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return local_only(
+            get_redoc_html(
+                openapi_url="/openapi.json",
+                title=f"{app.title} - ReDoc",
+                redoc_js_url=f"{assets}/redoc.standalone.js",
+                redoc_favicon_url=favicon,
+                with_google_fonts=False,
+            )
+        )
+
+    app.mount(assets, StaticFiles(directory=DOCS_ASSETS_DIR), name="docs-assets")

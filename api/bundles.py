@@ -12,7 +12,7 @@ import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from api.problems import ProblemError
+from api.problems import ProblemError, field_errors
 
 
 def _bad(detail: str, title: str = "Unsafe bundle") -> ProblemError:
@@ -106,14 +106,12 @@ def find_model(root: Path, wanted: str | None) -> Path:
         _check_name(wanted)
         path = root / wanted
         if not path.is_file() or path.is_symlink():
-            raise ProblemError(422, "Invalid upload", f"model_path '{wanted}' is not a file in the bundle.")
+            detail = f"model_path '{wanted}' is not a file in the bundle."
+            raise ProblemError(422, "Invalid upload", detail, errors=field_errors("model_path", detail))
         return path
     models = sorted(p for p in root.rglob("*.onnx") if p.is_file())
     if len(models) != 1:
         found = ", ".join(str(p.relative_to(root)) for p in models[:5]) or "none"
-        raise ProblemError(
-            422,
-            "Invalid upload",
-            f"The bundle must hold exactly one .onnx file (found: {found}); name it with the model_path field.",
-        )
+        detail = f"The bundle must hold exactly one .onnx file (found: {found}); name it with the model_path field."
+        raise ProblemError(422, "Invalid upload", detail, errors=field_errors("model_path", detail))
     return models[0]

@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from api.bundles import extract_bundle, find_model, is_bundle
 from api.golden import suffix_for, validate_golden
-from api.problems import ProblemError
+from api.problems import ProblemError, about_field, field_errors
 from api.services import Services
 from api.uploads import UploadedForm, read_form
 from api.validation import validate_model
@@ -47,12 +47,11 @@ def _parse_spec(form: UploadedForm, allow_command: bool) -> CheckSpec:
     except CheckSpecError as exc:
         raise ProblemError(422, "Invalid check spec", str(exc)) from exc
     if spec.kind == "golden" and form.golden is None:
-        raise ProblemError(
-            422,
-            "Invalid check spec",
+        detail = (
             "kind: 'golden' compares against stored values: upload them in the 'golden' file field "
-            "(the file written by `onnx-reducer golden MODEL -o GOLDEN`, or Polygraphy JSON).",
+            "(the file written by `onnx-reducer golden MODEL -o GOLDEN`, or Polygraphy JSON)."
         )
+        raise ProblemError(422, "Invalid check spec", detail, errors=field_errors("golden", detail))
     golden = form.golden.path.with_suffix(".golden") if form.golden is not None else None
     try:
         build_check(spec, golden=golden, allow_command=allow_command)
@@ -69,7 +68,8 @@ def _options(form: UploadedForm) -> tuple[str, dict[str, Any]]:
     for name in _BOOL_FIELDS:
         raw = form.fields.get(name, "true").strip().lower()
         if raw not in ("true", "false", "1", "0"):
-            raise ProblemError(422, "Invalid option", f"{name} must be true or false, not '{raw}'.")
+            detail = f"{name} must be true or false, not '{raw}'."
+            raise ProblemError(422, "Invalid option", detail, errors=field_errors(name, detail))
         options[name] = raw in ("true", "1")
     return mode, options
 
@@ -117,15 +117,21 @@ class JobIntake:
         return target, False
 
     def _create(self, form: UploadedForm, idempotency_key: str | None) -> Intake:
-        spec = _parse_spec(form, self.settings.allow_command_checks)
-        mode, options = _options(form)
-        golden_format = (
-            validate_golden(form.golden.path, self.settings.max_extracted_bytes) if form.golden is not None else None
-        )
-        model_path, bundle = self._unpack(form)
-        nodes = validate_model(
-            model_path, form.size, self.settings.declared_bytes_floor, self.settings.declared_bytes_factor
-        )
+        with about_field("check_spec"):
+            spec = _parse_spec(form, self.settings.allow_command_checks)
+        with about_field("mode"):
+            mode, options = _options(form)
+        with about_field("golden"):
+            golden_format = (
+                validate_golden(form.golden.path, self.settings.max_extracted_bytes)
+                if form.golden is not None
+                else None
+            )
+        with about_field("model"):
+            model_path, bundle = self._unpack(form)
+            nodes = validate_model(
+                model_path, form.size, self.settings.declared_bytes_floor, self.settings.declared_bytes_factor
+            )
         job_id = new_id()
         relative = model_path.relative_to(self.staging / "model")
         self.job_dir = self.services.layout.job_dir(job_id)

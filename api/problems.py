@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -29,6 +31,22 @@ class ProblemError(Exception):
         super().__init__(detail)
         self.status, self.title, self.detail, self.type, self.extra = status, title, detail, type_, extra
         self.headers = headers
+
+
+def field_errors(field: str, message: str) -> list[dict[str, str]]:
+    """The ``errors`` extension member: which form field a problem concerns (the web page shows the
+    message next to that field)."""
+    return [{"field": field, "message": message}]
+
+
+@contextmanager
+def about_field(field: str) -> Iterator[None]:
+    """A problem raised inside (without ``errors`` of its own) concerns the form field ``field``."""
+    try:
+        yield
+    except ProblemError as exc:
+        exc.extra.setdefault("errors", field_errors(field, exc.detail))
+        raise
 
 
 def not_found(what: str) -> ProblemError:

@@ -34,7 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from checks.memory import MEMORY_LIMIT_SIGNATURE, MemoryWatch
+from checks import cancel
+from checks.memory import MEMORY_LIMIT_SIGNATURE, MemoryWatch, kill_check_processes
 from reducer_core.verdict import Verdict, VerdictKind
 
 READ_BYTES = 64 * 1024
@@ -196,17 +197,25 @@ def pump(
     """Read ``streams`` until they close and ``proc`` exits; None when it did, else why not:
     ``timeout_s`` ran out (the caller kills the process group, then calls ``pump`` again briefly
     for what is left), or the resident memory of the check's processes went above
-    ``memory_limit_bytes`` (``checks.memory``; those processes are killed here already)."""
+    ``memory_limit_bytes`` (``checks.memory``; those processes are killed here already). Inside
+    a stop scope (``checks.cancel``) that asks to stop, the check's processes are killed and
+    ``CheckStoppedError`` is raised."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     watch = MemoryWatch.create(proc.pid, memory_limit_bytes)
     timed_out = Stopped(VerdictKind.TIMEOUT, "timeout", f"timed out after {timeout_s or 0:g}s")
 
     def wait_s() -> float | None:
-        """How long to block: until the deadline or the next memory sample, None for ever."""
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if watch is None:
-            return remaining
-        return watch.due_in() if remaining is None else min(remaining, watch.due_in())
+        """How long to block: until the deadline, the next memory sample or the next poll of the
+        stop scope (``checks.cancel``), None for ever."""
+        waits = [] if deadline is None else [max(0.0, deadline - time.monotonic())]
+        waits += [] if watch is None else [watch.due_in()]
+        waits += [cancel.POLL_S] if cancel.active() else []
+        return min(waits, default=None)
+
+    def stop_if_asked() -> None:
+        if cancel.stop_requested():
+            kill_check_processes(proc.pid)
+            raise cancel.CheckStoppedError()
 
     def over_memory() -> Stopped | None:
         if watch is None or not watch.over_limit():
@@ -219,6 +228,7 @@ def pump(
             if not pipe.closed:
                 selector.register(pipe, selectors.EVENT_READ, capture)
         while selector.get_map():
+            stop_if_asked()
             if (stopped := over_memory()) is not None:
                 return stopped
             if deadline is not None and deadline <= time.monotonic():
@@ -233,6 +243,7 @@ def pump(
     for _, capture in streams:
         capture.close()
     while True:  # the pipes closed; the process may still run (it closed them, or a child holds none)
+        stop_if_asked()
         if (stopped := over_memory()) is not None:
             return stopped
         try:

@@ -35,6 +35,7 @@ class CommandCheck:
     timeout_s: float | None = None
     memory_limit_bytes: int | None = None  # resident memory of all its processes (``checks.memory``)
     env: Mapping[str, str] | None = None  # None: this process's whole environment (``--check``)
+    cwd: Path | None = None  # None: this process's working directory
     compiled: list[re.Pattern[str]] = field(default_factory=list, compare=False)
 
     def __post_init__(self) -> None:
@@ -62,6 +63,7 @@ class CommandCheck:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 env=self.env,
+                cwd=self.cwd,
                 preexec_fn=die_with_parent(),  # noqa: PLW1509 - prctl only, resolved before the fork
             )
         except OSError as exc:

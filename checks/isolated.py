@@ -164,6 +164,7 @@ class SpecCommandCheck:
 
     spec: CheckSpec
     env: Mapping[str, str] | None = field(default=None, compare=False)  # None: ``safe_child_env()``
+    cwd: Path | None = None  # where the command runs (the service: the job's work folder)
 
     @property
     def identity(self) -> str:
@@ -179,6 +180,7 @@ class SpecCommandCheck:
             timeout_s=self.spec.timeout,
             memory_limit_bytes=self.spec.memory_limit,
             env=safe_child_env() if self.env is None else dict(self.env),
+            cwd=self.cwd,
         )
         return check.run(model_path)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from reducer_core.verdict import MEMORY_LIMIT_SIGNATURE
 
-__all__ = ["MEMORY_LIMIT_SIGNATURE", "POLL_S", "MemoryWatch", "format_size", "parse_size"]
+__all__ = ["MEMORY_LIMIT_SIGNATURE", "POLL_S", "MemoryWatch", "format_size", "kill_check_processes", "parse_size"]
 
 POLL_S = 0.2
 MIN_LIMIT_BYTES = 2**20
@@ -110,6 +110,26 @@ def check_processes(root: int) -> set[int]:
     return found
 
 
+def kill_processes(root: int, pids: set[int]) -> None:
+    """SIGKILL ``pids``, their process groups and ``root``'s group (never this process's)."""
+    groups = {root}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            groups.add(os.getpgid(pid))
+    groups.discard(os.getpgrp())
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    for pid in pids - {os.getpid()}:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def kill_check_processes(root: int) -> None:
+    """Kill a check started as ``root`` (a group leader) and every process it started."""
+    kill_processes(root, check_processes(root) if supported() else {root})
+
+
 def _rss(pid: int) -> int:
     try:
         with open(f"{_PROC}/{pid}/statm", "rb") as f:
@@ -148,18 +168,7 @@ class MemoryWatch:
 
     def kill(self) -> None:
         """SIGKILL every process sampled last and their process groups (never this process's)."""
-        own = os.getpgrp()
-        groups = {self.root}
-        for pid in self.pids:
-            with contextlib.suppress(OSError):
-                groups.add(os.getpgid(pid))
-        groups.discard(own)
-        for group in groups:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(group, signal.SIGKILL)
-        for pid in self.pids - {os.getpid()}:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        kill_processes(self.root, self.pids)
 
     @property
     def detail(self) -> str:

@@ -471,10 +471,12 @@ def _show(value: Any) -> str:
 # building a runnable check
 
 
-def build_check(spec: CheckSpec, golden: Path | None = None, allow_command: bool = True) -> ModelCheck:
+def build_check(
+    spec: CheckSpec, golden: Path | None = None, allow_command: bool = True, work_dir: Path | None = None
+) -> ModelCheck:
     """A runnable check for ``spec``. ``golden``: a golden-values file (``onnx-reducer golden``)
     that feeds every candidate's boundary inputs (required for kind 'golden'). ``allow_command``
-    False (the service's default) refuses kind 'command'."""
+    False (the service's default) refuses kind 'command'; ``work_dir``: where a command runs."""
     from checks.isolated import IsolatedSpecCheck, RepeatedCheck, SpecCommandCheck
 
     if spec.kind == "golden" and golden is None:
@@ -485,7 +487,7 @@ def build_check(spec: CheckSpec, golden: Path | None = None, allow_command: bool
                 "kind: 'command' runs an arbitrary program and is disabled here; the operator must enable "
                 "command checks explicitly (they are remote code execution in a shared service)"
             )
-        base: ModelCheck = SpecCommandCheck(spec)
+        base: ModelCheck = SpecCommandCheck(spec, cwd=work_dir)
     else:
         base = IsolatedSpecCheck(spec, golden)
     if spec.repeat > 1:

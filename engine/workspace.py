@@ -104,6 +104,15 @@ class Workspace:
         data = extract_bytes(self._pieces, candidate, self._frozen_values(candidate), self.ir_cap)
         modelio.write_iteration_bytes(data, path, self.sources)
 
+    def weight_locations(self, candidate: Candidate) -> list[str]:
+        """The weight files (external-data locations) the candidate's model points into: those of
+        its boundary initializers and of tensors inside its nodes (Constant, If/Loop bodies)."""
+        index = self.index
+        tensors = [index.initializers[n] for n in boundary_inputs(index, candidate.nodes) if n in index.initializers]
+        for node in candidate.nodes:
+            tensors.extend(modelio.node_tensors(index.nodes[node]))
+        return sorted(modelio.tensor_locations(tensors))
+
     def save_self_contained(self, candidate: Candidate, path: Path) -> Path | None:
         return modelio.save_self_contained(self.model_for(candidate), path, self.sources, self.options.save)
 

@@ -70,8 +70,7 @@ class Job(Base):
     attempts: Mapped[int] = mapped_column(default=0)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
-    strategy_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
-    verdict_cache: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    session_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # ReductionSession.state()
     event_seq: Mapped[int] = mapped_column(default=0)
     cache_hits: Mapped[int] = mapped_column(default=0, server_default="0")
     # when a message for this job was last sent to the broker; None: none is on its way (a worker

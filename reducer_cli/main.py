@@ -21,24 +21,24 @@ from reducer_core.errors import (
 
 def _reduce(ns: argparse.Namespace) -> int:
     from engine.workspace import load_workspace
-    from reducer_cli.reduce_cmd import Session, build_check, options_from_args, write_summary_json
+    from reducer_cli.reduce_cmd import CommandLineRun, build_check, options_from_args, write_summary_json
 
     log = _reporter(ns)
     if not ns.output and not ns.min_good:
         raise UsageError("Give -o/--output (where to write the reduced model) and/or --min-good.")
     check = build_check(ns)
     workspace = load_workspace(options_from_args(ns), log)
-    session = Session(ns, workspace, check, log)
-    log.info(f"Reducing {ns.model}: {len(workspace.index)} nodes, mode={ns.mode}, check: {check.identity}")
+    run = CommandLineRun.start(ns, workspace, check, log)
+    log.info(f"Reducing {ns.model}: {len(workspace.index)} nodes, mode={ns.mode}, check: {check.check.identity}")
     try:
-        result = session.run()
+        result = run.run()
         log.summary(result)
-        session.write_results(result)
-        session.discard_skip_current_replay()
+        run.write_results(result)
+        run.discard_skip_current_replay()
         if ns.summary_json:
-            write_summary_json(ns.summary_json, result, workspace.index, session.summary_extra())
+            write_summary_json(ns.summary_json, result, workspace.index, run.summary_extra(result))
     finally:
-        session.cleanup()
+        run.cleanup()
     return cli_args.EXIT_OK
 
 

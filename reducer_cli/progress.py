@@ -7,7 +7,7 @@ import sys
 import time
 from typing import TextIO
 
-from reducer_core.reducer import IterationRecord, ReductionResult
+from reducer_core.records import IterationRecord, ReductionResult
 from reducer_core.verdict import Verdict, VerdictKind
 
 QUIET_VERBOSITIES = {"WARNING", "ERROR", "CRITICAL"}

@@ -1,8 +1,8 @@
-"""``onnx-reducer reduce``: the imperative shell around ``reducer_core.reducer.Reduction``.
+"""``onnx-reducer reduce``: the command line's hooks around ``engine.session.ReductionSession``.
 
-It loads and prepares the model, writes each candidate to ``--iter-artifact`` (weights by
-reference), runs the check, sorts artifacts, saves the replay after every verdict, and writes the
-minimal failing (and passing) models at the end."""
+It writes each candidate to ``--iter-artifact`` (weights by reference), runs the check, sorts
+artifacts, saves the replay after every verdict, logs every iteration, and writes the minimal
+failing (and passing) models at the end."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import dataclasses
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import onnx
@@ -19,22 +18,20 @@ import onnx
 from checks.command import CommandCheck, tail
 from checks.interactive import InteractiveCheck
 from checks.memory import parse_size
-from checks.spec import CheckSpec, ModelCheck, load_check_spec
+from checks.spec import CheckSpec, load_check_spec
+from checks.spec import build_check as build_spec_check
 from engine.data_loader import parse_val_ranges
-from engine.localize import Localization
+from engine.session import ReductionSession, SessionCheck, SessionHooks
 from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.progress import ProgressReporter
 from reducer_core import modelio
-from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
-from reducer_core.errors import MissingTypeError, UsageError
+from reducer_core.errors import UsageError
 from reducer_core.graph import GraphIndex
 from reducer_core.prepare import parse_shape_arg
-from reducer_core.reducer import IterationRecord, Reduction, ReductionResult
-from reducer_core.strategies import SearchSpace, Strategy
+from reducer_core.records import IterationRecord, Localization, ReductionResult
+from reducer_core.session import CheckRequest, SessionConfig
 from reducer_core.verdict import Verdict, VerdictKind
-
-Check = ModelCheck
 
 
 def options_from_args(args: argparse.Namespace) -> ReduceOptions:
@@ -89,17 +86,16 @@ def spec_from_args(args: argparse.Namespace) -> CheckSpec | None:
     return spec
 
 
-def build_check(args: argparse.Namespace) -> Check:
+def build_check(args: argparse.Namespace) -> SessionCheck:
     spec = spec_from_args(args)
     if spec is not None:
-        from checks.spec import build_check as build_spec_check
-
-        return build_spec_check(spec, Path(args.golden) if args.golden else None)
+        golden = Path(args.golden) if args.golden else None
+        return SessionCheck(build_spec_check(spec, golden), spec, golden)
     if args.check is None:
-        return InteractiveCheck(args.iter_artifact)
+        return SessionCheck(InteractiveCheck(args.iter_artifact))
     if not args.check:
         raise UsageError("--check needs a command after it, e.g. --check onnx-reducer inspect polygraphy_debug.onnx")
-    return CommandCheck(
+    command = CommandCheck(
         command=args.check,
         fail_codes=args.fail_codes or (),
         ignore_fail_codes=args.ignore_fail_codes or (),
@@ -107,34 +103,73 @@ def build_check(args: argparse.Namespace) -> Check:
         timeout_s=args.check_timeout,
         memory_limit_bytes=getattr(args, "check_memory_limit", None),
     )
+    return SessionCheck(command)
 
 
-class Session:
-    """Everything one ``reduce`` run does around the pure loop."""
+def config_from_args(args: argparse.Namespace) -> SessionConfig:
+    return SessionConfig(
+        mode=args.mode,
+        reduce_inputs=args.reduce_inputs,
+        reduce_outputs=args.reduce_outputs,
+        pin_signature=args.pin_signature,
+        localize=args.localize,
+        min_good=bool(args.min_good),
+    )
 
-    def __init__(self, args: argparse.Namespace, workspace: Workspace, check: Check, log: ProgressReporter) -> None:
+
+class CommandLineRun(SessionHooks):
+    """The command line's side of a ``ReductionSession``: the iteration artifact, ``--iter-info``,
+    the debug replay after every check, ``--artifacts``, the check's output, the log."""
+
+    def __init__(self, args: argparse.Namespace, session: ReductionSession, log: ProgressReporter) -> None:
         self.args = args
-        self.ws = workspace
-        self.check = check
+        self.session = session
+        self.ws = session.workspace
+        self.check = session.check.check
         self.log = log
         self.iter_path = Path(args.iter_artifact)
-        self.cache = VerdictCache(workspace.index.fingerprint, f"{check.identity} | {workspace.options.identity}")
-        self.localization: Localization | None = None
         self.failure_rate: float | None = None
 
-    def oracle(self, candidate: Candidate, iteration: int) -> Verdict:
-        try:
-            self.ws.write(candidate, self.iter_path)
-        except MissingTypeError as exc:
-            return Verdict(VerdictKind.INFRA_ERROR, "", str(exc))
-        self._write_iteration_info(iteration, candidate)
-        self._save_replay(skip_current=candidate)
-        verdict, output = self.check.run(self.iter_path)
+    @classmethod
+    def start(
+        cls, args: argparse.Namespace, workspace: Workspace, check: SessionCheck, log: ProgressReporter
+    ) -> CommandLineRun:
+        return cls(args, ReductionSession.start(workspace, check, config_from_args(args)), log)
+
+    def run(self) -> ReductionResult:
+        if self.args.load_debug_replay:
+            loaded = self.session.load_replay(json.loads(Path(self.args.load_debug_replay).read_text()))
+            self.log.info(
+                f"Loaded {loaded} verdict(s) from {self.args.load_debug_replay}; they will not be re-checked."
+            )
+        self.log.total_nodes = len(self.ws.index)
+        return self.session.run(self)
+
+    # -- hooks -----------------------------------------------------------------------------------
+
+    def write_iteration(self, request: CheckRequest) -> Path:
+        self.session.write(request.candidate, self.iter_path)
+        self._write_iteration_info(request.number, request.candidate)
+        self._save_replay(skip_current=request.candidate)
+        return self.iter_path
+
+    def run_check(self, request: CheckRequest, model: Path) -> Verdict:
+        verdict, output = self.check.run(model)
         self._show_output(verdict, output)
-        self._sort_artifacts(iteration, verdict)
-        self.cache.put(candidate, verdict)
-        self._save_replay()
+        self._sort_artifacts(request.number, verdict)
         return verdict
+
+    def on_record(self, record: IterationRecord) -> None:
+        if not record.cached:
+            self._save_replay()
+            if record.phase == "original":
+                self._report_failure_rate()
+        self.log.iteration(record)
+
+    def on_localization(self, localization: Localization) -> None:
+        self.log.info(f"Localisation: path={localization.path}: {localization.reason} ({localization.checks} check(s))")
+
+    # -- around each check ---------------------------------------------------------------------
 
     def _show_output(self, verdict: Verdict, output: str) -> None:
         failed = verdict.kind is not VerdictKind.PASS
@@ -152,9 +187,9 @@ class Session:
         if not self.args.save_debug_replay:
             return
         path = Path(self.args.save_debug_replay)
-        data = self.cache.to_json()
+        data = self.session.cache.to_json()
         if skip_current is not None:
-            original = getattr(self, "original", None)
+            original = self.session.original
             if original is None:
                 return
             data["verdicts"][skip_current.fingerprint] = original.to_json()
@@ -176,68 +211,6 @@ class Session:
             elif artifact.exists():
                 shutil.move(str(artifact), target)
 
-    def on_iteration(self, record: IterationRecord) -> None:
-        if record.phase == "original":
-            self.original = record.verdict
-        self.log.iteration(record)
-
-    def run(self) -> ReductionResult:
-        space = SearchSpace(self.ws.index, self.ws.index.all_nodes(), self.args.reduce_inputs, self.args.reduce_outputs)
-        strategy = Strategy(space, self.args.mode)
-        if self.args.load_debug_replay:
-            loaded = self.cache.merge_json(json.loads(Path(self.args.load_debug_replay).read_text()))
-            self.log.info(
-                f"Loaded {loaded} verdict(s) from {self.args.load_debug_replay}; they will not be re-checked."
-            )
-        self.log.total_nodes = len(space.start)
-        reduction = Reduction(strategy, self.oracle, self.cache, self.args.pin_signature, self.on_iteration)
-        spec = spec_from_args(self.args)
-        if spec is None:
-            return reduction.run()
-        started = time.monotonic()
-        original = reduction.check_original()
-        found = self._localize(reduction, spec, original)
-        if found is not None:
-            result = reduction.finish(original, started, min_bad=found)
-        else:
-            result = reduction.run(original)
-            result.elapsed_s = time.monotonic() - started
-        result.checks_run += self._layerwise_runs()
-        return result
-
-    def _layerwise_runs(self) -> int:
-        """The localisation's layerwise run is a check the Reduction did not count (at most one)."""
-        return min(self.localization.checks, 1) if self.localization is not None else 0
-
-    def _localize(self, reduction: Reduction, spec: CheckSpec, original: Verdict) -> Candidate | None:
-        """Report a flaky original; for compare/golden specs, try the accuracy-debugging flowchart
-        first. Returns the failing node's candidate when it found it."""
-        from engine.localize import localize
-
-        self._report_failure_rate()
-        if not spec.is_accuracy or not self.args.localize:
-            reason = "not a compare/golden check" if not spec.is_accuracy else "--no-localize"
-            self.localization = Localization("reduction", reason, 0)
-            return None
-        golden = Path(self.args.golden) if self.args.golden else None
-
-        def check(candidate: Candidate) -> Verdict:
-            return reduction.check_candidate(candidate, "localize", original)
-
-        found = localize(self.ws, spec, golden, original, check, self.args.pin_signature)
-        self.localization = found
-        self.log.info(f"Localisation: path={found.path}: {found.reason} ({found.checks} check(s))")
-        return found.candidate
-
-    def summary_extra(self) -> dict[str, object]:
-        """Fields of ``--summary-json`` beyond the engine's: localisation path, failure rate."""
-        extra: dict[str, object] = {}
-        if self.localization is not None:
-            extra["localization"] = self.localization.to_json()
-        if self.failure_rate is not None:
-            extra["original_failure_rate"] = self.failure_rate
-        return extra
-
     def _report_failure_rate(self) -> None:
         rate = getattr(self.check, "last_rate", None)
         if not rate or not rate[1]:
@@ -249,6 +222,17 @@ class Session:
                 f"The original model is flaky: it failed {failed}/{runs} runs ({100 * failed / runs:.0f}%). "
                 "Reduction counts a candidate by the spec's fail_if rule; consider a larger repeat."
             )
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def summary_extra(self, result: ReductionResult) -> dict[str, object]:
+        """Fields of ``--summary-json`` beyond the engine's: localisation path, failure rate."""
+        extra: dict[str, object] = {}
+        if result.localization is not None:
+            extra["localization"] = result.localization.to_json()
+        if self.failure_rate is not None:
+            extra["original_failure_rate"] = self.failure_rate
+        return extra
 
     def write_results(self, result: ReductionResult) -> None:
         if self.args.output:
@@ -311,6 +295,7 @@ def write_summary_json(
                 "reproduces": r.reproduces,
                 "cached": r.cached,
                 "overhead_s": r.overhead_s,
+                "fingerprint": r.candidate.fingerprint,
             }
             for r in result.iterations
         ],

@@ -25,6 +25,10 @@ class VerdictCache:
     def __len__(self) -> int:
         return len(self._verdicts)
 
+    def __contains__(self, candidate: Candidate) -> bool:
+        """Whether a verdict is known (not a cache hit: ``get`` counts those)."""
+        return candidate.fingerprint in self._verdicts
+
     def get(self, candidate: Candidate) -> Verdict | None:
         verdict = self._verdicts.get(candidate.fingerprint)
         if verdict is not None:

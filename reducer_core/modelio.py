@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -48,14 +49,21 @@ def all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
     """Initializers of the graph and of every nested body, and Constant-node tensors."""
     tensors = list(graph.initializer)
     for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR:
-                tensors.append(attr.t)
-            elif attr.type == onnx.AttributeProto.GRAPH:
-                tensors.extend(all_tensors(attr.g))
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    tensors.extend(all_tensors(sub))
+        tensors.extend(node_tensors(node))
+    return tensors
+
+
+def node_tensors(node: onnx.NodeProto) -> list[onnx.TensorProto]:
+    """The tensors inside one node: tensor attributes (Constant) and everything in its bodies."""
+    tensors: list[onnx.TensorProto] = []
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.TENSOR:
+            tensors.append(attr.t)
+        elif attr.type == onnx.AttributeProto.GRAPH:
+            tensors.extend(all_tensors(attr.g))
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            for sub in attr.graphs:
+                tensors.extend(all_tensors(sub))
     return tensors
 
 
@@ -242,11 +250,12 @@ def _link_or_copy(source: Path, target: Path, sources: WeightSources) -> None:
 
 
 def referenced_locations(model: onnx.ModelProto) -> set[str]:
-    return {
-        _external_info(t).get("location", "")
-        for t in all_tensors(model.graph)
-        if t.data_location == onnx.TensorProto.EXTERNAL
-    }
+    return tensor_locations(all_tensors(model.graph))
+
+
+def tensor_locations(tensors: Iterable[onnx.TensorProto]) -> set[str]:
+    """The external-data files (locations) that ``tensors`` point into."""
+    return {_external_info(t).get("location", "") for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL}
 
 
 def write_iteration_model(model: onnx.ModelProto, path: str | Path, sources: WeightSources) -> None:

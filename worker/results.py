@@ -12,7 +12,7 @@ from persistence.bundles import write_bundle
 from persistence.enums import ArtifactKind
 from persistence.store import ArtifactStore, StoredBlob
 from reducer_core.candidate import Candidate
-from reducer_core.reducer import ReductionResult
+from reducer_core.records import ReductionResult
 
 
 def store_results(

@@ -1,18 +1,19 @@
-"""``run_job``: the imperative shell that claims a job, runs the engine's reduction loop on it and
-persists every step. Called by the Celery task and by the embedded local runner alike.
+"""``run_job``: the imperative shell that claims a job, drives its ``ReductionSession`` (the same
+session the command line runs: localisation included) and persists every step. Called by the
+Celery task and by the embedded local runner alike.
 
 Per check: the iteration row is written *pending* (committed) before the check starts; after the
-verdict, one transaction records the verdict, the iteration artifact, the strategy state, the
-verdict cache and an event. A crashed attempt therefore resumes from the last finished check:
-the strategy replays its observations, the cache answers every finished check, and the pending
-row (if any) is reused by the re-run of the check that was interrupted."""
+verdict, one transaction records the verdict, the iteration artifact, the session's state and an
+event (the layerwise run of a localised job stores the state too). A crashed attempt therefore
+resumes from the last finished check: the session replays its flow against the stored verdicts
+without running a check, and the pending row (if any) is reused by the re-run of the check that
+was interrupted."""
 
 from __future__ import annotations
 
 import logging
 import os
 import shutil
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,7 +22,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from checks.cancel import CheckStoppedError, stop_checks_when
 from checks.spec import CheckSpec, parse_check_spec
+from engine.session import ReductionSession, SessionCheck, SessionHooks
 from engine.workspace import ReduceOptions, Workspace, load_workspace
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
 from persistence.jsonlog import bind_job
@@ -34,22 +37,21 @@ from persistence.repositories import (
     JobRepository,
 )
 from persistence.store import StoredBlob
-from reducer_core import modelio
-from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.errors import (
     CheckInfraError,
     InvalidModelError,
-    MissingTypeError,
     OriginalDidNotFailError,
     ReducerError,
     UsageError,
 )
-from reducer_core.reducer import IterationRecord, Reduction, ReductionResult
-from reducer_core.strategies import SearchSpace, Strategy
-from reducer_core.verdict import Verdict, VerdictKind
-from worker.check_process import CheckStoppedError, run_stoppable
+from reducer_core.localization import LayerwiseResult
+from reducer_core.records import IterationRecord, Localization, ReductionResult
+from reducer_core.session import CheckRequest, SessionConfig
+from reducer_core.verdict import Verdict
+from worker.checking import job_check
 from worker.context import RunnerContext
+from worker.lease import Heartbeat, LeaseLostError
 from worker.results import store_results
 
 log = logging.getLogger("onnx_reducer.worker")
@@ -63,43 +65,6 @@ class JobCancelledError(Exception):
 
 class JobTimedOutError(Exception):
     pass
-
-
-class LeaseLostError(Exception):
-    """This attempt no longer holds the job (its lease ran out and another worker claimed it, or
-    the job ended): it stops at once and writes nothing more."""
-
-
-class _Heartbeat:
-    """Renews the attempt's lease every third of ``lease_s`` for the whole attempt (setup, checks,
-    storing the results), so a slow step never lets the lease run out under a live worker. A renewal
-    that finds the job no longer held by this attempt sets ``lost``."""
-
-    def __init__(self, ctx: RunnerContext, job_id: str, attempt: int) -> None:
-        self.ctx, self.job_id, self.attempt = ctx, job_id, attempt
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"lease-{job_id}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(max(self.ctx.lease_s / 3, 0.05)):
-            try:
-                with self.ctx.db.session() as session:
-                    held = JobRepository(session).renew_lease(self.job_id, self.ctx.lease_s, self.attempt)
-            except Exception:
-                log.exception("job %s: renewing the lease failed (retrying)", self.job_id)
-                continue
-            if not held:
-                log.warning("job %s: attempt %d no longer holds the job", self.job_id, self.attempt)
-                self.lost.set()
-                return
 
 
 def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
@@ -168,9 +133,33 @@ class _Pending:
     locations: list[str]
 
 
-class JobRun:
-    """One attempt at one job (the claim is already held). Every write is conditional on this
-    attempt still holding the job (``JobRepository.held``); a heartbeat renews the lease."""
+@dataclass(frozen=True)
+class _JobInput:
+    """What an attempt reads from the job row before it starts."""
+
+    spec_text: str
+    config: SessionConfig
+    state: dict[str, Any] | None
+    model_path: str
+    golden: tuple[str, str, str] | None  # (storage key, sha256, format)
+
+
+def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
+    """A job's session options: the command line's defaults; min-good always wanted (it is stored)."""
+    return SessionConfig(
+        mode=mode,
+        reduce_inputs=bool(options.get("reduce_inputs", True)),
+        reduce_outputs=bool(options.get("reduce_outputs", True)),
+        pin_signature=bool(options.get("pin_signature", True)),
+        localize=True,
+        min_good=True,
+    )
+
+
+class JobRun(SessionHooks):
+    """One attempt at one job (the claim is already held), and the hooks its ``ReductionSession``
+    runs with. Every write is conditional on this attempt still holding the job
+    (``JobRepository.held``); a heartbeat renews the lease."""
 
     def __init__(self, job_id: str, ctx: RunnerContext, attempt: int, first_start: datetime) -> None:
         self.job_id = job_id
@@ -184,9 +173,7 @@ class JobRun:
         self.pending: _Pending | None = None
         self.output = ""
         self.ended = False
-        self.heartbeat = _Heartbeat(ctx, job_id, attempt)
-        self.golden: Path | None = None
-        self.golden_identity = ""
+        self.heartbeat = Heartbeat(ctx, job_id, attempt)
 
     def execute(self) -> None:
         self.heartbeat.start()
@@ -237,56 +224,51 @@ class JobRun:
 
     # -- setup ---------------------------------------------------------------------------------
 
-    def _reduce(self) -> tuple[ReductionResult, Workspace]:
+    def _read_job(self) -> _JobInput:
         with self.ctx.db.session() as session:
             job = self._held(session)
-            self.spec_text, mode, options = job.check_spec, job.mode, dict(job.options)
-            state, cached, model_path = job.strategy_state, job.verdict_cache, job.model_path
             golden = ArtifactRepository(session).get(self.job_id, ArtifactKind.GOLDEN, "golden")
-            golden_source = (
-                (golden.storage_key, golden.sha256, str(golden.meta.get("format", "zip"))) if golden else None
+            return _JobInput(
+                spec_text=job.check_spec,
+                config=job_config(job.mode, dict(job.options)),
+                state=job.session_state,
+                model_path=job.model_path,
+                golden=(golden.storage_key, golden.sha256, str(golden.meta.get("format", "zip"))) if golden else None,
             )
+
+    def _reduce(self) -> tuple[ReductionResult, Workspace]:
+        job = self._read_job()
         self._raise_stop_reason()  # cancelled meanwhile, or out of time already (earlier attempts)
-        self.spec: CheckSpec = parse_check_spec(self.spec_text)
-        self.workspace = load_workspace(
-            ReduceOptions(
-                model=self.ctx.layout.root / model_path,
-                work_dir=self.work_dir,
-                artifact_stem="iter",
-                link_weights=True,  # checks load weights through modelio, which accepts hardlinks
-            ),
-            _Log(),
-        )
+        spec = parse_check_spec(job.spec_text)  # the attempt's only parse: checks get the typed spec
         try:
-            if golden_source is not None:
-                self._place_golden(*golden_source)
-            index = self.workspace.index
-            space = SearchSpace(
-                index,
-                index.all_nodes(),
-                bool(options.get("reduce_inputs", True)),
-                bool(options.get("reduce_outputs", True)),
+            with stop_checks_when(self._stop_during_check):
+                return self._run_session(job, spec)
+        except CheckStoppedError:
+            self._raise_stop_reason()
+            raise JobCancelledError() from None
+
+    def _run_session(self, job: _JobInput, spec: CheckSpec) -> tuple[ReductionResult, Workspace]:
+        options = ReduceOptions(
+            model=self.ctx.layout.root / job.model_path,
+            work_dir=self.work_dir,
+            artifact_stem="iter",
+            link_weights=True,  # checks load weights through modelio, which accepts hardlinks
+        )
+        self.workspace = load_workspace(options, _Log())
+        try:
+            golden, sha256 = self._place_golden(*job.golden) if job.golden is not None else (None, None)
+            self.check = job_check(
+                spec, self.work_dir, self.ctx.allow_command, self.ctx.check_memory_limit_bytes, golden
             )
-            self.strategy = Strategy.from_state(space, state) if state else Strategy(space, mode)
-            identity = f"{self.spec.identity}{self.golden_identity} | {self.workspace.options.identity}"
-            self.cache = VerdictCache(index.fingerprint, identity)
-            if cached:
-                self.cache.merge_json(cached)
-            self._started_event(len(index))
-            reduction = Reduction(
-                self.strategy,
-                self.oracle,
-                self.cache,
-                bool(options.get("pin_signature", True)),
-                self.on_iteration,
-                self.should_stop,
-            )
-            return reduction.run(), self.workspace
+            check = SessionCheck(self.check, spec, golden, sha256)
+            self.session = ReductionSession.start(self.workspace, check, job.config, job.state)
+            self._started_event(len(self.workspace.index))
+            return self.session.run(self), self.workspace
         except BaseException:
             self.workspace.close()
             raise
 
-    def _place_golden(self, key: str, sha256: str, fmt: str) -> None:
+    def _place_golden(self, key: str, sha256: str, fmt: str) -> tuple[Path, str]:
         """The job's golden values beside this attempt's checks, named so that the check reads them
         in their format (``.json``: Polygraphy JSON; otherwise the golden zip): a hardlink of the
         stored blob, or a copy across filesystems."""
@@ -297,7 +279,7 @@ class JobRun:
             os.link(self.store.path(key), target)
         except OSError:
             shutil.copyfile(self.store.path(key), target)
-        self.golden, self.golden_identity = target, f" golden=sha256:{sha256}"
+        return target, sha256
 
     def _started_event(self, nodes: int) -> None:
         attempt = self.attempt
@@ -312,37 +294,27 @@ class JobRun:
             )
         self.ctx.notify(self.job_id, event.seq)
 
-    # -- the loop's callbacks ------------------------------------------------------------------
+    # -- the session's hooks -------------------------------------------------------------------
 
-    def oracle(self, candidate: Candidate, iteration: int) -> Verdict:
+    def write_iteration(self, request: CheckRequest) -> Path:
+        """The candidate's model (the fast path), stored, and its iteration row written pending."""
         path = self.work_dir / ITERATION_MODEL
-        try:
-            model = self.workspace.model_for(candidate)
-        except MissingTypeError as exc:
-            return Verdict(VerdictKind.INFRA_ERROR, "", str(exc))
-        modelio.write_iteration_model(model, path, self.workspace.sources)
+        locations = self.session.write(request.candidate, path)
         blob = self.store.put_file(path)
-        phase = "original" if candidate.nodes == self.strategy.space.start and not self.cache else self.strategy.phase
         with self.ctx.db.session() as session:
             self._held(session)
-            row = IterationRepository(session).start(self.job_id, phase, candidate.fingerprint, len(candidate))
-            self.pending = _Pending(row.id, blob, sorted(modelio.referenced_locations(model)))
-        try:
-            verdict, self.output = run_stoppable(
-                self.spec_text,
-                path,
-                self.ctx.allow_command,
-                self._stop_during_check,
-                self.work_dir,
-                self.ctx.check_memory_limit_bytes,
-                self.golden,
+            row = IterationRepository(session).start(
+                self.job_id, request.phase, request.candidate.fingerprint, len(request.candidate)
             )
-        except CheckStoppedError:
-            self._raise_stop_reason()
-            raise
+            self.pending = _Pending(row.id, blob, locations)
+        return path
+
+    def run_check(self, request: CheckRequest, model: Path) -> Verdict:
+        verdict, self.output = self.check.run(model)
         return verdict
 
-    def on_iteration(self, record: IterationRecord) -> None:
+    def on_record(self, record: IterationRecord) -> None:
+        """One transaction per verdict: the iteration row, its artifact, the session state, an event."""
         if record.cached or self.pending is None:
             return
         pending, self.pending = self.pending, None
@@ -360,9 +332,8 @@ class JobRun:
             )
             JobRepository.progress(
                 job,
-                strategy_state=self.strategy.state(),
-                verdict_cache=self.cache.to_json(),
-                checks_run=job.checks_run + 1,
+                session_state=self.session.state(),
+                checks_run=self.session.machine.checks_run,
                 iterations_done=row.number,
                 best_size=record.best_size,
                 check_time_s=job.check_time_s + verdict.duration_s,
@@ -380,12 +351,22 @@ class JobRun:
             event = EventRepository(session).append(self.job_id, EventKind.ITERATION, payload)
         self.ctx.notify(self.job_id, event.seq)
 
+    def on_layerwise(self, result: LayerwiseResult) -> None:
+        """A finished layerwise run is kept (state and count), so a resumed attempt skips it."""
+        with self.ctx.db.session() as session:
+            job = self._held(session)
+            JobRepository.progress(job, session_state=self.session.state(), checks_run=self.session.machine.checks_run)
+
+    def on_localization(self, localization: Localization) -> None:
+        log.info("job %s: localisation path=%s: %s", self.job_id, localization.path, localization.reason)
+
     def should_stop(self) -> bool:
         """Between checks: a cancelled job, one past its time limit or a lost lease stops here."""
         self._raise_stop_reason()
         return False
 
     def _stop_during_check(self) -> bool:
+        """The stop scope's question while a check runs (the job row at most every CANCEL_POLL_S)."""
         now = time.monotonic()
         if now - self.last_poll < CANCEL_POLL_S:
             return False
@@ -423,6 +404,8 @@ class JobRun:
             job.cache_hits = result.cache_hits
             JobRepository(session).finish(job, JobStatus.SUCCEEDED)
             payload = _end_payload(job) | {"min_bad_nodes": _labels(workspace, result.min_bad)}
+            if result.localization is not None:
+                payload["localization"] = result.localization.to_json()
             event = EventRepository(session).append(self.job_id, EventKind.SUCCEEDED, payload)
         self.ended = True
         self.ctx.notify(self.job_id, event.seq)

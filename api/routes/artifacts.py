@@ -1,12 +1,17 @@
 """``GET /v1/jobs/{id}/artifacts/{name}``: min-bad, min-good, original, golden (the golden values
 uploaded with the job) or iteration-N, as an attachment. Iteration models reference the job's
 weights; when they have any, the download is a tar of the model and those weight files (assembled
-on the fly, nothing copied in the store)."""
+on the fly, nothing copied in the store).
+
+A job that ended early (cancelled, or failed after some checks) has no min-bad of its own: its
+``min-bad`` is then the smallest iteration model that reproduced the original failure (the best
+model so far), named ``JOB-min-bad-iteration-N``."""
 
 from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import dataclass
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
@@ -15,10 +20,11 @@ from starlette.background import BackgroundTask
 from api.deps import ServicesDep, TeamDep
 from api.problems import not_found
 from api.routes.jobs import load_job
+from api.services import Services
 from persistence.bundles import write_bundle
-from persistence.enums import ArtifactKind
-from persistence.models import Artifact
-from persistence.repositories import ArtifactRepository
+from persistence.enums import ArtifactKind, JobStatus
+from persistence.models import Artifact, Job
+from persistence.repositories import ArtifactRepository, IterationRepository
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 _ITERATION = re.compile(r"^iteration-(\d{1,9})$")
@@ -28,6 +34,16 @@ _KINDS = {
     "original": ArtifactKind.ORIGINAL,
     "golden": ArtifactKind.GOLDEN,
 }
+_ENDED_EARLY = (JobStatus.CANCELLED.value, JobStatus.FAILED.value)
+
+
+@dataclass(frozen=True)
+class LocatedArtifact:
+    """The stored artifact behind a public name, with the weight files an iteration model needs."""
+
+    artifact: Artifact
+    weights: dict[str, Artifact]
+    best_so_far: int | None = None  # the iteration standing in for the min-bad of a job that ended early
 
 
 def _lookup(repo: ArtifactRepository, job_id: str, name: str) -> Artifact | None:
@@ -37,6 +53,23 @@ def _lookup(repo: ArtifactRepository, job_id: str, name: str) -> Artifact | None
     return repo.get(job_id, ArtifactKind.ITERATION, f"iteration-{int(match.group(1))}") if match else None
 
 
+def locate_artifact(services: Services, job: Job, name: str) -> LocatedArtifact:
+    """The artifact called ``name`` of ``job`` (already checked to belong to the caller's team), or 404."""
+    best_so_far = None
+    with services.db.session() as session:
+        repo = ArtifactRepository(session)
+        artifact = _lookup(repo, job.id, name)
+        if artifact is None and name == "min-bad" and job.status in _ENDED_EARLY:
+            best = IterationRepository(session).best_failing(job.id)
+            if best is not None:
+                best_so_far = best.number
+                artifact = repo.get(job.id, ArtifactKind.ITERATION, f"iteration-{best.number}")
+        weights = {a.name: a for a in repo.of_kind(job.id, ArtifactKind.WEIGHTS)}
+    if artifact is None:
+        raise not_found(f"Artifact '{name}' of job '{job.id}'")
+    return LocatedArtifact(artifact, weights, best_so_far)
+
+
 @router.get(
     "/{job_id}/artifacts/{name}",
     response_class=FileResponse,
@@ -44,24 +77,21 @@ def _lookup(repo: ArtifactRepository, job_id: str, name: str) -> Artifact | None
 )
 def download_artifact(job_id: str, name: str, services: ServicesDep, team: TeamDep) -> FileResponse:
     job = load_job(services, team.id, job_id)
-    with services.db.session() as session:
-        repo = ArtifactRepository(session)
-        artifact = _lookup(repo, job_id, name)
-        weights = {a.name: a for a in repo.of_kind(job_id, ArtifactKind.WEIGHTS)}
-    if artifact is None:
-        raise not_found(f"Artifact '{name}' of job '{job_id}'")
+    located = locate_artifact(services, job, name)
+    artifact, weights = located.artifact, located.weights
     store = services.layout.store
     if artifact.kind == ArtifactKind.ORIGINAL.value:
         return _attachment(store.path(artifact.storage_key), job.model_filename)
     if artifact.kind == ArtifactKind.GOLDEN.value:
         return _attachment(store.path(artifact.storage_key), str(artifact.meta.get("filename") or f"{job_id}-golden"))
+    label = name if located.best_so_far is None else f"min-bad-iteration-{located.best_so_far}"
     if artifact.kind == ArtifactKind.ITERATION.value and artifact.meta.get("weights"):
-        members = [(f"{name}.onnx", store.path(artifact.storage_key))]
+        members = [(f"{label}.onnx", store.path(artifact.storage_key))]
         members += [(loc, store.path(weights[loc].storage_key)) for loc in artifact.meta["weights"]]
         bundle = write_bundle(store.tmp_dir / f"{uuid.uuid4().hex}.tar", members)
-        return _attachment(bundle, f"{job_id}-{name}.tar", BackgroundTask(bundle.unlink, missing_ok=True))
+        return _attachment(bundle, f"{job_id}-{label}.tar", BackgroundTask(bundle.unlink, missing_ok=True))
     suffix = ".tar" if artifact.meta.get("bundle") else ".onnx"
-    return _attachment(store.path(artifact.storage_key), f"{job_id}-{name}{suffix}")
+    return _attachment(store.path(artifact.storage_key), f"{job_id}-{label}{suffix}")
 
 
 def _attachment(path: object, filename: str, background: BackgroundTask | None = None) -> FileResponse:

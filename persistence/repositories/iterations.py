@@ -55,6 +55,22 @@ class IterationRepository:
     def by_number(self, job_id: str, number: int) -> Iteration | None:
         return self.session.scalar(select(Iteration).where(Iteration.job_id == job_id, Iteration.number == number))
 
+    def best_failing(self, job_id: str) -> Iteration | None:
+        """The smallest finished iteration that reproduced the original failure and kept its model
+        (the earliest of equal size): a job's best model so far."""
+        query = (
+            select(Iteration)
+            .where(
+                Iteration.job_id == job_id,
+                Iteration.pending.is_(False),
+                Iteration.reproduces.is_(True),
+                Iteration.artifact_id.is_not(None),
+            )
+            .order_by(Iteration.node_count, Iteration.number)
+            .limit(1)
+        )
+        return self.session.scalar(query)
+
     def mean_duration(self, job_id: str) -> float | None:
         query = select(func.avg(Iteration.duration_s)).where(Iteration.job_id == job_id, Iteration.pending.is_(False))
         value = self.session.scalar(query)

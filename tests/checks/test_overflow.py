@@ -40,6 +40,23 @@ def test_golden_inputs_reduce_to_exactly_the_overflowing_node_by_localisation(tm
     assert [n.name for n in onnx.load(str(tmp_path / "min.onnx")).graph.node] == ["overflow"]
 
 
+def test_a_run_settled_by_localisation_writes_the_closest_passing_model_too(tmp_path: Path) -> None:
+    """--min-good after localisation: the overflowing node's producer without it, checked once and
+    passing (it was "no passing model ... seen; --min-good not written" before)."""
+    _golden(tmp_path)
+    summary = _reduce(tmp_path, "--golden", "model.golden", "--min-good", "good.onnx")
+    assert summary["localization"]["path"] == "layerwise"  # type: ignore[index]
+    assert summary["min_bad_nodes"] == ["Mul:overflow"]
+    assert [it["phase"] for it in summary["iterations"]] == ["original", "localize", "min-good"]  # type: ignore[union-attr]
+    assert [it["verdict"] for it in summary["iterations"]] == ["fail", "fail", "pass"]  # type: ignore[union-attr]
+    assert summary["checks_run"] == 4  # original, layerwise run, the node alone, its producer alone
+    assert summary["min_good_nodes"] == 1
+    assert [n.name for n in onnx.load(str(tmp_path / "good.onnx")).graph.node] == ["scale_up"]
+    spec = parse_check_spec(COMPARE_FP16)
+    verdict, _ = build_check(spec, golden=tmp_path / "model.golden").run(tmp_path / "good.onnx")
+    assert verdict.kind is VerdictKind.PASS
+
+
 def test_golden_inputs_reduce_to_exactly_the_overflowing_node_by_reduction(tmp_path: Path) -> None:
     _golden(tmp_path)
     summary = _reduce(tmp_path, "--golden", "model.golden", "--no-localize")

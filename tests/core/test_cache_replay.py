@@ -11,6 +11,7 @@ from reducer_core.candidate import Candidate
 from reducer_core.errors import CheckInfraError, OriginalDidNotFailError, ReplayMismatchError
 from reducer_core.graph import GraphIndex
 from reducer_core.reducer import Reduction
+from reducer_core.session import SessionConfig
 from reducer_core.strategies import MODES, SearchSpace, Strategy
 from reducer_core.verdict import MEMORY_LIMIT_SIGNATURE, Pinning, Verdict, VerdictKind
 from tests.models import FAIL, PASS, FakeChecker, branchy_model, fails_with_all, index_of, names_in, reduce_with
@@ -319,3 +320,12 @@ def test_iteration_records_cover_every_check(branchy: GraphIndex) -> None:
     assert [r.number for r in seen if not r.cached] == list(range(1, result.checks_run + 1))
     assert all(r.best_size >= len(result.min_bad) for r in seen)
     assert seen[-1].best_size == 1
+
+
+def test_session_state_records_the_pinning_level() -> None:
+    """Saved sessions keep true/false for the default and off (as before strict existed), and
+    say "strict" for strict pinning, so a resumed session judges verdicts the same way."""
+    assert SessionConfig(pin_signature=Pinning.KIND).to_json()["pin_signature"] is True
+    assert SessionConfig(pin_signature=True).to_json() == SessionConfig(pin_signature=Pinning.KIND).to_json()
+    assert SessionConfig(pin_signature=Pinning.OFF).to_json()["pin_signature"] is False
+    assert SessionConfig(pin_signature=Pinning.STRICT).to_json()["pin_signature"] == "strict"

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from checks.spec import parse_check_spec
 from persistence.config import ServiceSettings
 from reducer_core.verdict import MEMORY_LIMIT_SIGNATURE, VerdictKind
-from worker.check_process import run_stoppable
+from worker.checking import job_check
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="the memory limit needs /proc")
 
@@ -24,7 +25,8 @@ def test_the_service_limit_applies_to_every_check(tmp_path: Path, asked: str | N
     spec: dict[str, object] = {"kind": "command", "command": [sys.executable, "-c", HOG], "timeout": 30}
     if asked is not None:
         spec["memory_limit"] = asked  # more than the service allows: lowered to its limit
-    verdict, _ = run_stoppable(json.dumps(spec), tmp_path / "m.onnx", True, lambda: False, tmp_path, LIMIT)
+    check = job_check(parse_check_spec(json.dumps(spec)), tmp_path, allow_command=True, memory_limit_bytes=LIMIT)
+    verdict, _ = check.run(tmp_path / "m.onnx")
     assert (verdict.kind, verdict.signature) == (VerdictKind.CRASH, MEMORY_LIMIT_SIGNATURE)
     assert verdict.detail.endswith("> limit 150 MiB")
 

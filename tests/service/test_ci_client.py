@@ -260,16 +260,13 @@ def test_an_upload_whose_answer_is_lost_is_retried_and_creates_one_job(cli: Cli)
     assert [job["id"] for job in _jobs(cli)] == [result.json()["job_id"]]
 
 
-FLAKY_INFRA_CHECK = """kind: command
-command:
-  - sh
-  - -c
-  - |
-    n=$(cat {state}/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > {state}/count
-    if [ $n -ge 2 ] && [ -e {state}/BROKEN ]; then kill -9 $PPID; sleep 5; fi
-    if grep -q Mul "$0"; then exit 1; fi
-  - '{{model}}'
+# A check that cannot start is an infrastructure error. After its first run, while BROKEN exists,
+# the check script takes away its own execute permission (every later check fails to start).
+FLAKY_INFRA_SCRIPT = """#!/bin/sh
+if [ -e {state}/BROKEN ]; then chmod -x "$0"; fi
+if grep -q Mul "$1"; then exit 1; fi
 """
+FLAKY_INFRA_CHECK = "kind: command\ncommand: ['{state}/check.sh', '{{model}}']\n"
 
 
 @pytest.fixture
@@ -290,6 +287,9 @@ def test_a_job_failed_by_its_check_infrastructure_exits_5_and_resumes_after_retr
     state = tmp_path / "check-state"
     state.mkdir()
     (state / "BROKEN").touch()
+    script = state / "check.sh"
+    script.write_text(FLAKY_INFRA_SCRIPT.format(state=state))
+    script.chmod(0o755)
     cli.write("model.onnx", build_example_model().SerializeToString())
     cli.write("spec.yaml", FLAKY_INFRA_CHECK.format(state=state))
     failed = cli.run("submit", "model.onnx", "--check-spec", "spec.yaml", "--mode", "linear", "--wait", "--json")
@@ -297,7 +297,8 @@ def test_a_job_failed_by_its_check_infrastructure_exits_5_and_resumes_after_retr
     job_id = failed.json()["job_id"]
     assert failed.json()["error"]["code"] == "check-infra-error"
 
-    (state / "BROKEN").unlink()
+    (state / "BROKEN").unlink()  # the operator fixes the check's infrastructure
+    script.chmod(0o755)
     assert cli.run("retry", job_id).code == 0
     resumed = cli.run("status", job_id, "--wait", "-o", "out", "--json")
     assert resumed.code == 0, resumed.err

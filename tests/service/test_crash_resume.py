@@ -10,14 +10,15 @@ from pathlib import Path
 import onnx
 import pytest
 
+from checks.spec import parse_check_spec
+from engine.session import resolve_config
 from engine.workspace import ReduceOptions, load_workspace
 from reducer_core.cache import VerdictCache
-from reducer_core.candidate import Candidate
-from reducer_core.reducer import Reduction
-from reducer_core.strategies import SearchSpace, Strategy
+from reducer_core.session import CheckRequest, ReductionMachine, Request, drive
 from reducer_core.verdict import Verdict, VerdictKind
 from tests.service.conftest import Processes, client_for
-from tests.service.helpers import SseEvent, chain_model, read_sse, submit, wait_job
+from tests.service.helpers import OP_PRESENT_MUL, SseEvent, chain_model, read_sse, submit, wait_job
+from worker.run_job import job_config
 
 pytestmark = pytest.mark.slow
 KILL_AFTER = 4
@@ -39,13 +40,15 @@ def engine_sequence(model: onnx.ModelProto, tmp_path: Path, mode: str) -> list[s
     index = workspace.index
     seen: list[str] = []
 
-    def oracle(candidate: Candidate, iteration: int) -> Verdict:
-        seen.append(candidate.fingerprint)
-        has_mul = any(index.nodes[n].op_type == "Mul" for n in candidate.nodes)
+    def answer(request: Request) -> Verdict:
+        assert isinstance(request, CheckRequest)
+        seen.append(request.candidate.fingerprint)
+        has_mul = any(index.nodes[n].op_type == "Mul" for n in request.candidate.nodes)
         return Verdict(VerdictKind.FAIL, "op-present:Mul") if has_mul else Verdict(VerdictKind.PASS)
 
-    strategy = Strategy(SearchSpace(index, index.all_nodes(), True, True), mode)
-    Reduction(strategy, oracle, VerdictCache(index.fingerprint, "reference")).run()
+    # the service's own session options (an op-present spec does not localise)
+    config = resolve_config(job_config(mode, {}), parse_check_spec(OP_PRESENT_MUL))
+    drive(ReductionMachine(index, config, VerdictCache(index.fingerprint, "reference")), answer)
     workspace.close()
     return seen
 

@@ -237,18 +237,14 @@ def test_time_limit_counts_from_the_first_start(
 
 # -- 8: a check whose infrastructure keeps failing -------------------------------------------------
 
-# From the second check on, while BROKEN exists, the check kills its own runner (the worker's
-# check process): no verdict, an infra error. Otherwise 'Mul' in the model is the failure.
-FLAKY_INFRA_CHECK = """kind: command
-command:
-  - sh
-  - -c
-  - |
-    n=$(cat {state}/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > {state}/count
-    if [ $n -ge 2 ] && [ -e {state}/BROKEN ]; then kill -9 $PPID; sleep 5; fi
-    if grep -q Mul "$0"; then exit 1; fi
-  - '{{model}}'
+# A check that cannot start is an infrastructure error (no verdict about the model). After its first
+# run, while BROKEN exists, the check script takes away its own execute permission, so every later
+# check fails to start until the operator restores it. Otherwise 'Mul' in the model is the failure.
+FLAKY_INFRA_SCRIPT = """#!/bin/sh
+if [ -e {state}/BROKEN ]; then chmod -x "$0"; fi
+if grep -q Mul "$1"; then exit 1; fi
 """
+FLAKY_INFRA_CHECK = "kind: command\ncommand: ['{state}/check.sh', '{{model}}']\n"
 
 
 def test_check_infra_error_fails_the_job_resumably(
@@ -257,6 +253,9 @@ def test_check_infra_error_fails_the_job_resumably(
     state = tmp_path / "check-state"
     state.mkdir()
     (state / "BROKEN").touch()
+    script = state / "check.sh"
+    script.write_text(FLAKY_INFRA_SCRIPT.format(state=state))
+    script.chmod(0o755)
     job_id = submit(client, EXAMPLE, FLAKY_INFRA_CHECK.format(state=state), mode="linear").json()["id"]
     ctx = _context(db_url, data_dir)
     run_job(job_id, ctx)
@@ -266,6 +265,7 @@ def test_check_infra_error_fails_the_job_resumably(
     assert not (data_dir / "jobs" / job_id / "work").exists()
 
     (state / "BROKEN").unlink()  # the operator fixes the check's infrastructure, then retries
+    script.chmod(0o755)
     assert client.post(f"/v1/jobs/{job_id}/retry").status_code == 202
     assert client.post(f"/v1/jobs/{job_id}/retry").status_code == 409  # queued: nothing to retry
     run_job(job_id, ctx)

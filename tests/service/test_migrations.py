@@ -3,13 +3,14 @@ migration matches the models (autogenerate finds nothing to add); ``onnx-reducer
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 
 from persistence.db import normalize_url
 from persistence.migrate import downgrade, upgrade
@@ -49,3 +50,42 @@ def test_db_upgrade_command_on_sqlite(tmp_path: Path) -> None:
     env = dict(os.environ, DATABASE_URL=f"sqlite:///{tmp_path}/sub/db.sqlite")
     subprocess.run(MIGRATE_COMMAND, env=env, check=True, capture_output=True, timeout=120)
     assert _tables(env["DATABASE_URL"]) == TABLES
+
+
+def _insert_legacy_job(url: str, cache: dict[str, object]) -> None:
+    engine = create_engine(normalize_url(url))
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO teams (id, name, created_at) VALUES ('t', 'team', now())"))
+        conn.execute(
+            text(
+                "INSERT INTO jobs (id, team_id, status, queue, mode, options, check_spec, check_kind, model_filename,"
+                " model_sha256, model_size, model_path, iterations_done, checks_run, check_time_s, attempts,"
+                " cancel_requested, strategy_state, verdict_cache, event_seq, created_at, updated_at) VALUES"
+                " ('j', 't', 'failed', 'cpu', 'auto', '{}', 'kind: op-present', 'op-present', 'm.onnx', 'x', 1,"
+                " 'p', 2, 2, 0.0, 1, false, '{\"version\": 1}', :cache, 2, now(), now())"
+            ),
+            {"cache": json.dumps(cache)},
+        )
+    engine.dispose()
+
+
+def _job_columns(url: str) -> dict[str, object]:
+    engine = create_engine(normalize_url(url))
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT * FROM jobs WHERE id = 'j'")).mappings().one()
+    engine.dispose()
+    return dict(row)
+
+
+def test_a_job_stored_before_sessions_keeps_its_verdicts_across_the_migration(pg_url: str) -> None:
+    """session_state: the verdict cache of an older job becomes its session state (a session
+    resumes from it without re-running those checks), and back on downgrade."""
+    cache = {"version": 1, "tool": "onnx-reducer", "graph": "g", "check": "c", "verdicts": {"fp": {"kind": "fail"}}}
+    upgrade(pg_url, "0001")
+    _insert_legacy_job(pg_url, cache)
+    upgrade(pg_url)
+    row = _job_columns(pg_url)
+    assert row["session_state"] == {"cache": cache}
+    assert "verdict_cache" not in row and "strategy_state" not in row
+    downgrade(pg_url, "farm_workers_and_dispatch")
+    assert _job_columns(pg_url)["verdict_cache"] == cache

@@ -1,325 +1,532 @@
-"""The web UI in a real headless Chromium (Selenium + chromedriver, Debian packages `chromium` and
-`chromium-driver`; `make test` installs them via scripts/test-browser.sh). The embedded service
-(SQLite, in-process runner) runs in this process: the browser saves a token, uploads the reference
-example, follows the job live to its single Mul, downloads min-bad, and shows problem details."""
+"""The web page in a real headless Chromium (Selenium + chromedriver, Debian packages `chromium` and
+`chromium-driver`; `make test` installs them via scripts/test-browser.sh) against the embedded
+service (SQLite, in-process runner) over real HTTP. The browser resolves no host but 127.0.0.1.
+
+It signs in (and says what to do without a token or with a refused one), drops the reference
+example on the drop zone, watches it finish, sees both graphs with the Mul highlighted, downloads
+min-bad; shows server errors next to their fields; survives a cut event stream; cancels only after
+a confirmation and still offers the best model so far; speaks Chinese; renders /docs offline; and
+never scrolls sideways at 420 px."""
 
 from __future__ import annotations
 
-import os
-import shutil
+import re
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import onnx
 import pytest
-import uvicorn
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
 
-from api.app import create_app
-from api.settings import ApiSettings
+from api.graph_view import describe_graph
 from examples.build_example_model import build_example_model
-from persistence.db import Database
-from persistence.migrate import upgrade
-from persistence.repositories import TeamRepository
 from tests.service.conftest import client_for
-from tests.service.helpers import free_port
-from worker.context import context_from_settings
-from worker.local import LocalRunner
-from worker.settings import WorkerSettings
+from tests.service.helpers import chain_model, wait_job
+from tests.service.web_harness import (
+    Browser,
+    CuttableProxy,
+    Service,
+    catalogue,
+    chromium,
+    embedded_service,
+    require_chromium,
+)
 
-CHROMIUM = os.environ.get("CHROMIUM_BINARY", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
-SPEC = "kind: op-present\nops: [Mul]"
-WAIT_S = 45.0
-STREAM_LIFETIME_S = 1.5  # short, so that the UI has to resume event streams with Last-Event-ID
-
-
-@dataclass
-class Seen:
-    """One request as the server saw it."""
-
-    path: str
-    query: str
-    last_event_id: str | None
+EXAMPLE = build_example_model().SerializeToString()
+NO_GRAPH = onnx.ModelProto(ir_version=8).SerializeToString()  # parses, but is no model
+EN = catalogue("en")
+ZH = catalogue("zh-CN")
+SLOW_CHECK = ["sh", "-c", 'sleep 0.8; if grep -q Mul "$1"; then exit 1; fi', "sh", "{model}"]
 
 
-@dataclass
-class Service:
-    url: str
-    token: str
-    seen: list[Seen]
-
-
-def recording(app: Any, seen: list[Seen]) -> Any:
-    """The app, noting each request's path, query and Last-Event-ID header."""
-
-    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            seen.append(Seen(scope["path"], scope["query_string"].decode("latin-1"), headers.get("last-event-id")))
-        await app(scope, receive, send)
-
-    return wrapped
+def plain(text: str, **params: Any) -> str:
+    """A catalogue text as the page shows it: parameters filled in, `code` marks dropped."""
+    for name, value in params.items():
+        text = text.replace("{" + name + "}", str(value))
+    return text.replace("`", "")
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    """The embedded default in-process: SQLite, a data folder, the local runner, over real HTTP."""
-    root = tmp_path_factory.mktemp("web-ui-service")
-    url = f"sqlite:///{root / 'onnx-reducer.db'}"
-    upgrade(url)
-    database = Database(url)
-    with database.session() as session:
-        teams = TeamRepository(session)
-        token = teams.create_token(teams.get_or_create("default"))
-    database.dispose()
-    data_dir = root / "data"
-    worker = WorkerSettings(database_url=url, redis_url=None, data_dir=data_dir, allow_command_checks=True)
-    runner = LocalRunner(context_from_settings(worker)).start()
-    settings = ApiSettings(
-        database_url=url,
-        redis_url=None,
-        data_dir=data_dir,
-        allow_command_checks=True,
-        sse_heartbeat_s=1,
-        sse_poll_s=0.2,
-        sse_max_lifetime_s=STREAM_LIFETIME_S,
-    )
-    seen: list[Seen] = []
-    app = recording(create_app(settings, enqueue=runner), seen)
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "the embedded api did not start"
-    yield Service(f"http://127.0.0.1:{port}", token, seen)
-    server.should_exit = True
-    thread.join(10)
-    runner.stop()
-
-
-@dataclass
-class Browser:
-    driver: Any  # selenium.webdriver.Chrome
-    downloads: Path
-
-    def wait(self, condition: Callable[[Any], Any], what: str, timeout: float = WAIT_S) -> Any:
-        from selenium.common.exceptions import TimeoutException
-        from selenium.webdriver.support.ui import WebDriverWait
-
-        try:
-            return WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(condition)
-        except TimeoutException:
-            page = self.text("main")
-            raise AssertionError(f"timed out waiting for {what}; console: {self.console()}; page:\n{page}") from None
-
-    def console(self) -> list[dict[str, Any]]:
-        """The browser console's messages since the last call (warnings and errors)."""
-        return list(self.driver.get_log("browser"))
-
-    def find(self, element_id: str) -> Any:
-        from selenium.webdriver.common.by import By
-
-        return self.driver.find_element(By.ID, element_id)
-
-    def text(self, element_id: str) -> str:
-        return str(self.find(element_id).text)
-
-    def save_token(self, token: str) -> None:
-        field = self.find("token")
-        field.clear()
-        field.send_keys(token)
-        self.find("token-save").click()
-        self.wait(lambda d: "saved" in self.text("token-state"), "the token to be saved")
+    with embedded_service(tmp_path_factory.mktemp("web-ui-service"), sse_max_lifetime_s=3600) as service:
+        yield service
 
 
 @pytest.fixture(scope="module")
 def browser(service: Service) -> Iterator[Browser]:
-    """Headless Chromium with a fresh profile and its own download folder. A missing browser is a
-    failure, not a skip: CI installs it (`make test` runs scripts/test-browser.sh)."""
-    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not Path(path).is_file()]
-    if missing:
-        pytest.fail(
-            f"{', '.join(missing)} not found: install the browser with scripts/test-browser.sh "
-            "(apt-get install chromium chromium-driver; `make test` does it)",
-            pytrace=False,
-        )
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service as DriverService
-
-    profile = Path(tempfile.mkdtemp(prefix="onnx-reducer-chromium-"))
-    downloads = profile / "downloads"
-    downloads.mkdir()
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        f"--user-data-dir={profile / 'user-data'}",
-        "--window-size=1280,1000",
-    ):
-        options.add_argument(flag)
-    options.add_experimental_option(
-        "prefs",
-        {
-            "download.default_directory": str(downloads),
-            "download.prompt_for_download": False,
-            "download.directory_upgrade": True,
-            "safebrowsing.enabled": False,
-        },
-    )
-    driver = webdriver.Chrome(options=options, service=DriverService(executable_path=CHROMEDRIVER))
+    """A missing browser is a failure, not a skip: CI installs it."""
     try:
-        driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
-        driver.get(service.url + "/")
-        yield Browser(driver, downloads)
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
+        require_chromium()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    with chromium() as browser:
+        yield browser
 
 
-def _choose_model(browser: Browser, tmp_path: Path) -> None:
-    model_file = tmp_path / "model.onnx"
-    onnx.save(build_example_model(), model_file)
-    browser.find("model").send_keys(str(model_file))
+def _severe(browser: Browser) -> list[dict[str, Any]]:
+    return [m for m in browser.console() if m["level"] == "SEVERE" and m["source"] != "network"]
 
 
-def _submit(browser: Browser, tmp_path: Path, spec: str) -> None:
-    _choose_model(browser, tmp_path)
+def _wait_status(browser: Browser, status: str) -> None:
+    browser.wait(lambda d: browser.find("job-status").get_attribute("data-status") == status, f"status {status}")
+
+
+def _unstaged(detail: str) -> str:
+    """A problem detail without the per-request staging folder's name (unique per upload)."""
+    return re.sub(r"staging/[0-9a-f]{32}", "staging/*", detail)
+
+
+def _job_id(browser: Browser) -> str:
+    browser.wait(lambda d: "#/jobs/" in d.current_url, "the job page")
+    return str(browser.driver.current_url.rsplit("/", 1)[1])
+
+
+def _finished_job(service: Service) -> str:
+    """A succeeded job of the reference example (submitted over the API)."""
+    with client_for(service.url, service.token) as client:
+        job_id: str = client.post(
+            "/v1/jobs", files={"model": ("model.onnx", EXAMPLE)}, data={"check_spec": "kind: op-present\nops: [Mul]"}
+        ).json()["id"]
+        assert wait_job(client, job_id)["status"] == "succeeded"
+    return job_id
+
+
+def _use_yaml(browser: Browser, spec: str) -> None:
+    browser.find("spec-source-yaml").click()
     field = browser.find("check-spec")
     field.clear()
     field.send_keys(spec)
-    browser.find("submit-job").click()
 
 
-def test_upload_follow_and_download_the_reduced_model(service: Service, browser: Browser, tmp_path: Path) -> None:
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
+def test_the_sign_in_states_say_what_to_do_next(service: Service, browser: Browser) -> None:
+    browser.open(service.url + "/#/jobs")
+    hint = plain(EN["jobs.state.signin"])
+    assert browser.text("jobs-state") == hint and "onnx-reducer token create --team NAME" in hint
+    assert not browser.find("jobs-table").is_displayed()
+    assert browser.text("token-state") == plain(EN["token.state.none"])
 
-    driver = browser.driver
-    assert driver.find_element(By.CSS_SELECTOR, "label[for=token]").text == "API token"
-    browser.save_token(service.token)
+    field = browser.find("token")
+    field.send_keys("not-a-token")
+    browser.find("token-save").click()
+    browser.wait(lambda d: browser.find("token-state").get_attribute("data-state") == "refused", "the refusal")
+    assert browser.text("token-state") == plain(EN["token.state.refused"])
+    assert "Signed in" not in browser.find("main").text + browser.text("token-state")
+    assert browser.text("jobs-state") == plain(EN["token.state.refused"])
+    assert browser.js("return localStorage.getItem('onnx-reducer.token')") is None
+
     browser.find("nav-new").click()
     browser.wait(lambda d: browser.find("view-new").is_displayed(), "the new-job form")
-    assert browser.find("check-spec").get_property("value") == SPEC
-    _choose_model(browser, tmp_path)
+    assert browser.text("new-state") == plain(EN["token.state.refused"])
+    assert browser.find("submit-job").get_property("disabled")
+
+    browser.sign_in(service.token)
+    assert browser.text("token-state") == plain(EN["token.state.ok"], team="default")
+    assert not browser.find("submit-job").get_property("disabled")
+    assert not browser.find("token").is_displayed() and browser.find("token-forget").is_displayed()
+    assert all(service.token not in f"{r.path}?{r.query}" for r in service.seen)  # headers only
+
+
+def test_drop_the_example_watch_it_and_compare_the_graphs(service: Service, browser: Browser) -> None:
+    browser.open(service.url + "/#/new")
+    browser.sign_in(service.token)
+    browser.drop_file("drop-zone", "model.onnx", EXAMPLE)
+    assert browser.text("model-chosen") == plain(EN["new.model.chosen"], name="model.onnx", size=f"{len(EXAMPLE)} B")
+    assert browser.find("spec-preview").text == 'kind: op-present\nops: ["Mul"]'
     Select(browser.find("mode")).select_by_value("auto")
     browser.find("submit-job").click()
 
-    browser.wait(lambda d: "#/jobs/" in d.current_url, "the job page")
-    job_id = driver.current_url.rsplit("/", 1)[1]
+    job_id = _job_id(browser)
     assert browser.text("job-id") == job_id
-    browser.wait(lambda d: browser.text("job-status") == "succeeded", "the job to succeed")
+    _wait_status(browser, "succeeded")
     browser.wait(lambda d: browser.text("job-nodes-after") == "1", "the final node count")
     assert browser.text("job-nodes-before") == "5"
 
+    bad = "#graph-min-bad g.gnode.node"
+    browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, bad), "the min-bad graph")
+    nodes = browser.driver.find_elements(By.CSS_SELECTOR, bad)
+    assert [(n.get_attribute("data-op"), "diff" in n.get_attribute("class")) for n in nodes] == [("Mul", True)]
+    good = browser.driver.find_elements(By.CSS_SELECTOR, "#graph-min-good g.gnode.node")
+    assert good and "Mul" not in [n.get_attribute("data-op") for n in good]
+    assert all("diff" in n.get_attribute("class") for n in good)  # none of them is in min-bad
+    labels = browser.js("return [...document.querySelectorAll('#graph-min-bad text')].map(t => t.textContent)")
+    assert "onnx_graphsurgeon_node_5" in labels and "float32[1,1,2,2]" in labels
+    summary = plain(EN["summary.single"], name="onnx_graphsurgeon_node_5", op="Mul")
+    assert browser.text("job-summary") == summary
+    assert "5" in browser.find("original-summary").text
+
     with client_for(service.url, service.token) as client:
-        iterations = client.get(f"/v1/jobs/{job_id}/iterations", params={"limit": 1000}).json()["items"]
-        job = client.get(f"/v1/jobs/{job_id}").json()
-    assert iterations and job["status"] == "succeeded"
-    rows = "#iterations-body tr"
-    browser.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) == len(iterations), "every iteration row")
-    numbers = [int(r.get_attribute("data-number")) for r in driver.find_elements(By.CSS_SELECTOR, rows)]
-    assert numbers == [it["number"] for it in iterations]
-    assert browser.find("job-progress").get_property("value") == 100
-    browser.wait(lambda d: "ended" in browser.text("stream-state"), "the event stream to end")
-    assert not browser.find("error").is_displayed()
+        iterations = client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]
+    rows = browser.driver.find_elements(By.CSS_SELECTOR, "#iterations-body tr[data-number]")
+    assert [int(r.get_attribute("data-number")) for r in rows] == [it["number"] for it in iterations]
+    assert len(browser.driver.find_elements(By.CSS_SELECTOR, "#chart .mark")) == len(iterations)
+    browser.wait(lambda d: browser.text("stream-state") == EN["stream.ended"], "the event stream to end")
     assert browser.find("cancel-job").get_property("disabled")
-    driver.save_screenshot(str(tmp_path / "job-page.png"))
-    assert browser.console() == []
 
     browser.find("download-min-bad").click()
     expected = browser.downloads / f"{job_id}-min-bad.onnx"
     browser.wait(lambda d: expected.is_file() and expected.stat().st_size > 0, "the min-bad download", timeout=20)
     assert [n.op_type for n in onnx.load(str(expected)).graph.node] == ["Mul"]
+    rows[0].find_element(By.CSS_SELECTOR, "button.link").click()  # iteration 1: the original
+    first = browser.downloads / f"{job_id}-iteration-1.onnx"
+    browser.wait(lambda d: first.is_file() and first.stat().st_size > 0, "the iteration download", timeout=20)
+    assert len(onnx.load(str(first)).graph.node) == iterations[0]["nodes"]
 
     browser.find("nav-jobs").click()
-    browser.wait(lambda d: d.find_elements(By.LINK_TEXT, job_id), "the job in the jobs list")
+    row = f'#jobs-body tr[data-id="{job_id}"]'
+    browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, row), "the job in the jobs list")
+    assert "5 → 1" in browser.driver.find_element(By.CSS_SELECTOR, row).text
     Select(browser.find("status-filter")).select_by_value("failed")
-    browser.wait(lambda d: not d.find_elements(By.LINK_TEXT, job_id), "the status filter")
-    assert browser.find("jobs-empty").is_displayed()
+    expected_state = plain(EN["jobs.state.none_status"], status=EN["status.failed"])
+    browser.wait(lambda d: browser.text("jobs-state") == expected_state, "the status filter")
+    Select(browser.find("status-filter")).select_by_value("")
+    assert _severe(browser) == []
 
 
-def test_an_invalid_spec_shows_the_problem_detail(service: Service, browser: Browser, tmp_path: Path) -> None:
-    spec = "kind: op-present\nops: []"
+def test_an_upload_shows_its_progress(service: Service, browser: Browser) -> None:
+    """A 6 MB model: the upload's progress events move the bar (recorded as they happen)."""
+    browser.open(service.url + "/#/new")
+    browser.sign_in(service.token)
+    model = build_example_model()
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros(1_500_000, "float32"), "w"))
+    browser.js(
+        """window.progressSeen = [];
+        const bar = document.getElementById('upload-progress');
+        new MutationObserver(() => window.progressSeen.push(bar.value)).observe(bar, { attributes: true });"""
+    )
+    browser.drop_file("drop-zone", "big.onnx", model.SerializeToString())
+    browser.find("submit-job").click()
+    _job_id(browser)
+    seen = browser.js("return window.progressSeen")
+    assert seen and seen[-1] == 100 and seen == sorted(seen), seen
+
+
+def test_server_errors_appear_next_to_their_field(service: Service, browser: Browser) -> None:
     with client_for(service.url, service.token) as client:
-        answer = client.post(
+        bad_model = client.post(
             "/v1/jobs",
-            files={"model": ("model.onnx", build_example_model().SerializeToString())},
-            data={"check_spec": spec},
-        )
-    assert answer.status_code in (400, 422) and answer.headers["content-type"] == "application/problem+json"
-    problem: dict[str, Any] = answer.json()
+            files={"model": ("model.onnx", NO_GRAPH)},
+            data={"check_spec": "kind: op-present\nops: [Mul]"},
+        ).json()
+        bad_ops = client.post(
+            "/v1/jobs", files={"model": ("m.onnx", EXAMPLE)}, data={"check_spec": "kind: op-present\nops: []\n"}
+        ).json()
+        bad_kind = client.post(
+            "/v1/jobs", files={"model": ("m.onnx", EXAMPLE)}, data={"check_spec": "kind: nope"}
+        ).json()
+    browser.open(service.url + "/#/new")
+    browser.sign_in(service.token)
 
-    browser.driver.get(service.url + "/#/new")
-    browser.save_token(service.token)
-    _submit(browser, tmp_path, spec)
-    browser.wait(lambda d: browser.find("error").is_displayed(), "the problem to be shown")
-    assert browser.text("error-title") == f"{problem['title']}:"
-    assert browser.text("error-detail") == problem["detail"]
+    browser.drop_file("drop-zone", "model.onnx", NO_GRAPH)
+    browser.find("submit-job").click()
+    browser.wait(lambda d: browser.find("model-error").is_displayed(), "the model's error")
+    assert _unstaged(browser.text("model-error")) == _unstaged(bad_model["detail"])
+    assert browser.find("model").get_attribute("aria-invalid") == "true"
+
+    browser.drop_file("drop-zone", "model.onnx", EXAMPLE)
+    assert not browser.find("model-error").is_displayed()
+    browser.find("ops").clear()
+    browser.find("submit-job").click()
+    browser.wait(lambda d: browser.find("ops-error").is_displayed(), "the ops field's error")
+    assert browser.text("ops-error") == bad_ops["detail"]
+
+    _use_yaml(browser, "kind: nope")
+    browser.find("submit-job").click()
+    browser.wait(lambda d: browser.find("check_spec-error").is_displayed(), "the spec's error")
+    assert browser.text("check_spec-error") == bad_kind["detail"]
     assert "#/new" in browser.driver.current_url  # no job was created
-    errors = [m for m in browser.console() if m["level"] == "SEVERE" and m["source"] != "network"]
-    assert errors == []
-    with client_for(service.url, service.token) as client:
-        assert all(job["check_spec"] != spec for job in client.get("/v1/jobs").json()["items"])
+    assert _severe(browser) == []
+    browser.find("spec-source-form").click()
 
 
-def test_a_dropped_event_stream_resumes_after_the_last_event(
-    service: Service, browser: Browser, tmp_path: Path
-) -> None:
-    """Each check sleeps, the stream's lifetime is short: the page reconnects with Last-Event-ID
-    and still shows every iteration once, in order."""
-    from selenium.webdriver.common.by import By
-
-    spec = 'kind: command\ncommand: [sh, -c, \'sleep 0.8; if grep -q Mul "$1"; then exit 1; fi\', sh, "{model}"]'
-    browser.driver.get(service.url + "/#/new")
-    browser.save_token(service.token)
-    _submit(browser, tmp_path, spec)
-    browser.wait(lambda d: "#/jobs/" in d.current_url, "the job page")
-    job_id = browser.driver.current_url.rsplit("/", 1)[1]
-    browser.wait(lambda d: browser.text("job-status") == "succeeded", "the job to succeed")
-    with client_for(service.url, service.token) as client:
-        count = len(client.get(f"/v1/jobs/{job_id}/iterations").json()["items"])
-    rows = "#iterations-body tr"
-    browser.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) == count, "every iteration row")
-    numbers = [int(r.get_attribute("data-number")) for r in browser.driver.find_elements(By.CSS_SELECTOR, rows)]
-    assert numbers == list(range(1, count + 1))
-    assert browser.text("job-nodes-after") == "1"
-
-    streams = [r for r in service.seen if r.path == f"/v1/jobs/{job_id}/events"]
-    assert len(streams) >= 2, streams
-    assert streams[0].last_event_id is None
-    resumed = [int(r.last_event_id or 0) for r in streams[1:]]
-    assert resumed == sorted(resumed) and resumed[0] > 0, streams
-    assert all(service.token not in f"{r.path}?{r.query}" for r in service.seen)  # headers only
+def test_a_missing_job_says_so_and_offers_no_buttons(service: Service, browser: Browser) -> None:
+    browser.open(service.url + "/#/jobs/0123456789abcdef")
+    browser.sign_in(service.token)
+    browser.wait(lambda d: browser.find("job-missing").is_displayed(), "the missing-job message")
+    assert browser.text("job-missing-text") == plain(EN["job.missing"], id="0123456789abcdef")
+    assert not browser.find("job-card").is_displayed()
+    buttons = browser.driver.find_elements(By.CSS_SELECTOR, "#view-job button")
+    assert not [b for b in buttons if b.is_displayed() and b.is_enabled()]
+    assert not browser.find("error").is_displayed()
 
 
-def test_the_ui_is_served_without_a_token(service: Service) -> None:
+def _start_slow_job(browser: Browser) -> str:
+    """A 24-node chain reduced linearly with a command check that sleeps: many iterations."""
+    browser.drop_file("drop-zone", "chain.onnx", chain_model(24, 15).SerializeToString())
+    Select(browser.find("check-kind")).select_by_value("command")
+    browser.find("command").clear()
+    browser.find("command").send_keys("\n".join(SLOW_CHECK))
+    Select(browser.find("mode")).select_by_value("linear")
+    browser.find("submit-job").click()
+    return _job_id(browser)
+
+
+def _cancel_after_confirming(browser: Browser) -> None:
+    """Cancel asks first: "keep it running" leaves the job running; confirming cancels it."""
+    browser.find("cancel-job").click()
+    assert browser.find("cancel-dialog").get_property("open")
+    browser.find("cancel-keep").click()
+    assert not browser.find("cancel-dialog").get_property("open")
+    time.sleep(1)
+    assert browser.find("job-status").get_attribute("data-status") == "running"
+    browser.find("cancel-job").click()
+    browser.find("cancel-confirm").click()
+    _wait_status(browser, "cancelled")
+
+
+def test_the_live_page_survives_a_cut_stream_and_cancel_asks_first(service: Service, browser: Browser) -> None:
+    """Through a proxy whose connections are cut mid-job: the page reconnects by itself with
+    Last-Event-ID and shows every iteration once; cancel needs a confirmation; the cancelled job
+    offers its best model so far."""
+    proxy = CuttableProxy(int(service.url.rsplit(":", 1)[1])).start()
+    try:
+        browser.open(proxy.url + "/#/new")
+        browser.sign_in(service.token)
+        job_id = _start_slow_job(browser)
+        rows = "#iterations-body tr[data-number]"
+        browser.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) >= 3, "a few iterations")
+        browser.wait(lambda d: browser.text("job-eta") != "–", "an ETA")
+        assert browser.text("job-per-check") != "–"
+
+        before = len(browser.driver.find_elements(By.CSS_SELECTOR, rows))
+        cut_at = time.monotonic()
+        assert proxy.cut() >= 1
+        browser.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) >= before + 3, "iterations after the cut")
+        streams = [r for r in service.seen if r.path == f"/v1/jobs/{job_id}/events"]
+        resumed = [r for r in streams if r.at > cut_at]
+        assert resumed and all(int(r.last_event_id or 0) > 0 for r in resumed), streams
+        numbers = [int(r.get_attribute("data-number")) for r in browser.driver.find_elements(By.CSS_SELECTOR, rows)]
+        assert numbers == list(range(1, len(numbers) + 1))
+        assert browser.text("stream-state") == EN["stream.live"] and not browser.find("error").is_displayed()
+
+        _cancel_after_confirming(browser)
+
+        with client_for(service.url, service.token) as client:
+            items = client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]
+        best = min((i for i in items if i["reproduces"]), key=lambda i: (i["nodes"], i["number"]))
+        button = browser.find("download-min-bad")
+        browser.wait(
+            lambda d: button.is_enabled() and button.text == plain(EN["job.download.best"], n=best["nodes"]),
+            "the best-so-far download",
+        )
+        expected = plain(EN["summary.best_so_far"], n=best["nodes"], number=best["number"])
+        browser.wait(lambda d: browser.text("job-summary") == expected, "the ended-early summary")
+        browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, '#graph-min-bad g.gnode[data-op="Mul"]'), "its graph")
+        button.click()
+        saved = browser.downloads / f"{job_id}-min-bad-iteration-{best['number']}.onnx"
+        browser.wait(lambda d: saved.is_file() and saved.stat().st_size > 0, "the best model so far", timeout=20)
+        assert len(onnx.load(str(saved)).graph.node) == best["nodes"]
+        assert _severe(browser) == []
+    finally:
+        proxy.stop()
+
+
+def test_a_queued_job_says_why_it_waits(browser: Browser, tmp_path: Path) -> None:
+    """With nobody to run it, the job stays queued and its page shows the api's waiting reason."""
+    with embedded_service(tmp_path, run_jobs=False) as idle:
+        with client_for(idle.url, idle.token) as client:
+            job_id = client.post(
+                "/v1/jobs",
+                files={"model": ("model.onnx", EXAMPLE)},
+                data={"check_spec": "kind: op-present\nops: [Mul]"},
+            ).json()["id"]
+            reason = client.get(f"/v1/jobs/{job_id}").json()["waiting_reason"]
+        assert reason
+        browser.open(f"{idle.url}/#/jobs/{job_id}")
+        browser.sign_in(idle.token)
+        browser.wait(lambda d: browser.find("job-waiting").is_displayed(), "the waiting reason")
+        assert browser.text("job-waiting") == reason
+        assert browser.find("job-status").get_attribute("data-status") == "queued"
+
+
+def _texts(browser: Browser) -> list[str]:
+    return list(
+        browser.js(
+            """return [...document.querySelectorAll('[data-i18n]')]
+             .filter((e) => e.getClientRects().length).map((e) => [e.dataset.i18n, e.textContent])"""
+        )
+    )
+
+
+def test_the_page_follows_a_chinese_browser(service: Service, browser: Browser) -> None:
+    browser.set_language("zh-CN,zh")
+    try:
+        browser.open(service.url + "/#/new")
+        browser.js("localStorage.removeItem('onnx-reducer.lang')")
+        browser.open(service.url + "/#/new")
+        assert browser.js("return document.documentElement.lang") == "zh-CN"
+        browser.sign_in(service.token)
+        assert browser.text("token-state") == plain(ZH["token.state.ok"], team="default")
+        job_id = _finished_job(service)
+        english = {v.replace("`", "") for k, v in EN.items() if ZH[k] != v and "{" not in v and len(v) > 3}
+        for route in ("#/new", "#/jobs", f"#/jobs/{job_id}"):
+            browser.driver.get(f"{service.url}/{route}")
+            browser.wait(lambda d: browser.js("return document.body.dataset.ready === 'true'"), "the page")
+            if "jobs/" in route:
+                browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#graph-min-bad g.gnode"), "the graphs")
+            for key, text in _texts(browser):
+                assert text == ZH[key].replace("`", ""), key
+            body = browser.find("main").text + browser.text("token-state")
+            assert re.search(r"[\u4e00-\u9fff]", body)
+            assert not [e for e in english if e in body], route
+        assert browser.text("job-summary") == plain(ZH["summary.single"], name="onnx_graphsurgeon_node_5", op="Mul")
+        Select(browser.find("lang")).select_by_value("en")
+        browser.wait(lambda d: browser.text("job-summary").startswith("The failure needs"), "English again")
+        assert browser.js("return document.documentElement.lang") == "en"
+    finally:
+        browser.set_language("en-US,en")
+        browser.js("localStorage.removeItem('onnx-reducer.lang')")
+
+
+def test_the_api_docs_render_without_a_network(service: Service, browser: Browser) -> None:
+    """The browser resolves no host but 127.0.0.1; Swagger UI and ReDoc still render, and every
+    URL they asked for is the service's own."""
+    browser.requested_urls()  # forget what came before
+    browser.driver.get(service.url + "/docs")
+    browser.wait(
+        lambda d: (
+            "onnx-reducer" in "".join(e.text for e in d.find_elements(By.CSS_SELECTOR, ".swagger-ui .info .title"))
+        ),
+        "Swagger UI",
+    )
+    browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, ".swagger-ui .opblock"), "the operations")
+    browser.driver.get(service.url + "/redoc")
+    browser.wait(lambda d: "onnx-reducer" in "".join(e.text for e in d.find_elements(By.CSS_SELECTOR, "h1")), "ReDoc")
+    fetched, blocked = browser.requested_urls()
+    outside = [u for u in fetched if not u.startswith((service.url, "data:", "blob:"))]
+    assert fetched and not outside, outside
+    assert all(not u.startswith(service.url) for u in blocked), blocked  # ReDoc's CDN logo: stopped by CSP
+
+
+def test_no_sideways_scroll_at_420_px_and_every_control_is_labelled(service: Service, browser: Browser) -> None:
+    browser.driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+    )
+    overflow = """const width = document.documentElement.clientWidth;
+        const wide = [...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > width + 1)
+          .map((e) => e.id || e.className || e.tagName).slice(0, 5);
+        return document.documentElement.scrollWidth > width ? wide : [];"""
+    unlabelled = """return [...document.querySelectorAll('input, select, textarea, button')]
+        .filter((e) => e.getClientRects().length || e.type === 'file')
+        .filter((e) => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+                       && !e.getAttribute('aria-labelledby') && !(e.textContent || '').trim())
+        .map((e) => e.id || e.outerHTML.slice(0, 80))"""
+    try:
+        job_id = _finished_job(service)
+        browser.open(service.url + "/#/jobs")
+        browser.sign_in(service.token)
+        browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#jobs-body tr"), "the jobs")
+        assert browser.js(overflow) == []
+        assert browser.js(unlabelled) == []
+        browser.driver.get(service.url + "/#/new")
+        for kind in ("compare", "error", "command", "op-present"):
+            Select(browser.find("check-kind")).select_by_value(kind)
+            assert browser.js(overflow) == [], kind
+            assert browser.js(unlabelled) == [], kind
+        browser.driver.get(f"{service.url}/#/jobs/{job_id}")
+        browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#graph-min-bad g.gnode"), "the graphs")
+        assert browser.js(overflow) == []
+        assert browser.js(unlabelled) == []
+    finally:
+        browser.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def _ladder(rungs: int) -> onnx.ModelProto:
+    """x -> [Relu, Neg] -> Add -> [Relu, Neg] -> Add ... : 3 nodes per rung, two branches each."""
+    nodes, current = [], "x"
+    for i in range(rungs):
+        nodes += [
+            onnx.helper.make_node("Relu", [current], [f"r{i}"], name=f"relu{i}"),
+            onnx.helper.make_node("Neg", [current], [f"n{i}"], name=f"neg{i}"),
+            onnx.helper.make_node("Add", [f"r{i}", f"n{i}"], [f"a{i}"], name=f"add{i}"),
+        ]
+        current = f"a{i}"
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        nodes, "ladder", [value("x", onnx.TensorProto.FLOAT, [4])], [value(current, onnx.TensorProto.FLOAT, [4])]
+    )
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+def test_a_graph_of_hundreds_of_nodes_is_drawn_and_pans_and_zooms(service: Service, browser: Browser) -> None:
+    """The page's own drawing code on a 300-node graph JSON (as the graph route builds it): every
+    node drawn, no two boxes overlapping, the highlighted one marked; then real mouse drags, the
+    wheel and keys move and scale the view."""
+    graph = describe_graph(_ladder(100), 1000).model_dump()
+    browser.open(service.url + "/#/jobs")
+    result = browser.driver.execute_async_script(
+        r"""
+        const [graph, done] = arguments;
+        import('/ui/js/graph.js').then((m) => {
+          const box = document.createElement('div');
+          box.className = 'graph-view';
+          box.id = 'big-graph';
+          box.tabIndex = 0;
+          document.getElementById('main').prepend(box);
+          const started = performance.now();
+          m.drawGraph(box, graph, new Set(['add50']));
+          const ms = performance.now() - started;
+          const rects = [...box.querySelectorAll('g.gnode')].map((g) => {
+            const [x, y] = g.getAttribute('transform').match(/[-\d.]+/g).map(Number);
+            const r = g.querySelector('rect');
+            return { id: g.dataset.id, x, y, w: Number(r.getAttribute('width')), h: Number(r.getAttribute('height')) };
+          });
+          let overlaps = 0;
+          for (let i = 0; i < rects.length; i += 1) {
+            for (let j = i + 1; j < rects.length; j += 1) {
+              const a = rects[i], b = rects[j];
+              if (a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h) overlaps += 1;
+            }
+          }
+          const diff = [...box.querySelectorAll('g.gnode.diff')].map((g) => g.dataset.id);
+          done({ nodes: box.querySelectorAll('g.gnode.node').length, items: rects.length, overlaps, diff, ms });
+        });
+        """,
+        graph,
+    )
+    assert result["nodes"] == 300 and result["items"] == 302 and result["overlaps"] == 0, result
+    assert result["diff"] == ["add50"]
+
+    def view() -> list[float]:
+        return [
+            float(v)
+            for v in browser.js("return document.querySelector('#big-graph svg').getAttribute('viewBox')").split()
+        ]
+
+    fitted = view()
+    svg_element = browser.driver.find_element(By.CSS_SELECTOR, "#big-graph svg")
+    ActionChains(browser.driver).scroll_from_origin(ScrollOrigin.from_element(svg_element), 0, -300).perform()
+    zoomed = view()
+    assert zoomed[2] < fitted[2] and zoomed[3] < fitted[3]  # the wheel zoomed in
+    ActionChains(browser.driver).move_to_element(svg_element).click_and_hold().move_by_offset(
+        -80, -60
+    ).release().perform()
+    dragged = view()
+    assert dragged[0] > zoomed[0] and dragged[1] > zoomed[1] and dragged[2] == zoomed[2]  # panned, same scale
+    box = browser.find("big-graph")
+    box.send_keys(Keys.ARROW_LEFT)
+    assert view()[0] < dragged[0]
+    box.send_keys("0")
+    assert view() == fitted
+    browser.js("document.getElementById('big-graph').remove()")
+
+
+def test_the_page_is_served_without_a_token(service: Service) -> None:
     index = httpx.get(service.url + "/")
     assert index.status_code == 200 and index.headers["content-type"].startswith("text/html")
-    assert "/ui/app.js" in index.text and "Content-Security-Policy" in index.text
-    for asset, kind in (("app.js", "javascript"), ("app.css", "text/css")):
+    assert "/ui/js/app.js" in index.text and "Content-Security-Policy" in index.text
+    for asset, kind in (("js/app.js", "javascript"), ("app.css", "text/css"), ("i18n/zh-CN.json", "json")):
         response = httpx.get(f"{service.url}/ui/{asset}")
         assert response.status_code == 200 and kind in response.headers["content-type"], asset
-    assert httpx.get(service.url + "/ui/").text == index.text
     assert httpx.get(service.url + "/ui/missing.js").headers["content-type"] == "application/problem+json"
 
 
@@ -328,12 +535,12 @@ def test_the_golden_values_file_is_uploaded_with_the_job(service: Service, brows
     onnx.save(build_example_model(), tmp_path / "example.onnx")
     command = [sys.executable, "-m", "reducer_cli.main", "golden", "example.onnx", "-o", "example.golden"]
     subprocess.run(command, cwd=tmp_path, check=True, capture_output=True, timeout=120)
-    browser.driver.get(service.url + "/#/new")
-    browser.save_token(service.token)
+    browser.open(service.url + "/#/new")
+    browser.sign_in(service.token)
     browser.find("golden").send_keys(str(tmp_path / "example.golden"))
-    _submit(browser, tmp_path, "kind: op-present\nops: [Mul]")
-    browser.wait(lambda d: "#/jobs/" in d.current_url, "the job page")
-    job_id = browser.driver.current_url.rsplit("/", 1)[1]
+    browser.drop_file("drop-zone", "model.onnx", EXAMPLE)
+    browser.find("submit-job").click()
+    job_id = _job_id(browser)
     with client_for(service.url, service.token) as client:
         golden = client.get(f"/v1/jobs/{job_id}/artifacts/golden")
     assert golden.status_code == 200, golden.text

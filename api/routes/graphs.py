@@ -1,0 +1,46 @@
+"""``GET /v1/jobs/{id}/artifacts/{name}/graph``: the graph of a stored model as JSON (nodes, tensor
+shapes and dtypes, graph inputs and outputs, op histogram), for the web page's drawings. Over
+``max_nodes`` nodes only the summary comes back. Weights are never read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api.deps import ServicesDep, TeamDep
+from api.graph_view import GraphOut, describe_graph, read_graph
+from api.routes.artifacts import locate_artifact
+from api.routes.jobs import load_job
+from api.services import Services
+from persistence.enums import ArtifactKind
+from persistence.models import Artifact, Job
+
+router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
+DEFAULT_MAX_NODES = 400
+
+
+def _model_file(services: Services, job: Job, artifact: Artifact) -> tuple[Path, bool]:
+    """The file holding the model's graph, and whether it is a tar bundle. An uploaded bundle
+    (tar or zip) is read from the job's unpacked model folder."""
+    if artifact.kind == ArtifactKind.ORIGINAL.value and artifact.meta.get("bundle"):
+        return services.layout.root / job.model_path, False
+    return services.layout.store.path(artifact.storage_key), bool(artifact.meta.get("bundle"))
+
+
+@router.get("/{job_id}/artifacts/{name}/graph", response_model=GraphOut)
+def artifact_graph(
+    job_id: str,
+    name: str,
+    services: ServicesDep,
+    team: TeamDep,
+    max_nodes: Annotated[int, Query(ge=1, le=5000, description="past this many nodes, only a summary")] = (
+        DEFAULT_MAX_NODES
+    ),
+) -> GraphOut:
+    """The graph of min-bad, min-good, original or iteration-N: nodes, tensors, inputs, outputs."""
+    job = load_job(services, team.id, job_id)
+    located = locate_artifact(services, job, name)
+    path, is_tar = _model_file(services, job, located.artifact)
+    return describe_graph(read_graph(path, is_tar), max_nodes)

@@ -1,0 +1,539 @@
+// One job: its facts, the live chart and iteration table (from the event stream, which replays the
+// job's history first), cancel with a confirmation, downloads, and when it ends the min-bad and
+// min-good graphs side by side with a summary in plain words.
+
+import { ApiError, NoTokenError, api, getJson, saveResponse } from "./api.js";
+import { drawChart, drawLegend } from "./chart.js";
+import { follow } from "./events.js";
+import { drawGraph, graphTable } from "./graph.js";
+import { formatDate, formatNumber, setRich, t } from "./i18n.js";
+import {
+  $, TERMINAL, badge, cell, clearError, formatBytes, formatSeconds, secondsBetween, session, setState, showError, signInHint,
+} from "./ui.js";
+
+const REFRESH_MS = 1500;
+const SUMMARY_NAMES = 6;
+let current = null;
+
+const jobPath = (state, rest = "") => `/v1/jobs/${encodeURIComponent(state.id)}${rest}`;
+
+export function closeJob() {
+  if (!current) return;
+  current.controller.abort();
+  clearTimeout(current.refreshTimer);
+  clearInterval(current.clock);
+  current = null;
+}
+
+export function openJob(id) {
+  closeJob();
+  const state = {
+    id,
+    controller: new AbortController(),
+    job: null,
+    rows: new Map(),
+    ended: false,
+    refreshTimer: null,
+    lastRefresh: 0,
+    chartQueued: false,
+    graphsLoaded: false,
+    graphs: null,
+    clock: null,
+  };
+  current = state;
+  document.title = `${t("job.heading")} ${id} · onnx-reducer`;
+  $("job-id").textContent = id;
+  $("job-card").hidden = true;
+  $("job-missing").hidden = true;
+  $("iterations-body").replaceChildren();
+  $("graphs").hidden = true;
+  $("job-summary").hidden = true;
+  $("stream-state").textContent = "";
+  drawLegend($("chart-legend"));
+  drawChart($("chart"), [], null);
+  const hint = signInHint();
+  if (hint) {
+    missing(hint, false);
+    return;
+  }
+  load(state);
+}
+
+async function load(state) {
+  if (!(await refresh(state))) return;
+  $("job-card").hidden = false;
+  state.clock = setInterval(() => renderClock(state), 1000);
+  follow(jobPath(state, "/events"), state.controller.signal, {
+    isOver: () => state.ended,
+    onEvent: (event) => onEvent(state, event),
+    onGap: () => refresh(state),
+    onState: (kind, info) => {
+      if (current !== state) return;
+      if (kind === "live") $("stream-state").textContent = t("stream.live");
+      else if (kind === "waiting") $("stream-state").textContent = t("stream.waiting", { s: info.seconds });
+      else if (kind === "stopped") {
+        $("stream-state").textContent = t("stream.stopped");
+        showError(info.error);
+      }
+    },
+  }).then(() => {
+    if (current === state && state.ended) $("stream-state").textContent = t("stream.ended");
+  });
+}
+
+function missing(text, withLink = true) {
+  setRich($("job-missing-text"), text);
+  $("job-missing").querySelector("a").parentElement.hidden = !withLink;
+  $("job-missing").hidden = false;
+  $("job-card").hidden = true;
+}
+
+/** GET the job and render it; false when there is nothing to show (404, no token, refused). */
+async function refresh(state) {
+  state.lastRefresh = Date.now();
+  try {
+    const job = await getJson(jobPath(state), { signal: state.controller.signal });
+    if (current !== state) return false;
+    state.job = job;
+    if (TERMINAL.has(job.status)) state.ended = true;
+    render(state);
+    return true;
+  } catch (err) {
+    if (current !== state || (err && err.name === "AbortError")) return false;
+    if (err instanceof ApiError && err.status === 404) {
+      missing(t("job.missing", { id: state.id }));
+      state.ended = true;
+      return false;
+    }
+    if (err instanceof NoTokenError || (err instanceof ApiError && err.status === 401)) {
+      if (err instanceof ApiError) session.state = "refused";
+      missing(signInHint(), false);
+      state.ended = true;
+      return false;
+    }
+    // a network failure while the page already shows the job: the event stream's state says
+    // "reconnecting", and the next refresh brings the facts up to date
+    if (!(err instanceof TypeError && state.job)) showError(err);
+    return state.job !== null;
+  }
+}
+
+function scheduleRefresh(state) {
+  if (state.refreshTimer) return;
+  const wait = Math.max(0, REFRESH_MS - (Date.now() - state.lastRefresh));
+  state.refreshTimer = setTimeout(() => {
+    state.refreshTimer = null;
+    if (current === state) refresh(state);
+  }, wait);
+}
+
+export function rerenderJob() {
+  if (!current) return;
+  drawLegend($("chart-legend"));
+  if (current.job) render(current);
+  for (const data of current.rows.values()) addRow(current, data.data);
+  queueChart(current);
+  if (current.graphs) showGraphs(current, current.graphs);
+}
+
+function inFlight(job) {
+  const progress = job.progress || {};
+  const value = progress.in_flight ?? progress.checks_in_flight ?? job.in_flight ?? job.checks_in_flight;
+  return typeof value === "number" ? value : Array.isArray(value) ? value.length : 0;
+}
+
+function localization(job) {
+  const value = job.localization ?? job.progress?.localization;
+  if (!value) return "";
+  if (typeof value === "string") return value;
+  const parts = [value.path, value.reason].filter(Boolean);
+  if (typeof value.checks === "number") parts.push(t("job.localization.checks", { n: value.checks }));
+  return parts.join(" · ");
+}
+
+function flakiness(job) {
+  const value = job.flakiness ?? job.flaky ?? job.original_failure_rate ?? job.progress?.flakiness;
+  if (value === undefined || value === null || value === false) return "";
+  const rate = typeof value === "number" ? value : value.rate ?? value.failure_rate;
+  if (typeof rate === "number" && rate < 1) return t("job.flaky.rate", { percent: formatNumber(rate * 100) });
+  if (typeof value === "object" && value.detail) return String(value.detail);
+  return typeof value === "string" ? value : "";
+}
+
+function bestSoFar(state) {
+  let best = null;
+  for (const { data } of state.rows.values()) {
+    if (data.reproduces && (!best || data.nodes < best.nodes)) best = data;
+  }
+  return best;
+}
+
+function fact(id, text) {
+  $(id).textContent = text;
+}
+
+function optionalFact(id, text) {
+  $(id).textContent = text;
+  $(id).hidden = !text;
+  $(`${id}-label`).hidden = !text;
+}
+
+function render(state) {
+  const job = state.job;
+  badge($("job-status"), job.status);
+  fact("job-model", `${job.model.filename} (${formatBytes(job.model.size)})`);
+  fact("job-mode", `${job.mode} · ${job.check_kind}`);
+  fact("job-nodes-before", job.nodes_before ?? "–");
+  fact("job-nodes-after", job.nodes_after ?? "–");
+  fact("job-best", job.progress.best_size ?? "–");
+  const flying = inFlight(job);
+  const checks = job.progress.checks_run;
+  fact("job-checks", flying ? t("job.checks_in_flight", { n: checks, k: flying }) : String(checks));
+  fact("job-per-check", formatSeconds(job.progress.mean_check_s));
+  fact("job-eta", job.status === "running" ? formatSeconds(job.progress.eta_s) : "–");
+  fact("job-started", formatDate(job.started_at));
+  renderClock(state);
+  optionalFact("job-waiting", job.status === "queued" ? job.waiting_reason || "" : "");
+  optionalFact("job-localization", localization(job));
+  optionalFact("job-flaky", flakiness(job));
+  if (job.error) {
+    fact("job-error", `${job.error.code}${job.error.message ? `: ${job.error.message}` : ""}`);
+    $("job-error").hidden = false;
+  } else {
+    $("job-error").hidden = true;
+  }
+  renderButtons(state);
+  renderSummary(state);
+  if (job.status === "succeeded" && !state.graphsLoaded) loadGraphs(state, true);
+  if ((job.status === "cancelled" || job.status === "failed") && !state.graphsLoaded && bestSoFar(state)) {
+    loadGraphs(state, false);
+  }
+}
+
+function renderClock(state) {
+  if (!state.job || current !== state) return;
+  fact("job-duration", formatSeconds(secondsBetween(state.job.started_at, state.job.finished_at)));
+}
+
+function renderButtons(state) {
+  const status = state.job.status;
+  const best = bestSoFar(state);
+  const early = status === "cancelled" || status === "failed";
+  const minBad = $("download-min-bad");
+  minBad.disabled = !(status === "succeeded" || (early && best));
+  setRich(minBad, early && best ? t("job.download.best", { n: best.nodes }) : t("job.download.min_bad"));
+  $("download-min-good").disabled = status !== "succeeded" || (state.graphs && !state.graphs.good);
+  $("download-original").disabled = false;
+  $("cancel-job").disabled = TERMINAL.has(status);
+}
+
+function summaryList(nodes) {
+  const shown = nodes.slice(0, SUMMARY_NAMES).map((n) => `\`${n.name || n.id}\` (${n.op})`).join(", ");
+  return nodes.length > SUMMARY_NAMES ? `${shown} ${t("summary.more", { k: nodes.length - SUMMARY_NAMES })}` : shown;
+}
+
+function renderSummary(state) {
+  const job = state.job;
+  let text = "";
+  const graphs = state.graphs;
+  if (job.status === "succeeded" && graphs && graphs.bad && !graphs.bad.truncated) {
+    const bad = graphs.bad.nodes;
+    const good = graphs.good && !graphs.good.truncated ? graphs.good : null;
+    const goodIds = new Set(good ? good.nodes.map((n) => n.id) : []);
+    const only = bad.filter((n) => !goodIds.has(n.id));
+    if (bad.length === 1) {
+      const key = good ? "summary.single" : "summary.single_no_good";
+      text = t(key, { name: bad[0].name || bad[0].id, op: bad[0].op });
+    } else if (good) {
+      text = t("summary.many", { n: bad.length, m: good.nodes.length, k: only.length, list: summaryList(only) });
+    } else {
+      text = t("summary.no_good", { n: bad.length, list: summaryList(bad) });
+    }
+  } else if (job.status === "cancelled" || job.status === "failed") {
+    const best = bestSoFar(state);
+    text = best ? t("summary.best_so_far", { n: best.nodes, number: best.number }) : t("summary.nothing_yet");
+  }
+  setState($("job-summary"), text);
+}
+
+// -- live events ---------------------------------------------------------------------------------
+
+function onEvent(state, event) {
+  if (current !== state) return;
+  let data;
+  try {
+    data = JSON.parse(event.data);
+  } catch {
+    return;
+  }
+  if (event.type === "iteration") {
+    addRow(state, data);
+    queueChart(state);
+    if (state.job) {
+      state.job.progress.checks_run = Math.max(state.job.progress.checks_run, data.number);
+      if (data.best_size !== null && data.best_size !== undefined) state.job.progress.best_size = data.best_size;
+      fact("job-checks", String(state.job.progress.checks_run));
+      fact("job-best", state.job.progress.best_size ?? "–");
+    }
+    if (!state.ended) scheduleRefresh(state);
+  } else if (event.type === "job.started" || event.type === "job.queued") {
+    if (state.job && !state.ended) {
+      state.job.status = event.type === "job.started" ? "running" : "queued";
+      badge($("job-status"), state.job.status);
+    }
+    scheduleRefresh(state);
+  } else if (["job.succeeded", "job.failed", "job.cancelled"].includes(event.type)) {
+    state.ended = true;
+    clearTimeout(state.refreshTimer);
+    state.refreshTimer = null;
+    refresh(state);
+  }
+}
+
+function queueChart(state) {
+  if (state.chartQueued) return;
+  state.chartQueued = true;
+  requestAnimationFrame(() => {
+    state.chartQueued = false;
+    if (current !== state) return;
+    const rows = [...state.rows.values()].map((r) => r.data).sort((a, b) => a.number - b.number);
+    drawChart($("chart"), rows, state.job ? state.job.nodes_before : null);
+  });
+}
+
+function addRow(state, data) {
+  const row = document.createElement("tr");
+  row.dataset.number = String(data.number);
+  row.className = `v-${data.verdict}`;
+  cell(row, String(data.number), "#", "num");
+  const phase = document.createElement("code");
+  phase.textContent = data.phase;
+  cell(row, phase, t("iter.phase"));
+  cell(row, String(data.nodes), t("iter.nodes"), "num");
+  const verdict = document.createElement("span");
+  verdict.className = `verdict v-${data.verdict}`;
+  verdict.textContent = t(`verdict.${data.verdict}`) + (data.reproduces ? ` · ${t("iter.reproduces")}` : "");
+  cell(row, verdict, t("iter.verdict"));
+  cell(row, formatSeconds(data.duration_s), t("iter.duration"), "num");
+  const model = document.createElement("button");
+  model.type = "button";
+  model.className = "link";
+  model.textContent = t("iter.download", { number: data.number });
+  model.addEventListener("click", () => download(`iteration-${data.number}`, model));
+  cell(row, model, t("iter.model"));
+  const output = document.createElement("button");
+  output.type = "button";
+  output.className = "link";
+  output.textContent = t("iter.output.show");
+  output.setAttribute("aria-expanded", "false");
+  output.addEventListener("click", () => toggleOutput(state, data.number, row, output));
+  cell(row, output, t("iter.output"));
+  const old = state.rows.get(data.number);
+  if (old) {
+    if (old.detail) old.detail.remove();
+    old.row.replaceWith(row);
+  } else {
+    insertInOrder(state, row, data.number);
+  }
+  state.rows.set(data.number, { data, row, detail: null });
+}
+
+function insertInOrder(state, row, number) {
+  const later = [...state.rows.entries()].filter(([n]) => n > number).sort((a, b) => a[0] - b[0])[0];
+  if (later) later[1].row.before(row);
+  else $("iterations-body").append(row);
+}
+
+async function toggleOutput(state, number, row, button) {
+  const entry = state.rows.get(number);
+  if (entry.detail) {
+    entry.detail.remove();
+    entry.detail = null;
+    button.textContent = t("iter.output.show");
+    button.setAttribute("aria-expanded", "false");
+    return;
+  }
+  try {
+    const page = await getJson(jobPath(state, `/iterations?after=${number - 1}&limit=1`));
+    const item = page.items[0];
+    const detail = document.createElement("tr");
+    detail.className = "output-row";
+    const td = document.createElement("td");
+    td.colSpan = 7;
+    const pre = document.createElement("pre");
+    pre.className = "output";
+    const lines = [item && item.detail, item && item.output_tail].filter(Boolean).join("\n");
+    pre.textContent = lines || t("iter.output.empty");
+    td.append(pre);
+    detail.append(td);
+    row.after(detail);
+    entry.detail = detail;
+    button.textContent = t("iter.output.hide");
+    button.setAttribute("aria-expanded", "true");
+  } catch (err) {
+    showError(err);
+  }
+}
+
+// -- downloads and cancel ------------------------------------------------------------------------
+
+async function download(name, button) {
+  if (!current) return;
+  const state = current;
+  const before = button.disabled;
+  button.disabled = true;
+  clearError();
+  try {
+    const response = await api(jobPath(state, `/artifacts/${name}`));
+    await saveResponse(response, `${state.id}-${name}.onnx`);
+  } catch (err) {
+    showError(err);
+  } finally {
+    button.disabled = before;
+  }
+}
+
+async function cancel() {
+  if (!current) return;
+  const state = current;
+  $("cancel-job").disabled = true;
+  clearError();
+  try {
+    const job = await getJson(jobPath(state, "/cancel"), { method: "POST" });
+    if (current === state) {
+      state.job = job;
+      if (TERMINAL.has(job.status)) state.ended = true;
+      render(state);
+    }
+  } catch (err) {
+    showError(err);
+    $("cancel-job").disabled = false;
+  }
+}
+
+// -- graphs --------------------------------------------------------------------------------------
+
+async function graphOf(state, name, maxNodes) {
+  const query = maxNodes ? `?max_nodes=${maxNodes}` : "";
+  try {
+    return await getJson(jobPath(state, `/artifacts/${name}/graph${query}`), { signal: state.controller.signal });
+  } catch (err) {
+    if (err instanceof ApiError && (err.status === 404 || err.status === 422)) return null;
+    throw err;
+  }
+}
+
+async function loadGraphs(state, succeeded) {
+  state.graphsLoaded = true;
+  try {
+    const [bad, good, original] = await Promise.all([
+      graphOf(state, "min-bad"),
+      succeeded ? graphOf(state, "min-good") : Promise.resolve(null),
+      graphOf(state, "original", 1),
+    ]);
+    if (current !== state) return;
+    state.graphs = { bad, good, original, succeeded };
+    showGraphs(state, state.graphs);
+    renderButtons(state);
+    renderSummary(state);
+  } catch (err) {
+    state.graphsLoaded = false;
+    showError(err);
+  }
+}
+
+function drawPanel(name, graph, highlight, emptyText) {
+  const view = $(`graph-${name}`);
+  const table = $(`table-${name}`);
+  const panel = $(`panel-${name}`);
+  const tools = panel.querySelector(".graph-tools");
+  if (!graph || graph.truncated) {
+    const text = graph ? t("graphs.too_large", { n: graph.node_count }) : emptyText;
+    const note = document.createElement("p");
+    note.className = "graph-note";
+    setRich(note, text);
+    view.replaceChildren(note);
+    table.replaceChildren();
+    tools.hidden = true;
+    $(`caption-${name}`).textContent = graph ? t("graphs.count", { n: graph.node_count }) : "";
+    return;
+  }
+  tools.hidden = false;
+  $(`caption-${name}`).textContent = t("graphs.count", { n: graph.node_count });
+  const control = drawGraph(view, graph, highlight);
+  for (const button of tools.querySelectorAll("[data-zoom]")) {
+    button.onclick = () => {
+      const action = button.dataset.zoom;
+      if (action === "fit") control.fit();
+      else control.zoom(action === "in" ? 1.25 : 0.8);
+    };
+  }
+  table.replaceChildren(graphTable(graph, highlight));
+}
+
+function showGraphs(state, graphs) {
+  const badIds = new Set(graphs.bad && !graphs.bad.truncated ? graphs.bad.nodes.map((n) => n.id) : []);
+  const goodIds = new Set(graphs.good && !graphs.good.truncated ? graphs.good.nodes.map((n) => n.id) : []);
+  const onlyBad = new Set([...badIds].filter((id) => !goodIds.has(id) && graphs.good));
+  const onlyGood = new Set([...goodIds].filter((id) => !badIds.has(id)));
+  $("graphs").hidden = !graphs.bad;
+  setRich($("graphs-heading"), graphs.succeeded ? t("graphs.heading") : t("graphs.heading.best"));
+  drawPanel("min-bad", graphs.bad, graphs.good ? onlyBad : new Set(), t("graphs.none"));
+  const goodText = graphs.succeeded ? t("graphs.no_min_good") : t("graphs.no_min_good.early");
+  drawPanel("min-good", graphs.good, onlyGood, goodText);
+  renderOriginal(graphs.original);
+}
+
+function renderOriginal(original) {
+  const box = $("original-summary");
+  box.replaceChildren();
+  if (!original) return;
+  const heading = document.createElement("h3");
+  heading.textContent = t("original.heading", { n: original.node_count });
+  const intro = document.createElement("p");
+  intro.className = "muted";
+  intro.textContent = t("original.text");
+  const bars = document.createElement("ul");
+  bars.className = "histogram";
+  const entries = Object.entries(original.op_histogram);
+  const most = Math.max(1, ...entries.map(([, n]) => n));
+  for (const [op, count] of entries.slice(0, 24)) {
+    const item = document.createElement("li");
+    const label = document.createElement("span");
+    label.className = "op";
+    label.textContent = op;
+    const bar = document.createElement("span");
+    bar.className = "bar";
+    bar.style.setProperty("--share", String(count / most));
+    const value = document.createElement("span");
+    value.className = "count";
+    value.textContent = String(count);
+    item.append(label, bar, value);
+    bars.append(item);
+  }
+  box.append(heading, intro, bars);
+  if (entries.length > 24) {
+    const more = document.createElement("p");
+    more.className = "muted";
+    more.textContent = t("original.more", { k: entries.length - 24 });
+    box.append(more);
+  }
+}
+
+export function bindJob() {
+  for (const button of document.querySelectorAll("[data-artifact]")) {
+    button.addEventListener("click", () => download(button.dataset.artifact, button));
+  }
+  const dialog = $("cancel-dialog");
+  $("cancel-job").addEventListener("click", () => {
+    if (!current || $("cancel-job").disabled) return;
+    dialog.showModal();
+    $("cancel-keep").focus();
+  });
+  $("cancel-keep").addEventListener("click", () => dialog.close("keep"));
+  $("cancel-confirm").addEventListener("click", () => {
+    dialog.close("cancel");
+    cancel();
+  });
+  dialog.addEventListener("close", () => $("cancel-job").focus());
+}

@@ -1,0 +1,130 @@
+// The jobs list: the team's jobs, newest first, filtered by status (server side) and by model name
+// (this page); refreshed every few seconds while one of them is still queued or running.
+
+import { getJson } from "./api.js";
+import { formatDate, t } from "./i18n.js";
+import {
+  $, TERMINAL, badge, cell, clearError, formatSeconds, secondsBetween, session, setState, showError, signInHint,
+} from "./ui.js";
+
+const PAGE_SIZE = 20;
+const REFRESH_MS = 4000;
+const list = { pages: [null], index: 0, next: null, items: [], timer: null, active: false };
+
+export function openJobs() {
+  list.active = true;
+  load();
+}
+
+export function closeJobs() {
+  list.active = false;
+  clearTimeout(list.timer);
+}
+
+async function load() {
+  clearTimeout(list.timer);
+  const hint = signInHint();
+  if (hint) {
+    list.items = [];
+    render(hint);
+    return;
+  }
+  const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  const status = $("status-filter").value;
+  if (status) params.set("status", status);
+  const cursor = list.pages[list.index];
+  if (cursor) params.set("cursor", cursor);
+  try {
+    const page = await getJson(`/v1/jobs?${params}`);
+    if (!list.active) return;
+    list.items = page.items;
+    list.next = page.next_cursor;
+    render("");
+    if (page.items.some((job) => !TERMINAL.has(job.status))) list.timer = setTimeout(load, REFRESH_MS);
+  } catch (err) {
+    list.items = [];
+    render("");
+    showError(err);
+  }
+}
+
+export function rerenderJobs() {
+  if (list.active) render(signInHint());
+}
+
+function render(hint) {
+  const text = $("model-filter").value.trim().toLowerCase();
+  const shown = list.items.filter((job) => !text || job.model.filename.toLowerCase().includes(text));
+  const tbody = $("jobs-body");
+  tbody.replaceChildren(...shown.map(row));
+  $("jobs-table").hidden = shown.length === 0;
+  let state = hint;
+  if (!state && !list.items.length) {
+    const status = $("status-filter").value;
+    state = status ? t("jobs.state.none_status", { status: t(`status.${status}`) }) : t("jobs.state.empty");
+  } else if (!state && !shown.length) {
+    state = t("jobs.state.no_match", { text: $("model-filter").value.trim() });
+  }
+  setState($("jobs-state"), state);
+  const signedIn = session.state === "ok";
+  $("jobs-next").disabled = !signedIn || !list.next;
+  $("jobs-prev").disabled = !signedIn || list.index === 0;
+  $("jobs-first").disabled = !signedIn || list.index === 0;
+}
+
+function row(job) {
+  const tr = document.createElement("tr");
+  tr.dataset.id = job.id;
+  const status = document.createElement("span");
+  badge(status, job.status);
+  cell(tr, status, t("col.status"));
+  const link = document.createElement("a");
+  link.href = `#/jobs/${job.id}`;
+  link.textContent = job.model.filename;
+  const id = document.createElement("span");
+  id.className = "job-id muted";
+  id.textContent = job.id.slice(0, 8);
+  const model = document.createDocumentFragment();
+  model.append(link, " ", id);
+  cell(tr, model, t("col.model"), "model");
+  const after = job.nodes_after ?? (job.status === "running" ? job.progress.best_size : null);
+  cell(tr, `${job.nodes_before ?? "–"} → ${after ?? "–"}`, t("col.nodes"), "num");
+  cell(tr, String(job.progress.checks_run), t("col.checks"), "num");
+  cell(tr, formatDate(job.started_at), t("col.started"));
+  cell(tr, formatSeconds(secondsBetween(job.started_at, job.finished_at)), t("col.duration"), "num");
+  return tr;
+}
+
+function resetPages() {
+  list.pages = [null];
+  list.index = 0;
+}
+
+export function bindJobs() {
+  $("jobs-filter").addEventListener("submit", (event) => {
+    event.preventDefault();
+    clearError();
+    load();
+  });
+  $("status-filter").addEventListener("change", () => {
+    resetPages();
+    load();
+  });
+  $("model-filter").addEventListener("input", () => render(signInHint()));
+  $("jobs-next").addEventListener("click", () => {
+    if (!list.next) return;
+    list.pages = list.pages.slice(0, list.index + 1);
+    list.pages.push(list.next);
+    list.index += 1;
+    load();
+  });
+  $("jobs-prev").addEventListener("click", () => {
+    if (list.index === 0) return;
+    list.index -= 1;
+    load();
+  });
+  $("jobs-first").addEventListener("click", () => {
+    resetPages();
+    load();
+  });
+}

@@ -1,0 +1,217 @@
+"""The reduction session shared by ``onnx-reducer reduce`` and the service worker.
+
+``ReductionSession`` puts together, in one place, what both need around the pure step machine
+(``reducer_core.session.ReductionMachine``): the prepared model (``Workspace``), the check and its
+verdict-cache identity (check + workspace options + golden values), whether to localise (the
+accuracy flowchart for compare/golden specs), the layerwise run, and writing candidates (the
+pre-serialised fast path). A driver either runs it to the end with ``run(hooks)``, or asks for
+work itself (``next_requests`` / ``deliver``) and keeps ``state()`` to resume it anywhere.
+
+    session = ReductionSession.start(workspace, SessionCheck(check, spec, golden), config)
+    result = session.run(hooks)          # hooks: write_iteration, run_check, on_record, ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checks.spec import CheckSpec, ModelCheck
+from engine.localize import layerwise_run
+from engine.workspace import ReduceOptions, Workspace
+from reducer_core.cache import VerdictCache
+from reducer_core.candidate import Candidate
+from reducer_core.errors import MissingTypeError
+from reducer_core.localization import LayerwiseResult
+from reducer_core.records import IterationRecord, Localization, ReductionResult
+from reducer_core.session import (
+    Answer,
+    CheckRequest,
+    LayerwiseRequest,
+    ReductionMachine,
+    Request,
+    SessionConfig,
+    SessionListener,
+    SilentListener,
+    drive,
+)
+from reducer_core.verdict import Verdict, VerdictKind
+
+
+@dataclass(frozen=True)
+class SessionCheck:
+    """The check of a session: the runnable ``check``, the ``spec`` it was built from (None for a
+    ``--check`` command or interactive mode) and the golden values it reads (``golden_sha256``:
+    their digest, computed from the file when not given)."""
+
+    check: ModelCheck
+    spec: CheckSpec | None = None
+    golden: Path | None = None
+    golden_sha256: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.golden is not None and self.golden_sha256 is None:
+            object.__setattr__(self, "golden_sha256", file_sha256(self.golden))
+
+    @property
+    def identity(self) -> str:
+        """What decides a verdict besides the model: the spec (or the command), and the golden values."""
+        base = self.spec.identity if self.spec is not None else self.check.identity
+        return base + (f" golden=sha256:{self.golden_sha256}" if self.golden_sha256 else "")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verdict_identity(check: SessionCheck, options: ReduceOptions) -> str:
+    """The verdict cache's identity: cached verdicts, replays and saved sessions apply only to the
+    same check (and golden values) on candidates shaped by the same options."""
+    return f"{check.identity} | {options.identity}"
+
+
+def resolve_config(config: SessionConfig, spec: CheckSpec | None) -> SessionConfig:
+    """Localise compare/golden specs only (``config.localize`` False: the user said no)."""
+    if spec is None:
+        return dataclasses.replace(config, localize=False, not_localized="")
+    if not spec.is_accuracy:
+        return dataclasses.replace(config, localize=False, not_localized="not a compare/golden check")
+    if not config.localize:
+        return dataclasses.replace(config, not_localized="--no-localize")
+    return config
+
+
+class SessionHooks(SilentListener):
+    """What a driver does for ``ReductionSession.run``: write the candidate where the check reads
+    it, run the check, hear each verdict (``on_record``: log it, save the replay or the state),
+    and say when to stop. Only the first two have no default."""
+
+    def write_iteration(self, request: CheckRequest) -> Path:
+        """Write ``request.candidate``'s model (``ReductionSession.write``) and return its path."""
+        raise NotImplementedError
+
+    def run_check(self, request: CheckRequest, model: Path) -> Verdict:
+        raise NotImplementedError
+
+    def should_stop(self) -> bool:
+        """Polled before each request once the original failed (it may also raise to stop)."""
+        return False
+
+
+class _Relay:
+    """The machine's listener: forwards to whoever listens now (the running hooks)."""
+
+    def __init__(self, target: SessionListener) -> None:
+        self.target = target
+
+    def on_record(self, record: IterationRecord) -> None:
+        self.target.on_record(record)
+
+    def on_layerwise(self, result: LayerwiseResult) -> None:
+        self.target.on_layerwise(result)
+
+    def on_localization(self, localization: Localization) -> None:
+        self.target.on_localization(localization)
+
+
+class ReductionSession:
+    def __init__(self, workspace: Workspace, check: SessionCheck, machine: ReductionMachine, relay: _Relay) -> None:
+        self.workspace = workspace
+        self.check = check
+        self.machine = machine
+        self._relay = relay
+
+    @classmethod
+    def start(
+        cls,
+        workspace: Workspace,
+        check: SessionCheck,
+        config: SessionConfig,
+        state: dict[str, Any] | None = None,
+        listener: SessionListener | None = None,
+    ) -> ReductionSession:
+        """A new session, or (``state``) the one whose ``state()`` was saved, at that position."""
+        config = resolve_config(config, check.spec)
+        index = workspace.index
+        cache = VerdictCache(index.fingerprint, verdict_identity(check, workspace.options))
+        relay = _Relay(listener or SilentListener())
+        if state:
+            machine = ReductionMachine.from_state(index, config, cache, state, relay)
+        else:
+            machine = ReductionMachine(index, config, cache, relay)
+        return cls(workspace, check, machine, relay)
+
+    # -- the step machine's interface ----------------------------------------------------------
+
+    def next_requests(self, k: int = 1) -> list[Request]:
+        return self.machine.next_requests(k)
+
+    def deliver(self, request: Request, result: Answer, overhead_s: float = 0.0) -> None:
+        self.machine.deliver(request, result, overhead_s)
+
+    @property
+    def done(self) -> bool:
+        return self.machine.done
+
+    @property
+    def result(self) -> ReductionResult:
+        return self.machine.result
+
+    @property
+    def original(self) -> Verdict | None:
+        return self.machine.original
+
+    @property
+    def cache(self) -> VerdictCache:
+        return self.machine.cache
+
+    def state(self) -> dict[str, Any]:
+        return self.machine.state()
+
+    def load_replay(self, data: dict[str, Any]) -> int:
+        """Verdicts of a debug replay (``--load-debug-replay``): they answer their candidates as
+        cached records, before any check runs. Returns how many were loaded."""
+        return self.machine.cache.merge_json(data)
+
+    # -- doing the work ----------------------------------------------------------------------------
+
+    def write(self, candidate: Candidate, path: Path) -> list[str]:
+        """Write ``candidate``'s model to ``path`` (weights by reference); the weight files it uses."""
+        self.workspace.write(candidate, path)
+        return self.workspace.weight_locations(candidate)
+
+    def run_layerwise(self) -> LayerwiseResult:
+        """The answer to a ``LayerwiseRequest`` (only asked for with a compare/golden spec)."""
+        assert self.check.spec is not None
+        return layerwise_run(self.workspace, self.check.spec, self.check.golden)
+
+    def execute(self, request: Request, hooks: SessionHooks) -> Answer:
+        """Do ``request``'s work with ``hooks``: the answer to deliver."""
+        if isinstance(request, LayerwiseRequest):
+            return self.run_layerwise()
+        try:
+            path = hooks.write_iteration(request)
+        except MissingTypeError as exc:
+            return Verdict(VerdictKind.INFRA_ERROR, "", str(exc))
+        return hooks.run_check(request, path)
+
+    def run(self, hooks: SessionHooks) -> ReductionResult:
+        """Run the session to its end (or until ``hooks.should_stop``), one check at a time."""
+        started = time.monotonic()
+        previous, self._relay.target = self._relay.target, hooks
+        try:
+            stopped = drive(self.machine, lambda request: self.execute(request, hooks), hooks.should_stop)
+        finally:
+            self._relay.target = previous
+        result = self.machine.result
+        result.elapsed_s = time.monotonic() - started
+        result.stopped_early = stopped
+        return result

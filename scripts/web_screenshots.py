@@ -1,0 +1,90 @@
+"""Refresh the web page's screenshots in docs/screenshots/ (shown in the README): the jobs list, a
+running job and a finished job's graph comparison. Runs the embedded service and headless Chromium
+from the browser tests' harness; nothing is fetched from outside.
+
+    make screenshots        (or: PYTHONPATH=. .venv/bin/python scripts/web_screenshots.py [OUT_DIR])
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import onnx
+
+from examples.build_example_model import build_example_model
+from tests.service.helpers import chain_model, wait_job
+from tests.service.web_harness import Browser, chromium, embedded_service
+
+WIDTH, HEIGHT = 1100, 760
+SLOW_CHECK = "kind: command\ncommand: [sh, -c, 'sleep 0.6; if grep -q Mul \"$1\"; then exit 1; fi', sh, '{model}']\n"
+
+
+def capture(browser: Browser, path: Path, top_id: str, bottom_id: str | None = None, pad: int = 12) -> None:
+    """A PNG of the page from the top of ``top_id`` to the bottom of ``bottom_id`` (or of ``top_id``)."""
+    box = browser.js(
+        """const a = document.getElementById(arguments[0]);
+        const b = document.getElementById(arguments[1] || arguments[0]);
+        const top = a.getBoundingClientRect().top + scrollY, bottom = b.getBoundingClientRect().bottom + scrollY;
+        return [top, bottom];""",
+        top_id,
+        bottom_id,
+    )
+    clip = {"x": 0, "y": max(0, box[0] - pad), "width": WIDTH, "height": box[1] - box[0] + 2 * pad, "scale": 1}
+    shot = browser.driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True}
+    )
+    path.write_bytes(base64.b64decode(shot["data"]))
+    print(f"wrote {path} ({path.stat().st_size // 1024} KiB)")
+
+
+def submit(client: httpx.Client, model: onnx.ModelProto, spec: str, filename: str, mode: str = "auto") -> str:
+    files = {"model": (filename, model.SerializeToString())}
+    answer = client.post("/v1/jobs", files=files, data={"check_spec": spec, "mode": mode})
+    answer.raise_for_status()
+    job_id: str = answer.json()["id"]
+    return job_id
+
+
+def main(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    example = build_example_model()
+    with (
+        embedded_service(Path(tempfile.mkdtemp(prefix="onnx-reducer-shots-"))) as service,
+        chromium(WIDTH, HEIGHT) as browser,
+    ):
+        headers = {"Authorization": f"Bearer {service.token}"}
+        with httpx.Client(base_url=service.url, headers=headers, timeout=60) as client:
+            finished = submit(client, example, "kind: op-present\nops: [Mul]", "example.onnx")
+            wait_job(client, finished)
+            wait_job(client, submit(client, example, "kind: op-present\nops: [Conv]", "no-conv.onnx"))
+            wait_job(
+                client, submit(client, chain_model(24, 15), "kind: op-present\nops: [Mul]", "chain.onnx", "bisect")
+            )
+            running = submit(client, chain_model(40, 29), SLOW_CHECK, "encoder-block.onnx", "linear")
+
+            browser.open(service.url + "/#/jobs")
+            browser.sign_in(service.token)
+            browser.wait(lambda d: len(d.find_elements("css selector", "#jobs-body tr")) == 4, "four jobs")
+            capture(browser, out / "jobs.png", "view-jobs")
+
+            browser.driver.get(f"{service.url}/#/jobs/{running}")
+            browser.wait(lambda d: len(d.find_elements("css selector", "#iterations-body tr")) >= 9, "iterations")
+            browser.wait(lambda d: browser.text("job-eta") != "–", "an ETA")
+            time.sleep(0.5)
+            capture(browser, out / "running-job.png", "view-job", "chart-legend")
+            client.post(f"/v1/jobs/{running}/cancel")
+
+            browser.driver.get(f"{service.url}/#/jobs/{finished}")
+            browser.wait(lambda d: d.find_elements("css selector", "#graph-min-good g.gnode"), "the graphs")
+            time.sleep(0.5)
+            capture(browser, out / "graphs.png", "job-summary", "graphs-help")
+            wait_job(client, running)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/screenshots"))

@@ -1,0 +1,78 @@
+"""The stop scope (``checks.cancel``): a running check of any kind is killed, with every process it
+started, soon after the scope asks to stop; outside a scope nothing is polled."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from checks.cancel import CheckStoppedError, stop_checks_when
+from checks.spec import build_check, parse_check_spec
+from tests.checks.conftest import COMPARE_FP16
+
+# The command leaves a grandchild in a session of its own (which the check's own group kill would
+# miss) and records its pid, then waits.
+ESCAPING = "setsid sleep 60 & echo $! > {pids}; sleep 60"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+def test_a_stopped_command_check_and_its_escaped_grandchild_are_killed(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    spec = parse_check_spec(f"kind: command\ncommand: [sh, -c, '{ESCAPING.format(pids=pids)}']\ntimeout: 120")
+    check = build_check(spec, work_dir=tmp_path)
+    started = time.monotonic()
+    with stop_checks_when(lambda: time.monotonic() - started > 1.0), pytest.raises(CheckStoppedError):
+        check.run(tmp_path / "model.onnx")
+    assert time.monotonic() - started < 5
+    grandchild = int(pids.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild)
+
+
+def test_a_stopped_spec_check_in_its_child_interpreter_is_killed(tmp_path: Path) -> None:
+    """compare runs in ``python -m checks.child``; the stop kills it (here while it starts up)."""
+    (tmp_path / "model.onnx").write_bytes(b"")
+    check = build_check(parse_check_spec(COMPARE_FP16))
+    started = time.monotonic()
+    with stop_checks_when(lambda: True), pytest.raises(CheckStoppedError):
+        check.run(tmp_path / "model.onnx")
+    assert time.monotonic() - started < 5
+
+
+def test_the_stop_also_ends_the_repeats_of_a_check(tmp_path: Path) -> None:
+    sleeper = f"['{sys.executable}', -c, 'import time; time.sleep(30)']"
+    spec = parse_check_spec(f"kind: command\ncommand: {sleeper}\nrepeat: 3")
+    check = build_check(spec, work_dir=tmp_path)
+    started = time.monotonic()
+    with stop_checks_when(lambda: time.monotonic() - started > 0.5), pytest.raises(CheckStoppedError):
+        check.run(tmp_path / "model.onnx")
+    assert time.monotonic() - started < 5
+
+
+def test_outside_a_scope_a_check_runs_to_its_end(tmp_path: Path) -> None:
+    with stop_checks_when(lambda: True):
+        pass  # a finished scope leaves nothing behind
+    spec = parse_check_spec("kind: command\ncommand: [sh, -c, 'sleep 0.5; exit 3']")
+    verdict, _ = build_check(spec, work_dir=tmp_path).run(tmp_path / "model.onnx")
+    assert verdict.kind.value == "fail" and verdict.signature == "exit=3"
+
+
+def test_a_command_check_runs_in_its_work_folder(tmp_path: Path) -> None:
+    spec = parse_check_spec("kind: command\ncommand: [sh, -c, 'test -e here.txt']")
+    (tmp_path / "here.txt").write_text("")
+    verdict, _ = build_check(spec, work_dir=tmp_path).run(tmp_path / "model.onnx")
+    assert verdict.kind.value == "pass"
