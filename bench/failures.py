@@ -53,6 +53,13 @@ def pair(a: str, b: str) -> Failure:
     return Failure(label, "pair", "node_present.py", ("--node", a, b), 2, "both nodes needed together")
 
 
+def reach(source: str, target: str, expected: int, what: str) -> Failure:
+    """Fails when ``target`` is reachable from ``source`` in the candidate: the answer is a whole
+    path between them (``expected`` nodes), most of the model for the large-answer cases."""
+    label = f"reach:{source.split('/', 1)[1]}->{target.split('/', 1)[1]}"
+    return Failure(label, "reach", "path_present.py", ("--from", source, "--to", target), expected, what)
+
+
 def numeric(fault: str, bias: float = 1.0) -> Failure:
     label = f"numeric:{fault.split('/', 1)[1]}"
     args = ("--fault", fault, "--bias", str(bias))
@@ -72,6 +79,17 @@ FAILURES: dict[str, list[Failure]] = {
         pair("chain/9_relu", "chain/30_abs"),
         numeric("chain/34_mul"),
         flaky("chain/17_relu"),
+    ],
+    # Large answers: a path through 30 %, 60 % (twice: the issue's 121-node case) and 90 % of a
+    # 200-node chain, and through 30 of 40 residual blocks (every Add on the way, one MatMul/Tanh).
+    "chain200": [
+        reach("chain200/70_abs", "chain200/129_relu", 60, "30% of the chain"),
+        reach("chain200/40_add", "chain200/159_neg", 120, "60% of the chain"),
+        reach("chain200/40_add", "chain200/160_add", 121, "the issue's case: 121 of 200"),
+        reach("chain200/10_mul", "chain200/189_sigmoid", 180, "90% of the chain"),
+    ],
+    "residual": [
+        reach("residual/b5/mm", "residual/b34/add", 32, "a path through 30 residual blocks"),
     ],
     "rescnn": [
         node("rescnn/b2/relu1"),

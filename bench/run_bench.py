@@ -1,6 +1,6 @@
 """Run onnx-reducer and Polygraphy side by side on the model zoo with planted failures.
 
-    python bench/run_bench.py [--quick] [--only NAME ...] [--timeout S] [--no-polygraphy]
+    python bench/run_bench.py [--quick] [--only NAME ...] [--runs TOOL/MODE ...] [--timeout S] [--no-polygraphy]
 
 For every (model, failure) pair: onnx-reducer in modes auto, bisect, linear, minimize, and
 ``polygraphy debug reduce`` in modes bisect, linear and bisect-then-linear (the bisect result
@@ -160,6 +160,10 @@ def combine(first: Run, second: Run) -> Run:
 def skip_reason(model: str, tool: str, mode: str, args: argparse.Namespace) -> str | None:
     if tool == "polygraphy" and args.no_polygraphy:
         return "skipped: --no-polygraphy"
+    if args.runs and f"{tool}/{mode}" not in args.runs:
+        needed = tool == "polygraphy" and mode == "bisect" and "polygraphy/bisect+linear" in args.runs
+        if not needed:
+            return "skipped: not in --runs"
     if mode == "linear" and model in BIG_MODELS:
         return "skipped: too slow (O(N) checks)"
     if model in BIG_MODELS and tool == "onnx-reducer" and mode != "auto" and args.quick:
@@ -323,6 +327,13 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", default=[], help="model names or failure-name substrings")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per reducer run")
     parser.add_argument("--no-polygraphy", action="store_true")
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        default=[],
+        metavar="TOOL/MODE",
+        help="only these runs, e.g. onnx-reducer/auto polygraphy/bisect+linear (default: all)",
+    )
     parser.add_argument("--merge", action="store_true", help="replace only these pairs in an existing results.json")
     parser.add_argument("--out", type=Path, default=BENCH / "out")
     args = parser.parse_args()

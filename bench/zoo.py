@@ -6,6 +6,8 @@ comparable between onnx-reducer (which lowers Constant nodes) and Polygraphy (wh
 
 Models (see bench/README.md):
 - ``chain``        40 elementwise nodes in a line.
+- ``chain200``     the same ops, 200 nodes in a line (large answers: a path through most of it).
+- ``residual``     40 blocks MatMul/Tanh/Add with skip connections (120 nodes; paths through it).
 - ``rescnn``       residual CNN: stem Conv, 6 Conv/Relu/Conv/Add/Relu blocks, pool, Gemm.
 - ``transformer``  3 attention+FFN blocks with Shape/Gather/Concat/Reshape shape arithmetic.
 - ``multi_io``     2 inputs, 2 outputs, branches that cross.
@@ -80,6 +82,34 @@ def chain() -> onnx.ModelProto:
             x = b.op(op, f"{i}_{op.lower()}", [x])
     b.nodes[-1].output[0] = "y"
     return b.model([_io("x", [1, 32])], [_io("y", [1, 32])])
+
+
+def chain200() -> onnx.ModelProto:
+    """200 elementwise nodes in a line (the ops of ``chain``), for answers that hold most of it."""
+    b = Builder.new("chain200", 9)
+    x = "x"
+    ops = ["Add", "Relu", "Mul", "Tanh", "Sub", "Sigmoid", "Abs", "Neg"]
+    for i in range(200):
+        op = ops[i % len(ops)]
+        if op in ("Add", "Mul", "Sub"):
+            x = b.op(op, f"{i}_{op.lower()}", [x, b.weight(f"c{i}", (1, 32))])
+        else:
+            x = b.op(op, f"{i}_{op.lower()}", [x])
+    b.nodes[-1].output[0] = "y"
+    return b.model([_io("x", [1, 32])], [_io("y", [1, 32])])
+
+
+def residual() -> onnx.ModelProto:
+    """40 residual blocks ``h = Tanh(MatMul(x, W)); x = Add(x, h)`` (120 nodes): every path from
+    one block to a later one may go through the skip connections (the Adds) alone."""
+    b = Builder.new("residual", 10)
+    x = "x"
+    for i in range(40):
+        h = b.op("MatMul", f"b{i}/mm", [x, b.weight(f"b{i}/w", (16, 16), 0.2)])
+        h = b.op("Tanh", f"b{i}/tanh", [h])
+        x = b.op("Add", f"b{i}/add", [x, h])
+    b.nodes[-1].output[0] = "y"
+    return b.model([_io("x", [1, 16])], [_io("y", [1, 16])])
 
 
 def rescnn() -> onnx.ModelProto:
@@ -222,6 +252,8 @@ def big10k_1g(out_dir: Path) -> onnx.ModelProto:
 
 SMALL: dict[str, Callable[[], onnx.ModelProto]] = {
     "chain": chain,
+    "chain200": chain200,
+    "residual": residual,
     "rescnn": rescnn,
     "transformer": transformer,
     "multi_io": multi_io,

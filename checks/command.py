@@ -116,8 +116,10 @@ class CommandCheck:
 
 
 def _signature(code: int, regex: str | None, codes_pinned: bool) -> str:
-    """How a command failed. A matched --fail-regex is the user's own pin, so alone it is the
-    signature; the exit code joins it only when --fail-code chose the codes too."""
+    """How a command failed: the first listed --fail-regex that matched, with the exit code only
+    when --fail-code chose the codes too; without regexes, the exit code. All of these are one
+    failure family (``reducer_core.verdict.failure_family``): the default pinning counts any of
+    them, as Polygraphy does; only ``--pin-signature strict`` compares the signature itself."""
     if regex is None:
         return f"exit={code}"
     return f"exit={code};regex={regex}" if codes_pinned else f"regex={regex}"

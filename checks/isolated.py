@@ -188,8 +188,10 @@ class SpecCommandCheck:
 @dataclass
 class RepeatedCheck:
     """Run ``base`` ``repeat`` times; the model fails when ``fail_if`` (any, all, majority) of the
-    runs fail. The verdict's signature is the most common failing signature; its detail gives the
-    failure rate (``failed 2/3 runs``), also kept in ``last_rate`` for the flaky-original report."""
+    runs fail. The verdict is the most common failure family's (``reducer_core.verdict``: e.g. two
+    runs matching different listed regexes outvote one crash), with that family's most common
+    signature; its detail gives the failure rate (``failed 2/3 runs``), also kept in ``last_rate``
+    for the flaky-original report."""
 
     base: ModelCheck
     repeat: int
@@ -223,7 +225,9 @@ class RepeatedCheck:
             for i, (v, o) in enumerate(zip(verdicts, outputs, strict=True))
         )
         if len(failures) >= needed and failures:
-            signature, _ = collections.Counter((v.kind, v.signature) for v in failures).most_common(1)[0]
-            first = next(v for v in failures if (v.kind, v.signature) == signature)
+            family, _ = collections.Counter(v.family for v in failures).most_common(1)[0]
+            members = [v for v in failures if v.family == family]
+            signature, _ = collections.Counter((v.kind, v.signature) for v in members).most_common(1)[0]
+            first = next(v for v in members if (v.kind, v.signature) == signature)
             return Verdict(signature[0], signature[1], f"{first.detail}; {rate}", duration), text
         return Verdict(VerdictKind.PASS, "", rate, duration), text

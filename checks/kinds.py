@@ -9,6 +9,10 @@ Signatures (what signature pinning compares; stable while the graph shrinks):
   A runtime error while comparing is ``error:<ExceptionClass>``.
 - error: ``error:<ExceptionClass>``, or ``error:match=<regex>`` when ``match`` is given.
 - op-present: ``op-present:<matched op types and node names>``.
+
+The default pinning compares families (``reducer_core.verdict.failure_family``): the two mismatch
+signatures and each error signature are families of their own; every op-present signature is one
+family (any listed op or name counts). ``--pin-signature strict`` compares whole signatures.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import onnx
 
 from reducer_core import modelio
 from reducer_core.candidate import Candidate
+from reducer_core.control_flow import has_shape
 from reducer_core.extract import SerializedPieces, boundary_inputs, extract, extract_bytes
 from reducer_core.graph import GraphIndex
 from reducer_core.prepare import Shape, apply_tensor_metadata, prepare
@@ -222,7 +223,14 @@ def initial_values(options: ReduceOptions, model: onnx.ModelProto) -> TensorMap:
 
 
 def _has_untyped_tensors(index: GraphIndex) -> bool:
-    return any(name not in index.types for outs in index.writes for name in outs)
+    """Some node output has no known type, or a tensor type without a shape (a Loop's carried
+    value whose rank its body does not settle): a candidate's input or output needs both."""
+    return any(_lacks_type(index, name) for outs in index.writes for name in outs)
+
+
+def _lacks_type(index: GraphIndex, name: str) -> bool:
+    known = index.types.get(name)
+    return known is None or (known.HasField("tensor_type") and not has_shape(known))
 
 
 def run_fallback_inference(workspace: Workspace) -> None:
@@ -254,7 +262,8 @@ def run_fallback_inference(workspace: Workspace) -> None:
     model = onnx.ModelProto()
     model.CopyFrom(workspace.index.model)
     force = workspace.options.force_fallback_shape_inference
-    apply_tensor_metadata(model, metas if force else {k: v for k, v in metas.items() if k not in workspace.index.types})
+    index = workspace.index
+    apply_tensor_metadata(model, metas if force else {k: v for k, v in metas.items() if _lacks_type(index, k)})
     workspace.index = GraphIndex.build(model)
     for name, value in values.items():
         workspace.values.setdefault(name, value)

@@ -8,6 +8,7 @@ import argparse
 from reducer_cli.client_args import add_client_parsers
 from reducer_cli.service_cmd import add_service_parsers
 from reducer_core.strategies import MODES
+from reducer_core.verdict import Pinning
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -81,12 +82,27 @@ def _add_check_args(parser: argparse.ArgumentParser) -> None:
         help="[onnx-reducer] Kill a check whose processes together use more resident memory than this "
         "(e.g. 2GiB, 512MB); the verdict is a crash with signature memory-limit. Linux only.",
     )
-    group.add_argument(
+    pinning = group.add_mutually_exclusive_group()
+    pinning.add_argument(
+        "--pin-signature",
+        dest="pin_signature",
+        type=Pinning,
+        choices=list(Pinning),
+        default=Pinning.KIND,
+        help="[onnx-reducer] Which failures of a candidate count as the original's. 'kind' (default): "
+        "Polygraphy's verdicts (any listed --fail-regex or --fail-code, any exit code), except that a "
+        "crash by signal, a timeout or a memory-limit kill never stands in for a failure that exited "
+        "with a code, or the reverse. 'strict': the same signature exactly (the same matched "
+        "expression, exit code or signal). 'off': the same as --any-failure.",
+    )
+    pinning.add_argument(
         "--any-failure",
         dest="pin_signature",
-        action="store_false",
-        help="[onnx-reducer] Count any failure, not only one with the original's signature "
-        "(exit code and matched regex). Polygraphy's behaviour.",
+        action="store_const",
+        const=Pinning.OFF,
+        help="[onnx-reducer] Count any failure or crash (Polygraphy's behaviour), also one of another "
+        "kind than the original's; a timeout or a memory-limit kill still counts only when the "
+        "original ended that way. Short for --pin-signature off.",
     )
 
 

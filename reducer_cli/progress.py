@@ -8,6 +8,7 @@ import time
 from typing import TextIO
 
 from reducer_core.records import IterationRecord, ReductionResult
+from reducer_core.verdict import Verdict, VerdictKind
 
 QUIET_VERBOSITIES = {"WARNING", "ERROR", "CRITICAL"}
 
@@ -33,6 +34,7 @@ class ProgressReporter:
         self.timestamps = timestamps
         self.log_file = log_file
         self.total_nodes = 0
+        self.original: Verdict | None = None
 
     def _emit(self, line: str) -> None:
         if self.timestamps:
@@ -47,19 +49,33 @@ class ProgressReporter:
         if self.quiet:
             return
         verdict = record.verdict
+        if record.phase == "original":
+            self.original = verdict
         source = "cached" if record.cached else f"{verdict.duration_s:.2f}s"
-        outcome = "FAIL (reproduces)" if record.reproduces else f"{verdict.kind.value.upper()}"
-        if not record.reproduces and verdict.kind.value == "fail":
-            outcome = f"FAIL (other signature: {verdict.signature})"
         self._emit(
             f"[I] iteration {record.number:>4} | {record.phase:<15} | candidate {len(record.candidate):>6} nodes "
-            f"| {outcome:<18} | check {source:>8} | best {record.best_size}"
+            f"| {self._outcome(record):<18} | check {source:>8} | best {record.best_size}"
         )
         if self.live:
             done = 1.0 - record.best_size / self.total_nodes if self.total_nodes else 0.0
             bar = "#" * int(done * 30)
             self.stream.write(f"\r[{bar:<30}] {record.best_size}/{self.total_nodes} nodes left ")
             self.stream.flush()
+
+    def _outcome(self, record: IterationRecord) -> str:
+        """The verdict as the reduction counted it; a failure that signature pinning did not count
+        says so, with its signature."""
+        verdict = record.verdict
+        if record.reproduces:
+            return (
+                "FAIL (reproduces)"
+                if verdict.kind is VerdictKind.FAIL
+                else f"{verdict.kind.value.upper()} (reproduces)"
+            )
+        if self.original is not None and verdict.changed_by_pinning(self.original, record.reproduces):
+            what = verdict.signature or verdict.kind.value
+            return f"{verdict.kind.value.upper()} (pinned out: {what}, not the original's failure)"
+        return verdict.kind.value.upper()
 
     def _clear(self) -> None:
         if self.live:
@@ -98,7 +114,8 @@ def summary_lines(result: ReductionResult) -> list[str]:
     return [
         "==== Reduction summary ====",
         f"nodes before: {result.nodes_before}  after: {len(result.min_bad)}  (min-good: {good})",
-        f"checks run: {result.checks_run}  cache hits: {result.cache_hits}  iterations: {len(result.iterations)}",
+        f"checks run: {result.checks_run}  cache hits: {result.cache_hits}  iterations: {len(result.iterations)}  "
+        f"pinned out: {result.pinned_out}",
         f"time: {result.elapsed_s:.2f}s total, {result.check_time_s:.2f}s in checks",
         f"original failure: {result.original.kind.value} [{result.original.signature or 'no signature'}]",
     ]

@@ -282,6 +282,7 @@ def write_summary_json(
         "min_good_nodes": len(result.min_good) if result.min_good is not None else None,
         "checks_run": result.checks_run,
         "cache_hits": result.cache_hits,
+        "pinned_out": result.pinned_out,
         "elapsed_s": result.elapsed_s,
         "check_time_s": result.check_time_s,
         "original": result.original.to_json(),

@@ -3,8 +3,13 @@
 Rules (ARCHITECTURE.md §2):
 - a tensor read by the set but not produced in it becomes a graph input, unless it is an
   initializer (kept, by reference: external data keeps its location/offset) or a frozen value;
-- a tensor produced in the set becomes a graph output when it is an original graph output, is read
-  by a node outside the set, or is read by no node at all;
+- a tensor produced in the set becomes a graph output when it is an original graph output, or
+  when it was read in the original graph and no node of the set reads it any more. A tensor still
+  read inside the set never becomes an output because another of its readers was removed (an
+  extra output changes what runtimes fuse and can hide the bug being reduced). A node that keeps
+  one of its outputs alive that way (read inside, or an original output) does not get its other,
+  no-longer-read outputs marked either: they stay dangling, as in Polygraphy's subgraphs. Only a
+  node none of whose outputs would be marked (it was dead in the original) has all of them marked;
 - opset imports, IR version (capped), metadata, model-local functions and nested bodies (which
   keep their outer-scope references, now satisfied by inputs or initializers) are preserved.
 """
@@ -23,26 +28,34 @@ from reducer_core.graph import GraphIndex
 
 
 def boundary_inputs(index: GraphIndex, nodes: frozenset[int]) -> list[str]:
-    """Tensors the set reads but does not produce, in first-use order."""
+    """Tensors the set reads but does not produce: the original graph inputs among them in the
+    original order (as Polygraphy keeps them), then the others in first-use order."""
     produced = {name for n in nodes for name in index.writes[n]}
     seen: dict[str, None] = {}
     for n in sorted(nodes):
         for name in index.reads[n]:
             if name not in produced:
                 seen.setdefault(name, None)
-    return list(seen)
+    position = index.input_position
+    return sorted(seen, key=lambda name: position.get(name, len(position)))
 
 
 def boundary_outputs(index: GraphIndex, nodes: frozenset[int]) -> list[str]:
-    """Tensors produced in the set that escape it (see module docstring)."""
+    """The candidate's graph outputs (see module docstring), in node order."""
     result: list[str] = []
-    consumers, is_output = index.consumers, index.is_graph_output
     for n in sorted(nodes):
-        for name in index.writes[n]:
-            readers = consumers.get(name)
-            if not readers or is_output(name) or not nodes.issuperset(readers):
-                result.append(name)
+        result.extend(_node_outputs(index, nodes, index.writes[n]))
     return result
+
+
+def _node_outputs(index: GraphIndex, nodes: frozenset[int], writes: tuple[str, ...]) -> list[str]:
+    """Which outputs of one node of ``nodes`` become graph outputs."""
+    consumers = index.consumers
+    originals = [name for name in writes if index.is_graph_output(name)]
+    if originals or any(not nodes.isdisjoint(consumers.get(name, ())) for name in writes):
+        return originals  # the node is alive inside the candidate: mark only original outputs
+    was_read = [name for name in writes if consumers.get(name)]
+    return was_read or list(writes)
 
 
 def _value_info(index: GraphIndex, name: str, required: bool) -> onnx.ValueInfoProto:

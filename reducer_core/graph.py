@@ -4,6 +4,7 @@ type of every tensor. Candidates are sets of indices into ``GraphIndex.nodes``."
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -153,6 +154,11 @@ class GraphIndex:
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    @functools.cached_property
+    def input_position(self) -> dict[str, int]:
+        """Each original graph input's position among the graph inputs."""
+        return {name: i for i, name in enumerate(self.graph_inputs)}
 
     def is_graph_output(self, name: str) -> bool:
         return name in self._output_set

@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from reducer_core.control_flow import complete_control_flow_shapes
 from reducer_core.errors import InvalidModelError, UsageError
 from reducer_core.graph import topological_order
 
@@ -176,4 +177,6 @@ def prepare(
         override_input_shapes(prepared, input_shapes)
     if shape_inference:
         prepared = infer_shapes(prepared)
+        if complete_control_flow_shapes(prepared):
+            prepared = infer_shapes(prepared)  # downstream of the completed Loop/If outputs
     return prepared

@@ -58,6 +58,17 @@ class ReductionResult:
     localization: Localization | None = None
 
     @property
+    def pinned_out(self) -> int:
+        """Distinct candidates whose verdict signature pinning changed: they failed, but not like
+        the original, so they did not count (``Verdict.changed_by_pinning``)."""
+        changed = {
+            r.candidate.fingerprint
+            for r in self.iterations
+            if r.phase != "original" and r.verdict.changed_by_pinning(self.original, r.reproduces)
+        }
+        return len(changed)
+
+    @property
     def check_time_s(self) -> float:
         """Time spent in checks that ran (the original's included; cached verdicts cost none)."""
         return sum(r.verdict.duration_s for r in self.iterations if not r.cached)

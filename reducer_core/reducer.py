@@ -14,7 +14,7 @@ from reducer_core.localization import LayerwiseResult
 from reducer_core.records import IterationRecord, Localization, ReductionResult
 from reducer_core.session import Answer, CheckRequest, ReductionMachine, Request, SessionConfig, drive
 from reducer_core.strategies.base import Strategy
-from reducer_core.verdict import Verdict
+from reducer_core.verdict import Pinning, Verdict
 
 Oracle = Callable[[Candidate, int], Verdict]
 
@@ -45,7 +45,7 @@ class Reduction:
         strategy: Strategy,
         oracle: Oracle,
         cache: VerdictCache,
-        pin_signature: bool = True,
+        pin_signature: bool | Pinning = True,
         on_iteration: Callable[[IterationRecord], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         infra_retries: int = 2,

@@ -30,7 +30,7 @@ from reducer_core.graph import GraphIndex
 from reducer_core.localization import LayerwiseResult, find_suspect, min_good_probes
 from reducer_core.records import IterationRecord, Localization, ReductionResult
 from reducer_core.strategies import SearchSpace, Strategy
-from reducer_core.verdict import Verdict, VerdictKind
+from reducer_core.verdict import Pinning, Verdict, VerdictKind
 
 STATE_FORMAT = "onnx-reducer-session"
 STATE_VERSION = 1
@@ -45,7 +45,7 @@ class SessionConfig:
     mode: str = "auto"
     reduce_inputs: bool = True
     reduce_outputs: bool = True
-    pin_signature: bool = True
+    pin_signature: bool | Pinning = True  # True: the default pinning (kind), False: off
     localize: bool = False
     min_good: bool = False
     infra_retries: int = 2
@@ -57,7 +57,15 @@ class SessionConfig:
     def to_json(self) -> dict[str, Any]:
         """The fields that decide which checks run (and so must match on resume)."""
         skip = {"infra_retries", "not_localized"}
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        saved = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        saved["pin_signature"] = _pinning_json(Pinning.of(self.pin_signature))
+        return saved
+
+
+def _pinning_json(pinning: Pinning) -> bool | str:
+    """``true``/``false`` for the default and off (as sessions saved before ``strict`` existed),
+    ``"strict"`` for strict pinning."""
+    return pinning.value if pinning is Pinning.STRICT else pinning is Pinning.KIND
 
 
 @dataclass(frozen=True)

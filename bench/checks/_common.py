@@ -87,6 +87,41 @@ def graph_nodes(path: str) -> list[tuple[str, str]]:
     return nodes
 
 
+def graph_edges(path: str) -> tuple[list[tuple[str, list[str], list[str]]], set[str]]:
+    """((name, inputs, outputs) of each top-level node, names of the graph inputs), from the wire
+    format like ``graph_nodes``."""
+    nodes: list[tuple[str, list[str], list[str]]] = []
+    graph_inputs: set[str] = set()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        buf = memoryview(mm)
+        try:
+            for number, wire, span in _fields(buf, 0, len(buf)):
+                if number != 7 or wire != 2:  # ModelProto.graph
+                    continue
+                for gnum, gwire, gspan in _fields(buf, *span):
+                    if gnum == 11 and gwire == 2:  # GraphProto.input: ValueInfoProto.name is field 1
+                        for vnum, vwire, val in _fields(buf, *gspan):
+                            if vnum == 1 and vwire == 2:
+                                graph_inputs.add(bytes(buf[val[0] : val[1]]).decode())
+                    if gnum != 1 or gwire != 2:  # GraphProto.node
+                        continue
+                    name, inputs, outputs = "", [], []
+                    for fnum, fwire, val in _fields(buf, *gspan):
+                        if fwire != 2:
+                            continue
+                        text = bytes(buf[val[0] : val[1]]).decode() if fnum in (1, 2, 3) else ""
+                        if fnum == 1:
+                            inputs.append(text)
+                        elif fnum == 2:
+                            outputs.append(text)
+                        elif fnum == 3:
+                            name = text
+                    nodes.append((name, inputs, outputs))
+        finally:
+            buf.release()
+    return nodes, graph_inputs
+
+
 def finish(check: str, failed: bool, nodes: int, reason: str = "") -> None:
     age = _process_age()
     duration = age if age is not None else time.monotonic() - _T0

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from checks.isolated import IsolatedSpecCheck, RepeatedCheck, run_isolated
 from checks.spec import build_check, parse_check_spec
-from reducer_core.verdict import VerdictKind
+from reducer_core.verdict import Verdict, VerdictKind
 
 OP_SPEC = parse_check_spec("kind: op-present\nops: [Mul]\ntimeout: 1.5")
 
@@ -62,3 +63,27 @@ def test_a_flaky_check_with_repeat_and_fail_if(tmp_path: Path, fail_if: str, fai
     assert "failed 2/3 runs" in verdict.detail
     if fails:
         assert verdict.signature == "exit=1"
+
+
+@dataclass
+class ScriptedCheck:
+    """A check that answers with the given verdicts in turn."""
+
+    verdicts: list[Verdict]
+    identity: str = "scripted"
+
+    def run(self, model_path: Path) -> tuple[Verdict, str]:
+        return self.verdicts.pop(0), ""
+
+
+def test_repeated_check_reports_the_most_common_failure_family() -> None:
+    """One crash and two command failures matching different listed regexes: the two command
+    failures are one family (Polygraphy's alternatives), so they outvote the crash."""
+    runs = [
+        Verdict(VerdictKind.CRASH, "signal=SIGSEGV"),
+        Verdict(VerdictKind.FAIL, "regex=first"),
+        Verdict(VerdictKind.FAIL, "regex=second"),
+    ]
+    verdict, _ = RepeatedCheck(ScriptedCheck(runs), repeat=3).run(Path("model.onnx"))
+    assert (verdict.kind, verdict.signature) == (VerdictKind.FAIL, "regex=first")
+    assert "failed 3/3 runs" in verdict.detail

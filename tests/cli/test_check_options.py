@@ -10,7 +10,7 @@ import pytest
 
 from checks.command import CommandCheck
 from reducer_core.verdict import VerdictKind
-from tests.cli.helpers import ALL_NODES, checks_logged, node, node_names, reduce, save_branchy, write_script
+from tests.cli.helpers import checks_logged, node, node_names, reduce, save_branchy, write_script
 
 SCRIPT = "check.sh"
 
@@ -141,14 +141,69 @@ def test_a_check_killed_by_a_signal_is_a_crash() -> None:
     assert verdict.signature == "signal=SIGSEGV"
 
 
-def test_signature_pinning_keeps_the_original_failure(in_tmp: Path) -> None:
-    """F fails with exit 2 on the original; candidates without F but with B fail differently
-    (exit 9). Pinned (default), B-only candidates do not count, so the result is F."""
+def test_strict_pinning_keeps_the_original_exit_code(in_tmp: Path) -> None:
+    """F fails with exit 2 on the original; candidates without F but with B fail with exit 9.
+    Only with --pin-signature strict is exit 9 another failure, so the result is F."""
     body = f'grep -q "{node("F")}" "$1" && exit 2\ngrep -q "{node("B")}" "$1" && exit 9\nexit 0'
     check = write_script(SCRIPT, body)
-    assert reduce(save_branchy(), "-o", "r.onnx", check=check) == 0
+    assert reduce(save_branchy(), "-o", "r.onnx", "--pin-signature", "strict", check=check) == 0
     assert node_names("r.onnx") == [node("F")]
-    assert set(ALL_NODES) >= set(node_names("r.onnx"))
+
+
+def test_by_default_another_exit_code_is_the_same_failure(in_tmp: Path) -> None:
+    """Polygraphy counts any non-zero exit: B alone (exit 9) reproduces F's failure (exit 2), and
+    B is the only single node that fails, so the default reduction ends at B, with no verdict
+    changed by pinning."""
+    body = f'grep -q "{node("B")}" "$1" && grep -q "{node("F")}" "$1" && exit 2\n'
+    body += f'grep -q "{node("B")}" "$1" && exit 9\nexit 0'
+    check = write_script(SCRIPT, body)
+    summary = "summary.json"
+    assert reduce(save_branchy(), "-o", "r.onnx", "--summary-json", summary, check=check) == 0
+    assert node_names("r.onnx") == [node("B")]
+    assert json.loads(Path(summary).read_text())["pinned_out"] == 0
+
+
+def test_pinning_refuses_a_signal_crash_for_a_failure_that_exited(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F exits 2 on the original; candidates with B but without F die by SIGSEGV: another bug, so
+    they do not count; the summary counts them and their log lines say so. --any-failure counts
+    them (Polygraphy's verdict)."""
+    body = f'grep -q "{node("F")}" "$1" && exit 2\ngrep -q "{node("B")}" "$1" && kill -SEGV $$\nexit 0'
+    check = write_script(SCRIPT, body)
+    summary = "summary.json"
+    assert reduce(save_branchy(), "-o", "r.onnx", "--summary-json", summary, check=check) == 0
+    assert node_names("r.onnx") == [node("F")]
+    pinned = json.loads(Path(summary).read_text())["pinned_out"]
+    err = capsys.readouterr().err
+    assert pinned >= 1
+    assert err.count("pinned out: signal=SIGSEGV") >= pinned
+    assert f"pinned out: {pinned}" in err
+    assert reduce(save_branchy(), "-o", "any.onnx", "--any-failure", "--summary-json", summary, check=check) == 0
+    assert json.loads(Path(summary).read_text())["pinned_out"] == 0
+    assert node_names("any.onnx") in ([node("B")], [node("F")])
+
+
+def test_every_listed_regex_is_the_same_failure(in_tmp: Path) -> None:
+    """--fail-regex first second: 'first' needs E and F together, 'second' needs H alone. The
+    original prints both. Polygraphy counts either expression, so the default ends at H; with
+    --pin-signature strict only 'first' counts and the result keeps E and F."""
+    body = "\n".join(
+        [
+            f'grep -q "{node("E")}" "$1" && grep -q "{node("F")}" "$1" && echo "first"',
+            f'grep -q "{node("H")}" "$1" && echo "second"',
+            "exit 0",
+        ]
+    )
+    check = write_script(SCRIPT, body)
+    summary = "summary.json"
+    options = ["--fail-regex", "first", "second", "--summary-json", summary]
+    assert reduce(save_branchy(), "-o", "r.onnx", *options, check=check) == 0
+    assert node_names("r.onnx") == [node("H")]
+    assert json.loads(Path(summary).read_text())["pinned_out"] == 0
+    assert reduce(save_branchy(), "-o", "strict.onnx", *options, "--pin-signature", "strict", check=check) == 0
+    assert sorted(node_names("strict.onnx")) == sorted([node("E"), node("F")])
+    assert json.loads(Path(summary).read_text())["pinned_out"] >= 1
 
 
 def test_a_signal_death_is_a_pass_when_fail_codes_do_not_list_it() -> None:

@@ -11,8 +11,9 @@ from reducer_core.candidate import Candidate
 from reducer_core.errors import CheckInfraError, OriginalDidNotFailError, ReplayMismatchError
 from reducer_core.graph import GraphIndex
 from reducer_core.reducer import Reduction
+from reducer_core.session import SessionConfig
 from reducer_core.strategies import MODES, SearchSpace, Strategy
-from reducer_core.verdict import Verdict, VerdictKind
+from reducer_core.verdict import MEMORY_LIMIT_SIGNATURE, Pinning, Verdict, VerdictKind
 from tests.models import FAIL, PASS, FakeChecker, branchy_model, fails_with_all, index_of, names_in, reduce_with
 
 
@@ -148,13 +149,60 @@ class RuleChecker:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_pinned_signature_ignores_other_failures(branchy: GraphIndex, mode: str) -> None:
-    """F fails with signature 'exit=2'; E alone fails differently ('exit=9'): pinned, only F counts."""
+def test_strict_pinning_ignores_other_signatures(branchy: GraphIndex, mode: str) -> None:
+    """F fails with signature 'exit=2'; E alone fails differently ('exit=9'): strict, only F counts."""
     rules = {"F": Verdict(VerdictKind.FAIL, "exit=2"), "E": Verdict(VerdictKind.FAIL, "exit=9")}
+    checker = RuleChecker(branchy, rules)
+    space = SearchSpace(branchy, branchy.all_nodes())
+    result = Reduction(Strategy(space, mode), checker, VerdictCache("g", "c"), Pinning.STRICT).run()
+    assert names_in(branchy, result.min_bad) == {"F"}
+    assert result.pinned_out >= 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_default_pinning_ignores_a_crash_for_an_exit(branchy: GraphIndex, mode: str) -> None:
+    """F exits 2; E alone dies by a signal: another family, so only F counts (and the verdicts
+    pinning changed are counted). Another exit code of E would count (next test)."""
+    rules = {"F": Verdict(VerdictKind.FAIL, "exit=2"), "E": Verdict(VerdictKind.CRASH, "signal=SIGSEGV")}
     checker = RuleChecker(branchy, rules)
     space = SearchSpace(branchy, branchy.all_nodes())
     result = Reduction(Strategy(space, mode), checker, VerdictCache("g", "c")).run()
     assert names_in(branchy, result.min_bad) == {"F"}
+    assert result.pinned_out == len(
+        {c.fingerprint for c in checker.seen if names_in(branchy, c) & {"F"} == set() and "E" in names_in(branchy, c)}
+    )
+
+
+def test_families_of_signatures() -> None:
+    exit2, exit9 = Verdict(VerdictKind.FAIL, "exit=2"), Verdict(VerdictKind.FAIL, "exit=9")
+    regex_a, regex_b = Verdict(VerdictKind.FAIL, "regex=A"), Verdict(VerdictKind.FAIL, "regex=B")
+    segv, abort = Verdict(VerdictKind.CRASH, "signal=SIGSEGV"), Verdict(VerdictKind.CRASH, "signal=SIGABRT")
+    memory = Verdict(VerdictKind.CRASH, MEMORY_LIMIT_SIGNATURE)
+    mul, add = Verdict(VerdictKind.FAIL, "op-present:Mul"), Verdict(VerdictKind.FAIL, "op-present:Add,Mul")
+    nonfinite, tolerance = (
+        Verdict(VerdictKind.FAIL, "mismatch:nonfinite"),
+        Verdict(VerdictKind.FAIL, "mismatch:tolerance"),
+    )
+    error = Verdict(VerdictKind.FAIL, "error:Fail")
+    same = [(exit9, exit2), (regex_b, regex_a), (abort, segv), (mul, add), (add, mul)]
+    for candidate, original in same:
+        assert candidate.reproduces(original), (candidate, original)
+        assert not candidate.reproduces(original, Pinning.STRICT), (candidate, original)
+    other = [
+        (segv, exit2),
+        (exit2, segv),
+        (memory, segv),
+        (segv, memory),
+        (tolerance, nonfinite),
+        (nonfinite, tolerance),
+        (error, nonfinite),
+        (nonfinite, error),
+    ]
+    for candidate, original in other:
+        assert not candidate.reproduces(original), (candidate, original)
+    assert segv.reproduces(exit2, Pinning.OFF) and segv.changed_by_pinning(exit2, counted=False)
+    assert not memory.reproduces(segv, Pinning.OFF) and not memory.changed_by_pinning(segv, counted=False)
+    assert not exit9.changed_by_pinning(exit2, counted=True)
 
 
 @pytest.mark.parametrize("mode", ["auto", "minimize"])
@@ -272,3 +320,12 @@ def test_iteration_records_cover_every_check(branchy: GraphIndex) -> None:
     assert [r.number for r in seen if not r.cached] == list(range(1, result.checks_run + 1))
     assert all(r.best_size >= len(result.min_bad) for r in seen)
     assert seen[-1].best_size == 1
+
+
+def test_session_state_records_the_pinning_level() -> None:
+    """Saved sessions keep true/false for the default and off (as before strict existed), and
+    say "strict" for strict pinning, so a resumed session judges verdicts the same way."""
+    assert SessionConfig(pin_signature=Pinning.KIND).to_json()["pin_signature"] is True
+    assert SessionConfig(pin_signature=True).to_json() == SessionConfig(pin_signature=Pinning.KIND).to_json()
+    assert SessionConfig(pin_signature=Pinning.OFF).to_json()["pin_signature"] is False
+    assert SessionConfig(pin_signature=Pinning.STRICT).to_json()["pin_signature"] == "strict"

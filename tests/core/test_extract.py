@@ -193,6 +193,55 @@ def test_a_node_with_several_graph_outputs_keeps_them_all() -> None:
     assert len(run_in_ort(model)) == 2
 
 
+def test_a_tensor_still_read_inside_never_becomes_an_output() -> None:
+    """B's output feeds C and E; with C removed it is still read by E, so the only output is h
+    (Polygraphy's answer for --no-reduce-inputs on this model); before, b became an output too."""
+    index = index_of(branchy_model())
+    model = extract(index, by_names(index, "B", "E", "G", "H"))
+    assert [o.name for o in model.graph.output] == ["h"]
+    assert sorted(i.name for i in model.graph.input) == ["x0", "y0"]
+    run_in_ort(model)
+    model = extract(index, by_names(index, "A", "B", "C", "E"))  # c and e lost all their readers
+    assert [o.name for o in model.graph.output] == ["c", "e"]
+
+
+def split_branches_model() -> onnx.ModelProto:
+    """A Split whose outputs feed two branches; ``n`` is both a graph output and read by Split."""
+    split = numpy_helper.from_array(np.array([1, 1], dtype=np.int64), name="split")
+    nodes = [
+        helper.make_node("Neg", ["x"], ["n"], name="NEG"),
+        helper.make_node("Split", ["n", "split"], ["s0", "s1"], name="SPLIT", axis=0),
+        helper.make_node("Relu", ["s0"], ["r"], name="RELU"),
+        helper.make_node("Abs", ["s1"], ["q"], name="ABS"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "split_branches",
+        [helper.make_tensor_value_info("x", FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("n", FLOAT, [2, 3])]
+        + [helper.make_tensor_value_info(name, FLOAT, [1, 3]) for name in ("r", "q")],
+        initializer=[split],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    return model
+
+
+def test_outputs_of_a_node_kept_alive_inside_stay_dangling() -> None:
+    """SPLIT with RELU: s0 is read inside, so s1 (whose reader ABS was removed) stays a dangling
+    node output, as in Polygraphy's cone of RELU; SPLIT alone marks both. An original graph output
+    (n) stays an output while it is also read inside."""
+    index = index_of(split_branches_model())
+    model = extract(index, by_names(index, "SPLIT", "RELU"))
+    assert [o.name for o in model.graph.output] == ["r"]
+    assert list(model.graph.node[0].output) == ["s0", "s1"]
+    run_in_ort(model)
+    assert [o.name for o in extract(index, by_names(index, "SPLIT")).graph.output] == ["s0", "s1"]
+    model = extract(index, by_names(index, "NEG", "SPLIT", "ABS"))
+    assert [o.name for o in model.graph.output] == ["n", "q"]
+    run_in_ort(model)
+
+
 def test_if_bodies_keep_their_outer_scope_reference() -> None:
     index = index_of(if_model())
     model = extract(index, by_names(index, "IF", "ABS"))
