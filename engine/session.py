@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,8 +152,9 @@ class ReductionSession:
 
     # -- the step machine's interface ----------------------------------------------------------
 
-    def next_requests(self, k: int = 1) -> list[Request]:
-        return self.machine.next_requests(k)
+    def next_requests(self, k: int = 1, in_flight: Collection[str] = ()) -> list[Request]:
+        """Up to ``k`` requests to start, none in ``in_flight`` (request ids being run)."""
+        return self.machine.next_requests(k, in_flight)
 
     def deliver(self, request: Request, result: Answer, overhead_s: float = 0.0) -> None:
         self.machine.deliver(request, result, overhead_s)

@@ -35,6 +35,10 @@ class VerdictCache:
             self.hits += 1
         return verdict
 
+    def peek(self, candidate: Candidate) -> Verdict | None:
+        """The known verdict, not counted as a cache hit (a look ahead, not an answer)."""
+        return self._verdicts.get(candidate.fingerprint)
+
     def put(self, candidate: Candidate, verdict: Verdict) -> None:
         """Remember a verdict about the model; infrastructure errors are not such verdicts."""
         if verdict.kind is not VerdictKind.INFRA_ERROR:

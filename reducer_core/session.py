@@ -19,7 +19,7 @@ generator, thread or file outlives a call, so any process may advance a session 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Collection, Generator
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol
 
@@ -30,6 +30,8 @@ from reducer_core.graph import GraphIndex
 from reducer_core.localization import LayerwiseResult, find_suspect, min_good_probes
 from reducer_core.records import IterationRecord, Localization, ReductionResult
 from reducer_core.strategies import SearchSpace, Strategy
+from reducer_core.strategies.base import Observation
+from reducer_core.strategies.speculation import CulpritModel, gambles_allowed, speculate
 from reducer_core.verdict import Pinning, Verdict, VerdictKind
 
 STATE_FORMAT = "onnx-reducer-session"
@@ -71,12 +73,14 @@ def _pinning_json(pinning: Pinning) -> bool | str:
 @dataclass(frozen=True)
 class CheckRequest:
     """Check ``candidate``. ``attempt`` counts infrastructure-error retries (0 first); ``number`` is
-    the iteration number (the driver's ``--iter-info``/artifact name), not part of the id."""
+    the iteration number (the driver's ``--iter-info``/artifact name), not part of the id.
+    ``speculative``: asked ahead of the flow (a spare slot), not yet needed by it."""
 
     candidate: Candidate
     phase: str
     attempt: int = 0
     number: int = field(default=0, compare=False)
+    speculative: bool = field(default=False, compare=False)
     kind: ClassVar[str] = "check"
 
     @property
@@ -140,7 +144,8 @@ class SilentListener:
 
 
 class ReductionMachine:
-    """``next_requests(k)`` says what work is needed now (today at most one request), ``deliver``
+    """``next_requests(k, in_flight)`` says what work to start now (up to ``k`` requests: the one
+    the flow waits for, then speculative checks the strategy is likely to need next), ``deliver``
     takes a result in, ``done`` and ``result`` give the outcome, ``state``/``from_state`` resume.
 
     ``deliver`` raises ``OriginalDidNotFailError`` when the original passes and ``CheckInfraError``
@@ -178,17 +183,27 @@ class ReductionMachine:
         self._request: Request | None = None
         self._replaying = False
         self._announced = self.localization is not None  # a skipped flowchart is not announced
+        self._ahead: set[str] = set()  # fingerprints checked ahead of the flow, not consumed yet
+        self._ahead_facts: list[tuple[frozenset[int], bool]] = []
 
     # -- the driver's side ---------------------------------------------------------------------
 
-    def next_requests(self, k: int = 1) -> list[Request]:
-        """The work needed now (the same request again until it is delivered); [] when done."""
+    def next_requests(self, k: int = 1, in_flight: Collection[str] = ()) -> list[Request]:
+        """Up to ``k`` requests to start now, none of them in ``in_flight`` (the ids of the requests
+        the driver is running): first the one the flow waits for (the same request again until it
+        is delivered), then, while the strategy reduces, speculative checks of the candidates it is
+        likeliest to need next (``strategies/speculation.py``). [] when done, or when everything
+        worth starting is in flight. With a deterministic check, the answer does not depend on
+        ``k``: the flow only ever consumes verdicts of the candidates it asks for."""
         self._start()
         if self._done or k < 1 or self._step is None:
             return []
         if self._request is None:
             self._request = self._new_request(self._step)
-        return [self._request]
+        wanted: list[Request] = [] if self._request.id in in_flight else [self._request]
+        if k > len(wanted) and self._speculating():
+            wanted += self._speculate(k, in_flight, wanted)
+        return wanted[:k]
 
     def deliver(self, request: Request, result: Answer, overhead_s: float = 0.0) -> None:
         """Take in the result of ``request`` (``overhead_s``: the driver's time around the check)."""
@@ -201,9 +216,8 @@ class ReductionMachine:
             raise TypeError("a check request is answered with a Verdict")
         elif self._waits_for(request.candidate):
             self._take_verdict(request, result, overhead_s)
-        elif result.kind is not VerdictKind.INFRA_ERROR and request.candidate not in self.cache:
-            self.checks_run += 1  # a verdict no step waits for (yet): kept for later
-            self.cache.put(request.candidate, result)
+        elif request.candidate not in self.cache:
+            self._take_ahead(request, result, overhead_s)
 
     @property
     def done(self) -> bool:
@@ -245,6 +259,7 @@ class ReductionMachine:
             "cache": self.cache.to_json(),
             "layerwise": self.layerwise.to_json() if self.layerwise is not None else None,
             "counters": {"checks_run": self.checks_run, "cache_hits": self.cache.hits, "issued": self.issued},
+            "ahead": sorted(self._ahead),
         }
 
     @classmethod
@@ -263,6 +278,7 @@ class ReductionMachine:
         if state.get("cache"):
             cache.merge_json(state["cache"])
         machine = cls(index, config, cache, listener)
+        machine._ahead = set(state.get("ahead", ()))
         if state.get("layerwise"):
             machine.layerwise = LayerwiseResult.from_json(state["layerwise"])
         machine._replaying = True
@@ -350,7 +366,9 @@ class ReductionMachine:
         """Answer every step whose answer is known already (cache; a replayed layerwise result)."""
         while True:
             step = self._step
-            if isinstance(step, _CheckStep) and (cached := self.cache.get(step.candidate)) is not None:
+            if isinstance(step, _CheckStep) and step.candidate.fingerprint in self._ahead:
+                self._consume_ahead(step)
+            elif isinstance(step, _CheckStep) and (cached := self.cache.get(step.candidate)) is not None:
                 self._answer(step, self.issued, cached, cached=True, overhead_s=0.0)
             elif isinstance(step, _LayerwiseStep) and self.layerwise is not None:
                 self._feed(self.layerwise)
@@ -381,6 +399,56 @@ class ReductionMachine:
         self._answer(step, request.number, verdict, cached=False, overhead_s=overhead_s)
         self._settle()
 
+    def _take_ahead(self, request: CheckRequest, verdict: Verdict, overhead_s: float) -> None:
+        """A verdict no step waits for (yet): recorded as the check it was, kept for the flow."""
+        self.checks_run += 1
+        if verdict.kind is VerdictKind.INFRA_ERROR:
+            return  # no verdict about the model: asked again if the flow ever needs it
+        self.cache.put(request.candidate, verdict)
+        reproduces = self._reproduces(verdict)
+        self._ahead.add(request.candidate.fingerprint)
+        self._ahead_facts.append((request.candidate.nodes, reproduces))
+        number, best = request.number, len(self.best_bad)
+        self._record(IterationRecord(number, "ahead", request.candidate, verdict, reproduces, False, best, overhead_s))
+
+    def _consume_ahead(self, step: _CheckStep) -> None:
+        """The flow reached a candidate checked ahead: its record was written when the verdict came."""
+        self._ahead.discard(step.candidate.fingerprint)
+        verdict = self.cache.peek(step.candidate)
+        assert verdict is not None
+        self._feed(verdict)
+        self._announce_localization()
+
+    def _speculating(self) -> bool:
+        """Whether speculation may follow the strategy now: the flow waits for the strategy's own
+        proposal, or for the original's verdict when the reduction comes next (speculating that
+        the original fails, as it must for a reduction to happen)."""
+        step = self._step
+        if not isinstance(step, _CheckStep) or self._found is not None:
+            return False
+        if self.original is None:
+            return not self.config.localize
+        return step.candidate == self.strategy.propose()
+
+    def _speculate(self, k: int, in_flight: Collection[str], wanted: list[Request]) -> list[Request]:
+        busy = {_fingerprint_of(request_id) for request_id in in_flight} | {
+            request.candidate.fingerprint for request in wanted if isinstance(request, CheckRequest)
+        }
+        model = CulpritModel.start(self.strategy.space.start).learn_all([*self.strategy.facts, *self._ahead_facts])
+        gambles = gambles_allowed(self.checks_run + len(in_flight), len(self.strategy.facts), k)
+        chosen = speculate(self.strategy, self._known, busy, k - len(wanted), model, gambles)
+        requests: list[Request] = []
+        for candidate in chosen:
+            self.issued += 1
+            requests.append(CheckRequest(candidate, "ahead", 0, number=self.issued, speculative=True))
+        return requests
+
+    def _known(self, candidate: Candidate) -> Observation | None:
+        verdict = self.cache.peek(candidate)
+        if verdict is None:
+            return None
+        return self._reproduces(verdict), verdict.kind is VerdictKind.PASS
+
     def _take_layerwise(self, result: LayerwiseResult) -> None:
         if not isinstance(self._step, _LayerwiseStep):
             return  # a duplicate delivery
@@ -392,7 +460,7 @@ class ReductionMachine:
         self._settle()
 
     def _answer(self, step: _CheckStep, number: int, verdict: Verdict, cached: bool, overhead_s: float) -> None:
-        reproduces = verdict.is_failure if self.original is None else self._reproduces(verdict)
+        reproduces = self._reproduces(verdict)
         try:
             self._feed(verdict)
         finally:  # also when the flow refuses a passing original: its record comes first
@@ -404,7 +472,9 @@ class ReductionMachine:
         self._announce_localization()
 
     def _reproduces(self, verdict: Verdict) -> bool:
-        assert self.original is not None
+        """Whether ``verdict`` is the original failure (any failure, before the original's verdict)."""
+        if self.original is None:
+            return verdict.is_failure
         return verdict.reproduces(self.original, self.config.pin_signature)
 
     def _retry_or_stop(self, request: CheckRequest, verdict: Verdict) -> None:
@@ -428,6 +498,12 @@ class ReductionMachine:
         if self.localization is not None and not self._announced and not self._replaying:
             self._announced = True
             self.listener.on_localization(self.localization)
+
+
+def _fingerprint_of(request_id: str) -> str:
+    """The candidate fingerprint of a check request id (``check:{fingerprint}:{attempt}``)."""
+    parts = request_id.split(":")
+    return parts[1] if len(parts) == 3 and parts[0] == CheckRequest.kind else request_id
 
 
 def _infra_message(request: CheckRequest, verdict: Verdict, retries: int) -> str:

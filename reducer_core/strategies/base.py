@@ -115,6 +115,11 @@ class Strategy:
         self.outcomes.append((self.phase, failed))
         self._advance(failed)
 
+    @property
+    def facts(self) -> list[tuple[frozenset[int], bool]]:
+        """(nodes, reproduced) of every observation, in order."""
+        return [(candidate.nodes, failed) for candidate, failed, _ in self._observations]
+
     def fork(self, then: Sequence[Observation] = ()) -> Strategy:
         """A copy at the same position, rebuilt by replaying the observations (the engine is
         deterministic), then advanced by the hypothetical outcomes ``then``."""
