@@ -34,6 +34,16 @@ class ModelInfo(BaseModel):
     size: int
 
 
+class CheckInFlight(BaseModel):
+    """A check of the job running now (any worker of the farm)."""
+
+    iteration: int
+    phase: str
+    nodes: int
+    worker: str | None
+    started_at: datetime | None
+
+
 class JobOut(BaseModel):
     id: str
     status: str
@@ -52,6 +62,10 @@ class JobOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     waiting_reason: str | None = None
+    # GET /v1/jobs/{id} only: the checks running now, and while queued where the job stands
+    checks_in_flight: list[CheckInFlight] = []
+    queue_position: int | None = None  # 1: the next job a free worker starts (fair share between teams)
+    estimated_start_at: datetime | None = None
     links: dict[str, str]
 
 

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from persistence.fairshare import parse_shares
+
 PLACEHOLDER_SECRETS = frozenset({"changeme", "change-me", "changethis", "secret", "password", "placeholder", "xxx"})
 
 
@@ -56,6 +58,20 @@ class ServiceSettings(BaseSettings):
     # a worker without a heartbeat for this long is offline; after the second, its row is dropped
     worker_offline_after_s: float = Field(default=60.0, gt=0)
     worker_forget_after_s: float = Field(default=24 * 3600.0, gt=0)
+    # A job's checks are spread over the idle workers of its queue, at most this many at once.
+    max_workers_per_job: int = Field(default=8, ge=1)
+    # The most checks one team may run at once over the farm (0: no cap).
+    team_max_running_checks: int = Field(default=0, ge=0)
+    # Fair-share weights, "team-a=2,team-b=1" (teams not named weigh 1).
+    team_shares: str = ""
+    # Embedded mode: how many checks run at once (local worker slots).
+    local_workers: int = Field(default=2, ge=1)
+
+    @field_validator("team_shares")
+    @classmethod
+    def _team_shares(cls, value: str) -> str:
+        parse_shares(value)
+        return value
 
     @field_validator("database_url")
     @classmethod

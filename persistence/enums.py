@@ -24,6 +24,7 @@ class ArtifactKind(enum.StrEnum):
     ORIGINAL = "original"
     WEIGHTS = "weights"
     ITERATION = "iteration"
+    CHECK_STARTED = "check_started"  # a worker took one of the job's checks (its iteration event ends it)
     MIN_BAD = "min-bad"
     MIN_GOOD = "min-good"
     GOLDEN = "golden"  # the golden values uploaded with the job (a golden zip or Polygraphy JSON)
@@ -33,6 +34,7 @@ class EventKind(enum.StrEnum):
     QUEUED = "job.queued"
     STARTED = "job.started"
     ITERATION = "iteration"
+    CHECK_STARTED = "check_started"  # a worker took one of the job's checks (its iteration event ends it)
     SUCCEEDED = "job.succeeded"
     FAILED = "job.failed"
     CANCELLED = "job.cancelled"

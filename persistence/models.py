@@ -128,6 +128,35 @@ class Artifact(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class CheckUnit(Base):
+    """One check of a job that any worker may claim (``worker/dispatch.py``): the session's request,
+    its iteration number and candidate; queued, running (a worker holds it until ``lease_expires_at``),
+    done (its verdict recorded, once: unique per job and request id) or cancelled."""
+
+    __tablename__ = "check_units"
+    __table_args__ = (
+        Unique("job_id", "request_id", name="uq_check_units_job_request"),
+        Index("ix_check_units_status_job", "status", "job_id"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    request_id: Mapped[str] = mapped_column(String(120))
+    kind: Mapped[str] = mapped_column(String(16))  # check | layerwise
+    number: Mapped[int] = mapped_column(default=0)  # the iteration number
+    phase: Mapped[str] = mapped_column(String(32))
+    attempt: Mapped[int] = mapped_column(default=0)
+    speculative: Mapped[bool] = mapped_column(Boolean, default=False)
+    candidate: Mapped[dict[str, Any]] = mapped_column(default=dict)  # Candidate.to_json(); {} for layerwise
+    node_count: Mapped[int] = mapped_column(default=0)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    worker: Mapped[str | None] = mapped_column(String(200), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    claimed_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    duration_s: Mapped[float | None] = mapped_column(Float, default=None)
+
+
 class Worker(Base):
     """A worker process that announced itself (``worker/presence.py``); its heartbeat refreshes the
     row, a clean stop removes it, and a row without a heartbeat for long is dropped."""

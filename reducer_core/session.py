@@ -260,6 +260,7 @@ class ReductionMachine:
             "layerwise": self.layerwise.to_json() if self.layerwise is not None else None,
             "counters": {"checks_run": self.checks_run, "cache_hits": self.cache.hits, "issued": self.issued},
             "ahead": sorted(self._ahead),
+            "attempt": self._attempt,  # infrastructure retries of the step the flow waits at
         }
 
     @classmethod
@@ -289,6 +290,7 @@ class ReductionMachine:
         machine.issued = int(counters.get("issued", 0))
         cache.hits = int(counters.get("cache_hits", 0))
         machine._announced = machine.localization is not None
+        machine._attempt = int(state.get("attempt", 0)) if not machine._done else 0
         return machine
 
     # -- the flow --------------------------------------------------------------------------------

@@ -50,7 +50,14 @@ class _CeleryWorker:
 
     @functools.cached_property
     def ctx(self) -> RunnerContext:
-        return context_from_settings(self.settings, RedisNotifier(str(self.settings.redis_url)))
+        ctx = context_from_settings(self.settings, RedisNotifier(str(self.settings.redis_url)))
+        ctx.wake = self.wake
+        ctx.queues = tuple(self.queues)
+        return ctx
+
+    def wake(self, job_id: str, queue: str) -> None:
+        """A check of ``job_id`` is queued: one message to the workers of its queue."""
+        self.app.send_task(RUN_JOB_TASK, args=[job_id], queue=queue)
 
     @property
     def node(self) -> WorkerNode:
@@ -74,6 +81,7 @@ class _CeleryWorker:
             return
         queues: Any = self.app.amqp.queues
         self.queues = [name for name in queues.consume_from if name in QUEUES] or ["cpu"]
+        self.ctx.queues = tuple(self.queues)
         queues.select_add(direct_queue(worker_name()))
         mark_owner()
         killed = kill_orphaned_checks()

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import socket
+from dataclasses import dataclass, field
 
-from persistence.contracts import Notifier, no_notify
+from checks.capabilities import Capabilities
+from persistence.contracts import QUEUES, Enqueue, Notifier, no_notify
 from persistence.db import Database
+from persistence.fairshare import parse_shares
 from persistence.layout import DataLayout
 from worker.settings import WorkerSettings
+
+
+def no_wake(job_id: str, queue: str) -> None:
+    """No messages to send: the embedded runner's slots look for work in the database."""
+
+
+def process_name() -> str:
+    """Unique while the process runs: the host and the process id (the worker a check ran on)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass
@@ -20,6 +33,15 @@ class RunnerContext:
     allow_command: bool
     check_memory_limit_bytes: int | None = None
     notify: Notifier = no_notify
+    # announces queued checks of a job to the workers of its queue (a Celery message each)
+    wake: Enqueue = no_wake
+    max_workers_per_job: int = 8
+    team_max_running_checks: int = 0
+    team_shares: dict[str, float] = field(default_factory=dict)
+    worker_seen_s: float = 60.0  # a worker with a heartbeat this recent counts as a free slot
+    worker: str = field(default_factory=process_name)
+    queues: tuple[str, ...] = QUEUES  # the queues whose work this process takes
+    capabilities: Capabilities | None = None  # what this worker offers (None: it takes any job)
 
 
 def context_from_settings(settings: WorkerSettings, notify: Notifier = no_notify) -> RunnerContext:
@@ -32,4 +54,8 @@ def context_from_settings(settings: WorkerSettings, notify: Notifier = no_notify
         allow_command=settings.allow_command_checks,
         check_memory_limit_bytes=settings.check_memory_limit_bytes or None,
         notify=notify,
+        max_workers_per_job=settings.max_workers_per_job,
+        team_max_running_checks=settings.team_max_running_checks,
+        team_shares=parse_shares(settings.team_shares),
+        worker_seen_s=max(3 * settings.worker_heartbeat_s, 5.0),
     )

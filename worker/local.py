@@ -1,6 +1,9 @@
-"""Embedded mode's runner: one background thread that handles jobs like a Celery worker does
-(the same ``JobHandler`` and ``run_job``), fed by the api after each commit. It shows in the
-farm's worker list like any worker. On start it picks up jobs a previous server left behind.
+"""Embedded mode's runner: ``LOCAL_WORKERS`` slots (threads) that handle work like Celery workers
+do (the same ``JobHandler`` and ``run_job``), fed by the api after each commit. Each slot shows in
+the farm's worker list like a worker, so a job's checks spread over the slots as over a farm. A
+slot with nothing handed to it looks in the database every ``POLL_S`` for queued checks (the
+checks queued by a job process cannot reach this process's queue). On start it picks up jobs a
+previous server left behind.
 
 With ``jobs_in_child`` (what ``onnx-reducer serve`` uses) each ``run_job`` runs in a child process
 (``worker.local_child``), so a reduction's Python work never competes with the api for its GIL."""
@@ -17,14 +20,16 @@ import time
 from checks.lifeline import kill_orphaned_checks, mark_owner
 from persistence.contracts import QUEUES
 from persistence.repositories import ClaimResult
+from persistence.repositories.units import UnitRepository
 from worker.context import RunnerContext
-from worker.node import WorkerNode
+from worker.node import WorkerNode, worker_name
 from worker.recovery import requeue_orphans
 from worker.runner import Delivery
 from worker.settings import WorkerSettings
 
 log = logging.getLogger("onnx_reducer.worker")
 _STOP = ""
+POLL_S = 1.0
 
 
 class LocalRunner:
@@ -32,47 +37,85 @@ class LocalRunner:
         self.ctx = ctx
         self.settings = settings or WorkerSettings()
         self.jobs: queue.Queue[str] = queue.Queue()
-        self.thread = threading.Thread(target=self._loop, name="local-runner", daemon=True)
-        self.node = WorkerNode(self.settings, ctx, QUEUES)
-        self.child: subprocess.Popen[str] | None = None
+        slots = self.settings.local_workers
+        self.nodes = [WorkerNode(self.settings, ctx, QUEUES, name=_slot_name(i, slots)) for i in range(slots)]
+        self.node = self.nodes[0]
+        self.threads = [
+            threading.Thread(target=self._loop, args=(node,), name=f"local-runner-{i + 1}", daemon=True)
+            for i, node in enumerate(self.nodes)
+        ]
+        self.children: dict[str, subprocess.Popen[str]] = {}
+        self._stopping = threading.Event()
+        ctx.wake = self
         if jobs_in_child:
-            self.node.handler.run_job = self._run_in_child
+            for node in self.nodes:
+                node.handler.run_job = self._run_in_child
 
     def __call__(self, job_id: str, queue: str) -> None:
-        """The api's ``Enqueue``: every queue runs here in embedded mode."""
+        """The api's ``Enqueue`` (and the slots' wake-up): every queue runs here in embedded mode."""
         self.jobs.put(job_id)
 
     def start(self) -> LocalRunner:
         mark_owner()
         kill_orphaned_checks()
-        self.thread.start()
-        self.node.presence.start()
+        for thread in self.threads:
+            thread.start()
+        for node in self.nodes:
+            node.presence.start()
         requeue_orphans(self.ctx, self, queued_older_than_s=0.0)
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        self.jobs.put(_STOP)
-        if self.child is not None and self.child.poll() is None:
-            self.child.terminate()  # its lease expires; the next start resumes the job
-        self.thread.join(timeout)
-        self.node.presence.stop()
+        self._stopping.set()
+        for _ in self.threads:
+            self.jobs.put(_STOP)
+        for child in list(self.children.values()):
+            if child.poll() is None:
+                child.terminate()  # its checks' leases expire; the next start resumes the job
+        for thread in self.threads:
+            thread.join(timeout)
+        for node in self.nodes:
+            node.presence.stop()
         self.ctx.db.dispose()
 
     def _run_in_child(self, job_id: str, ctx: RunnerContext) -> ClaimResult:
         """``run_job`` in ``python -m worker.local_child`` (the settings on its stdin)."""
         command = [sys.executable, "-m", "worker.local_child", job_id]
-        self.child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        output, _ = self.child.communicate(self.settings.model_dump_json())
+        child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        slot = threading.current_thread().name
+        self.children[slot] = child
+        output, _ = child.communicate(self.settings.model_dump_json())
         lines = output.strip().splitlines()
-        if self.child.returncode != 0 or not lines:
-            raise RuntimeError(f"the job process of {job_id} exited with code {self.child.returncode}")
+        if child.returncode != 0 or not lines:
+            raise RuntimeError(f"the job process of {job_id} exited with code {child.returncode}")
         return ClaimResult(lines[-1])
 
-    def _loop(self) -> None:
-        while (job_id := self.jobs.get()) != _STOP:
+    def _next(self) -> str | None:
+        try:
+            return self.jobs.get(timeout=POLL_S)
+        except queue.Empty:
+            return None if self._stopping.is_set() else self._waiting_work()
+
+    def _waiting_work(self) -> str | None:
+        """A job with queued work (a check, or a start), for a slot with nothing handed to it."""
+        try:
+            with self.ctx.db.session() as session:
+                work = UnitRepository(session).available_work(QUEUES, self.ctx.max_attempts, limit=1)
+        except Exception:  # noqa: BLE001 - the database is down: the slot looks again later
+            return None
+        return work[0].job_id if work else None
+
+    def _loop(self, node: WorkerNode) -> None:
+        while (job_id := self._next()) != _STOP:
+            if job_id is None:
+                continue
             try:
-                if self.node.handler.handle(job_id) in (Delivery.HELD, Delivery.NO_DATABASE):
+                if node.handler.handle(job_id) is Delivery.NO_DATABASE:
                     threading.Timer(self.ctx.lease_s, self.jobs.put, args=(job_id,)).start()
             except Exception:
                 log.exception("job %s failed in the local runner", job_id)
                 time.sleep(0.1)
+
+
+def _slot_name(index: int, slots: int) -> str:
+    return worker_name() if slots == 1 else f"{worker_name()}/slot-{index + 1}"

@@ -44,14 +44,16 @@ class WorkerNode:
         queues: Sequence[str],
         resend: Resend | None = None,
         forget_messages: ForgetMessages | None = None,
+        name: str | None = None,
     ) -> None:
         gpus = parse_gpu_names(settings.worker_gpus) if settings.worker_gpus is not None else None
         self.identity = WorkerIdentity(
-            name=worker_name(),
+            name=name or worker_name(),
             host=socket.gethostname(),
             queues=tuple(queues),
             capabilities=detect_capabilities(gpus),
         )
+        ctx.capabilities = self.identity.capabilities
         self.activity = Activity()
         self.handler = JobHandler(ctx, self.identity, self.activity)
         self.presence = WorkerPresence(

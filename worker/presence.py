@@ -35,6 +35,7 @@ from checks.lifeline import kill_orphaned_checks
 from checks.spec import requirements_of
 from persistence.models import utcnow
 from persistence.repositories import JobRepository, WorkerRepository, WorkerStatus
+from persistence.repositories.units import UnitRepository
 from worker.context import RunnerContext
 from worker.maintenance import sweep_unreferenced_blobs
 
@@ -175,6 +176,7 @@ class WorkerPresence:
             workers.report(self.activity.status(self.identity))
             workers.forget_silent(self.timings.forget_after_s)
         kill_orphaned_checks()
+        self._requeue_lost_checks()
         if self.resend is not None:
             self._take_lost_job()
         if time.monotonic() >= self._next_sweep:
@@ -190,6 +192,7 @@ class WorkerPresence:
             return
         job_id = self._claim_dispatch(utcnow() - timedelta(seconds=grace))
         if job_id is None:
+            self._take_waiting_check(grace)
             return
         forgotten = self.forget_messages(job_id) if self.forget_messages is not None else 0
         log.info(
@@ -201,6 +204,22 @@ class WorkerPresence:
         )
         self.activity.restart_idle_clock()  # one job per grace period: its message is on its way
         self.resend(job_id)
+
+    def _requeue_lost_checks(self) -> None:
+        """Checks whose worker died (their lease ran out) are queued again and announced."""
+        with self.ctx.db.session() as session:
+            requeued = UnitRepository(session).requeue_expired()
+        for job_id, queue in requeued:
+            log.info("job %s: a check's worker is gone; the check is queued again", job_id)
+            self.ctx.wake(job_id, queue)
+
+    def _take_waiting_check(self, grace: float) -> None:
+        """An idle worker takes a check queued for longer than the grace (its message was lost)."""
+        with self.ctx.db.session() as session:
+            job_id = UnitRepository(session).waiting_job(self.identity.queues, utcnow() - timedelta(seconds=grace))
+        if job_id is not None and self.resend is not None:
+            self.activity.restart_idle_clock()
+            self.resend(job_id)
 
     def _claim_dispatch(self, sent_before: datetime) -> str | None:
         """The oldest lost job this worker can serve, marked as dispatched now (or None)."""

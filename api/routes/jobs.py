@@ -17,6 +17,7 @@ from api.farm import WorkerView, load_workers, waiting_reason
 from api.intake import JobIntake
 from api.intake_pool import busy
 from api.problems import ProblemError, not_found
+from api.queue_info import with_dispatch
 from api.schemas import MAX_SEQ, IterationList, JobCreated, JobList, JobOut, iteration_from_row, job_from_row
 from api.services import Services
 from api.uploads import UploadAbortedError
@@ -140,7 +141,8 @@ def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
         job = JobRepository(session).for_team(team_id, job_id)
         if job is None:
             raise not_found(f"Job '{job_id}'")
-        return _job_out(session, job, _workers_for(session, services, [job])).model_dump_json().encode()
+        out = _job_out(session, job, _workers_for(session, services, [job]))
+        return with_dispatch(session, job, out, services.settings).model_dump_json().encode()
 
 
 @router.get("/{job_id}", response_model=JobOut)

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session, defer
 
 from persistence.enums import TERMINAL_STATUSES, ErrorCode, JobStatus
-from persistence.models import Job, Team, utcnow
+from persistence.models import CheckUnit, Job, Team, utcnow
 
 RETRYABLE_ERRORS = (
     ErrorCode.CHECK_INFRA_ERROR,
@@ -93,10 +93,13 @@ class JobRepository:
         """Conditional UPDATE: queued (or running with an expired lease), not cancelled, under the
         attempt cap. Exactly one worker wins; a redelivered message of a live job finds it BUSY."""
         now = utcnow()
+        waiting = exists().where(CheckUnit.job_id == Job.id, CheckUnit.status == "queued")
         claimable = or_(
             Job.status == JobStatus.QUEUED.value,
             and_(
-                Job.status == JobStatus.RUNNING.value, or_(Job.lease_expires_at.is_(None), Job.lease_expires_at < now)
+                Job.status == JobStatus.RUNNING.value,
+                or_(Job.lease_expires_at.is_(None), Job.lease_expires_at < now),
+                ~waiting,
             ),
         )
         result = self.session.execute(
@@ -160,6 +163,56 @@ class JobRepository:
             select(Job).where(*_held_by(job_id, attempt)).with_for_update().execution_options(populate_existing=True)
         )
         return self.session.scalar(query)
+
+    def lock_running(self, job_id: str) -> Job | None:
+        """The job, if running, locked until the transaction ends: every worker that records a
+        check of it or advances its session goes through here, one at a time (the UPDATE takes
+        the row lock on PostgreSQL and the write lock on SQLite before anything is read)."""
+        touched = self.session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status == JobStatus.RUNNING.value)
+            .values(event_seq=Job.event_seq)
+            .returning(Job.id)
+        ).first()
+        if touched is None:
+            return None
+        query = select(Job).where(Job.id == job_id).execution_options(populate_existing=True)
+        return self.session.scalar(query)
+
+    def keep_alive(self, job_id: str, lease_s: float) -> None:
+        """A worker runs a check of the job: its lease runs on (see ``lost``)."""
+        expires = utcnow() + timedelta(seconds=lease_s)
+        self.session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status == JobStatus.RUNNING.value, Job.lease_expires_at < expires)
+            .values(lease_expires_at=expires)
+        )
+
+    def cancelled_running(self, queues: Sequence[str]) -> list[str]:
+        """Running jobs of ``queues`` whose cancel was requested (the next worker that looks ends them)."""
+        query = select(Job.id).where(
+            Job.status == JobStatus.RUNNING.value, Job.cancel_requested.is_(True), Job.queue.in_(list(queues))
+        )
+        return list(self.session.scalars(query).all())
+
+    def queued_line(self, queue: str) -> list[tuple[str, str]]:
+        """(job id, team name) of the queued jobs of ``queue``, oldest first."""
+        query = (
+            select(Job.id, Team.name)
+            .join(Team, Team.id == Job.team_id)
+            .where(Job.status == JobStatus.QUEUED.value, Job.queue == queue)
+            .order_by(Job.created_at, Job.id)
+        )
+        return [(str(job_id), str(team)) for job_id, team in self.session.execute(query).all()]
+
+    def running_count(self, queue: str) -> int:
+        query = select(func.count()).where(Job.status == JobStatus.RUNNING.value, Job.queue == queue)
+        return int(self.session.scalar(query) or 0)
+
+    def mean_checks_per_job(self) -> float | None:
+        query = select(func.avg(Job.checks_run)).where(Job.status == JobStatus.SUCCEEDED.value)
+        value = self.session.scalar(query)
+        return float(value) if value is not None else None
 
     def cancel_requested(self, job_id: str) -> bool:
         return bool(self.session.scalar(select(Job.cancel_requested).where(Job.id == job_id)))
@@ -288,9 +341,11 @@ def claimable(job: Job, max_attempts: int) -> bool:
 
 
 def _lost_since(sent_before: datetime) -> tuple[Any, ...]:
+    """A running job with queued checks waits for a free worker (fair share): it is not lost."""
+    waiting = exists().where(CheckUnit.job_id == Job.id, CheckUnit.status == "queued")
     unheld = or_(
         Job.status == JobStatus.QUEUED.value,
-        and_(Job.status == JobStatus.RUNNING.value, Job.lease_expires_at < utcnow()),
+        and_(Job.status == JobStatus.RUNNING.value, Job.lease_expires_at < utcnow(), ~waiting),
     )
     return unheld, or_(Job.dispatched_at.is_(None), Job.dispatched_at < sent_before)
 

@@ -1,0 +1,296 @@
+"""Check units: the checks of running jobs, claimed one at a time by any worker (``worker/dispatch.py``).
+
+A unit is queued when its job's session asks for it, running while a worker holds its lease, done
+once its verdict is recorded (the unique (job, request id) key makes a second recording of the
+same request impossible) and cancelled when its job ended first. Claims are conditional UPDATEs
+(``status = 'queued'``), so exactly one worker wins a unit on PostgreSQL and SQLite alike."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, select, update
+from sqlalchemy.orm import Session
+
+from persistence.enums import JobStatus
+from persistence.models import CheckUnit, Job, Team, Worker, utcnow
+
+QUEUED, RUNNING, DONE, CANCELLED = "queued", "running", "done", "cancelled"
+ACTIVE = (QUEUED, RUNNING)
+
+
+@dataclass(frozen=True)
+class NewUnit:
+    """A request of a job's session, as a unit to insert."""
+
+    request_id: str
+    kind: str
+    number: int
+    phase: str
+    attempt: int
+    speculative: bool
+    candidate: dict[str, Any]
+    node_count: int
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A running check, as ``GET /v1/jobs/{id}`` and the ``check_started`` event show it."""
+
+    iteration: int
+    phase: str
+    nodes: int
+    worker: str | None
+    started_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Work:
+    """Something a worker may take: a queued unit of a running job, or a queued job to start."""
+
+    kind: str  # "unit" | "job"
+    id: int | str  # the unit's id, or the job's
+    job_id: str
+    team: str
+    job_created: datetime
+    number: int
+    check_spec: str
+
+
+@dataclass(frozen=True)
+class TeamLoad:
+    running: int  # checks of the team running now
+    last_served: datetime | None  # when a check or job of the team was last taken
+
+
+class UnitRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, job_id: str, units: Sequence[NewUnit]) -> list[CheckUnit]:
+        rows = [
+            CheckUnit(
+                job_id=job_id,
+                request_id=u.request_id,
+                kind=u.kind,
+                number=u.number,
+                phase=u.phase,
+                attempt=u.attempt,
+                speculative=u.speculative,
+                candidate=dict(u.candidate),
+                node_count=u.node_count,
+                status=QUEUED,
+            )
+            for u in units
+        ]
+        self.session.add_all(rows)
+        self.session.flush()
+        return rows
+
+    def get(self, unit_id: int) -> CheckUnit | None:
+        return self.session.get(CheckUnit, unit_id, populate_existing=True)
+
+    def active_request_ids(self, job_id: str) -> list[str]:
+        """The request ids of the job's queued and running units (the session's ``in_flight``)."""
+        query = select(CheckUnit.request_id).where(CheckUnit.job_id == job_id, CheckUnit.status.in_(ACTIVE))
+        return list(self.session.scalars(query).all())
+
+    def has_request(self, job_id: str, request_id: str) -> bool:
+        query = select(CheckUnit.id).where(CheckUnit.job_id == job_id, CheckUnit.request_id == request_id)
+        return self.session.scalar(query) is not None
+
+    def claim(self, unit_id: int, worker: str, lease_s: float) -> bool:
+        now = utcnow()
+        result = self.session.execute(
+            update(CheckUnit)
+            .where(CheckUnit.id == unit_id, CheckUnit.status == QUEUED)
+            .values(status=RUNNING, worker=worker, claimed_at=now, lease_expires_at=now + timedelta(seconds=lease_s))
+            .returning(CheckUnit.id)
+        ).first()
+        return result is not None
+
+    def renew(self, unit_id: int, worker: str, lease_s: float) -> bool:
+        """Extend a running unit's lease; False when this worker no longer holds it."""
+        expires = utcnow() + timedelta(seconds=lease_s)
+        result = self.session.execute(
+            update(CheckUnit)
+            .where(CheckUnit.id == unit_id, CheckUnit.status == RUNNING, CheckUnit.worker == worker)
+            .values(lease_expires_at=expires)
+            .returning(CheckUnit.id)
+        ).first()
+        return result is not None
+
+    def finish(self, unit: CheckUnit, duration_s: float) -> None:
+        unit.status, unit.finished_at, unit.duration_s, unit.lease_expires_at = DONE, utcnow(), duration_s, None
+
+    def requeue(self, unit: CheckUnit) -> None:
+        unit.status, unit.worker, unit.lease_expires_at = QUEUED, None, None
+
+    def cancel_active(self, job_id: str) -> int:
+        """Every queued or running unit of an ended job: cancelled (a running one's worker stops)."""
+        result = self.session.execute(
+            update(CheckUnit)
+            .where(CheckUnit.job_id == job_id, CheckUnit.status.in_(ACTIVE))
+            .values(status=CANCELLED, finished_at=utcnow(), lease_expires_at=None)
+            .returning(CheckUnit.id)
+        )
+        return len(result.all())
+
+    def requeue_running(self, job_id: str) -> int:
+        """A job taken again after all its workers died: its running units are queued again."""
+        result = self.session.execute(
+            update(CheckUnit)
+            .where(CheckUnit.job_id == job_id, CheckUnit.status == RUNNING)
+            .values(status=QUEUED, worker=None, lease_expires_at=None)
+            .returning(CheckUnit.id)
+        )
+        return len(result.all())
+
+    def requeue_expired(self) -> list[tuple[str, str]]:
+        """Running units whose worker stopped renewing them (it died), of jobs another worker keeps
+        alive (their lease is live; a job nobody keeps alive is taken again as a whole): queued again.
+        Returns (job id, queue) per unit, for the messages that announce them."""
+        now = utcnow()
+        query = (
+            select(CheckUnit, Job.queue)
+            .join(Job, Job.id == CheckUnit.job_id)
+            .where(
+                CheckUnit.status == RUNNING,
+                CheckUnit.lease_expires_at < now,
+                Job.status == JobStatus.RUNNING.value,
+                Job.lease_expires_at >= now,
+            )
+        )
+        requeued: list[tuple[str, str]] = []
+        for unit, queue in self.session.execute(query).all():
+            if self.session.execute(
+                update(CheckUnit)
+                .where(CheckUnit.id == unit.id, CheckUnit.status == RUNNING, CheckUnit.lease_expires_at < now)
+                .values(status=QUEUED, worker=None, lease_expires_at=None)
+                .returning(CheckUnit.id)
+            ).first():
+                requeued.append((unit.job_id, str(queue)))
+        return requeued
+
+    def waiting_job(self, queues: Sequence[str], created_before: datetime) -> str | None:
+        """A running job of ``queues`` with a unit queued since before ``created_before`` (its message
+        may be lost), or None."""
+        query = (
+            select(CheckUnit.job_id)
+            .join(Job, Job.id == CheckUnit.job_id)
+            .where(
+                CheckUnit.status == QUEUED,
+                CheckUnit.created_at < created_before,
+                Job.status == JobStatus.RUNNING.value,
+                Job.queue.in_(list(queues)),
+            )
+            .order_by(CheckUnit.created_at)
+            .limit(1)
+        )
+        return self.session.scalar(query)
+
+    def in_flight(self, job_id: str) -> list[InFlight]:
+        query = (
+            select(CheckUnit).where(CheckUnit.job_id == job_id, CheckUnit.status == RUNNING).order_by(CheckUnit.number)
+        )
+        return [
+            InFlight(u.number, u.phase, u.node_count, u.worker, u.claimed_at) for u in self.session.scalars(query).all()
+        ]
+
+    def running_count(self, job_id: str) -> int:
+        query = select(func.count()).where(CheckUnit.job_id == job_id, CheckUnit.status == RUNNING)
+        return int(self.session.scalar(query) or 0)
+
+    def mean_duration(self) -> float | None:
+        """The mean time of the last finished checks over the farm (for queue estimates)."""
+        recent = (
+            select(CheckUnit.duration_s)
+            .where(CheckUnit.status == DONE, CheckUnit.duration_s.is_not(None))
+            .order_by(CheckUnit.finished_at.desc())
+            .limit(200)
+            .subquery()
+        )
+        value = self.session.scalar(select(func.avg(recent.c.duration_s)))
+        return float(value) if value is not None else None
+
+    # -- fair share --------------------------------------------------------------------------------
+
+    def available_work(self, queues: Sequence[str], max_attempts: int, limit: int = 200) -> list[Work]:
+        """Queued units of running jobs and queued jobs of ``queues`` (not cancel-requested), oldest
+        job first."""
+        units = self.session.execute(
+            select(CheckUnit.id, CheckUnit.job_id, Team.name, Job.created_at, CheckUnit.number, Job.check_spec)
+            .join(Job, Job.id == CheckUnit.job_id)
+            .join(Team, Team.id == Job.team_id)
+            .where(
+                CheckUnit.status == QUEUED,
+                Job.status == JobStatus.RUNNING.value,
+                Job.cancel_requested.is_(False),
+                Job.queue.in_(list(queues)),
+            )
+            .order_by(Job.created_at, Job.id, CheckUnit.number)
+            .limit(limit)
+        ).all()
+        jobs = self.session.execute(
+            select(Job.id, Team.name, Job.created_at, Job.check_spec)
+            .join(Team, Team.id == Job.team_id)
+            .where(
+                Job.status == JobStatus.QUEUED.value,
+                Job.cancel_requested.is_(False),
+                Job.attempts < max_attempts,
+                Job.queue.in_(list(queues)),
+            )
+            .order_by(Job.created_at, Job.id)
+            .limit(limit)
+        ).all()
+        work = [
+            Work("unit", uid, jid, str(team), created, number, spec) for uid, jid, team, created, number, spec in units
+        ]
+        work += [Work("job", jid, jid, str(team), created, 0, spec) for jid, team, created, spec in jobs]
+        return work
+
+    def team_loads(self) -> dict[str, TeamLoad]:
+        """Per team: its running checks and when it was last served (a check or a job taken)."""
+        running = dict(
+            self.session.execute(
+                select(Team.name, func.count())
+                .select_from(CheckUnit)
+                .join(Job, Job.id == CheckUnit.job_id)
+                .join(Team, Team.id == Job.team_id)
+                .where(CheckUnit.status == RUNNING)
+                .group_by(Team.name)
+            ).all()
+        )
+        claimed = dict(
+            self.session.execute(
+                select(Team.name, func.max(CheckUnit.claimed_at))
+                .select_from(CheckUnit)
+                .join(Job, Job.id == CheckUnit.job_id)
+                .join(Team, Team.id == Job.team_id)
+                .group_by(Team.name)
+            ).all()
+        )
+        started = dict(
+            self.session.execute(
+                select(Team.name, func.max(Job.started_at)).join(Team, Team.id == Job.team_id).group_by(Team.name)
+            ).all()
+        )
+        loads: dict[str, TeamLoad] = {}
+        for team in set(running) | set(claimed) | set(started):
+            moments = [_aware(m) for m in (claimed.get(team), started.get(team)) if m is not None]
+            loads[str(team)] = TeamLoad(int(running.get(team, 0)), max(moments) if moments else None)
+        return loads
+
+    def live_workers(self, queue: str, seen_within_s: float) -> int:
+        """Workers serving ``queue`` with a heartbeat in the last ``seen_within_s``."""
+        since = utcnow() - timedelta(seconds=seen_within_s)
+        rows = self.session.scalars(select(Worker.queues).where(and_(Worker.heartbeat_at >= since))).all()
+        return sum(1 for queues in rows if queue in (queues or []))
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes (stored as UTC)."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

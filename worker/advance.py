@@ -1,0 +1,203 @@
+"""Advancing a job's session, by whichever worker has something to give it: the worker that
+starts the job (nothing to deliver) and every worker that finished one of its checks (the verdict).
+Always under the job's row lock (``JobRepository.lock_running``), in one transaction:
+
+1. rebuild the session from ``jobs.session_state`` (the prepared model is this process's own, kept
+   by ``worker.prepared``; the flow is replayed against the verdict cache, no check runs);
+2. deliver the verdict (**verdict recorded**: its iteration row, model, event; the unit is done, so
+   a second delivery of the same unit is ignored);
+3. save the state; if the session is done, store min-bad/min-good and end the job; otherwise ask
+   the session for up to (free slots) requests not in flight and queue one check unit each
+   (**checks queued**: the caller sends one message each after the commit).
+
+No worker waits for another's result: the next checks are queued the moment a verdict lands."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.session import ReductionSession
+from engine.workspace import Workspace
+from persistence.enums import ArtifactKind, EventKind, JobStatus
+from persistence.models import Iteration, Job, utcnow
+from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
+from persistence.repositories.units import NewUnit, UnitRepository
+from persistence.store import StoredBlob
+from reducer_core.candidate import Candidate
+from reducer_core.errors import CheckInfraError, OriginalDidNotFailError
+from reducer_core.records import IterationRecord, Localization
+from reducer_core.session import Answer, CheckRequest, LayerwiseRequest, Request, SilentListener
+from worker.context import RunnerContext
+from worker.endings import end_payload, ending_of, finish_locked
+from worker.prepared import PreparedJob
+from worker.results import store_results
+
+log = logging.getLogger("onnx_reducer.worker")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A finished check: its request, answer, the model it checked (stored) and its output."""
+
+    request: Request
+    answer: Answer
+    blob: StoredBlob | None = None
+    locations: list[str] = field(default_factory=list)
+    output: str = ""
+    worker: str = ""
+
+
+@dataclass
+class Advanced:
+    """What the caller does after the commit: notify up to ``seq``, announce ``queued`` units."""
+
+    seq: int = 0
+    queued: int = 0
+    ended: bool = False
+
+
+class _Collector(SilentListener):
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.records: list[IterationRecord] = []
+
+    def on_record(self, record: IterationRecord) -> None:
+        if not record.cached:
+            self.records.append(record)
+
+    def on_localization(self, localization: Localization) -> None:
+        log.info("job %s: localisation path=%s: %s", self.job_id, localization.path, localization.reason)
+
+
+def request_of(
+    kind: str, candidate: dict[str, Any], phase: str, attempt: int, number: int, speculative: bool
+) -> Request:
+    if kind == LayerwiseRequest.kind:
+        return LayerwiseRequest()
+    return CheckRequest(Candidate.from_json(candidate), phase, attempt, number=number, speculative=speculative)
+
+
+def new_unit(request: Request) -> NewUnit:
+    if isinstance(request, LayerwiseRequest):
+        return NewUnit(request.id, request.kind, 0, "layerwise", 0, False, {}, 0)
+    return NewUnit(
+        request.id,
+        request.kind,
+        request.number,
+        request.phase,
+        request.attempt,
+        request.speculative,
+        request.candidate.to_json(),
+        len(request.candidate),
+    )
+
+
+def advance(
+    ctx: RunnerContext, session: Any, job: Job, prepared: PreparedJob, delivery: Delivery | None = None
+) -> Advanced:
+    """One step of the job's session (``job`` row-locked by the caller's transaction)."""
+    collector = _Collector(job.id)
+    reduction = prepared.session(job.session_state, collector)
+    failure: Exception | None = None
+    if delivery is not None:
+        try:
+            reduction.deliver(delivery.request, delivery.answer)
+        except (OriginalDidNotFailError, CheckInfraError) as exc:
+            failure = exc
+    seq = _record(session, job, reduction, collector.records, delivery)
+    JobRepository.progress(job, session_state=reduction.state(), checks_run=reduction.machine.checks_run)
+    if failure is not None:
+        status, code, message = ending_of(failure, ctx, job.id)
+        return Advanced(finish_locked(session, job, status, code, message), ended=True)
+    if reduction.done:
+        return Advanced(_succeed(ctx, session, job, reduction, prepared.workspace, prepared), ended=True)
+    return Advanced(seq, _queue_next(ctx, session, job, reduction))
+
+
+def _queue_next(ctx: RunnerContext, session: Any, job: Job, reduction: ReductionSession) -> int:
+    units = UnitRepository(session)
+    active = units.active_request_ids(job.id)
+    slots = min(ctx.max_workers_per_job, max(1, units.live_workers(job.queue, ctx.worker_seen_s)))
+    wanted = slots - len(active)
+    if wanted < 1:
+        return 0
+    before = reduction.machine.issued
+    requests = reduction.next_requests(wanted, active)
+    numbers = [r.number for r in requests if isinstance(r, CheckRequest)]
+    # a rebuilt session numbers the request it waits for again even when it is in flight: no gap for it
+    reduction.machine.issued = max([before, *numbers])
+    units.add(job.id, [new_unit(r) for r in requests])
+    JobRepository.progress(job, session_state=reduction.state())
+    return len(requests)
+
+
+def _record(
+    session: Any, job: Job, reduction: ReductionSession, records: list[IterationRecord], delivery: Delivery | None
+) -> int:
+    """The iteration rows and events of the verdicts just taken in (one per delivered check)."""
+    seq = 0
+    for record in records:
+        verdict = record.verdict
+        row = Iteration(
+            job_id=job.id,
+            number=record.number,
+            phase=record.phase,
+            fingerprint=record.candidate.fingerprint,
+            node_count=len(record.candidate),
+            pending=False,
+            verdict=verdict.kind.value,
+            reproduces=record.reproduces,
+            signature=verdict.signature,
+            detail=verdict.detail,
+            duration_s=verdict.duration_s,
+            output_tail=delivery.output[-4000:] if delivery else None,
+            finished_at=utcnow(),
+        )
+        session.add(row)
+        session.flush()
+        if delivery is not None and delivery.blob is not None:
+            meta = {"weights": delivery.locations, "nodes": len(record.candidate)}
+            name = f"iteration-{record.number}"
+            row.artifact_id = (
+                ArtifactRepository(session).put(job.id, ArtifactKind.ITERATION, name, delivery.blob, meta).id
+            )
+        JobRepository.progress(
+            job,
+            iterations_done=max(job.iterations_done, record.number),
+            best_size=record.best_size,
+            check_time_s=job.check_time_s + verdict.duration_s,
+        )
+        payload = {
+            "number": record.number,
+            "phase": record.phase,
+            "nodes": len(record.candidate),
+            "verdict": verdict.kind.value,
+            "reproduces": record.reproduces,
+            "duration_s": round(verdict.duration_s, 4),
+            "best_size": record.best_size,
+            "fingerprint": record.candidate.fingerprint,
+            "worker": delivery.worker if delivery else "",
+        }
+        seq = EventRepository(session).append(job.id, EventKind.ITERATION, payload).seq
+    return seq
+
+
+def _succeed(
+    ctx: RunnerContext, session: Any, job: Job, reduction: ReductionSession, workspace: Workspace, prepared: PreparedJob
+) -> int:
+    result = reduction.result
+    stored = store_results(ctx.layout.store, workspace, result, prepared.work_dir)
+    for kind, (blob, meta) in stored.items():
+        ArtifactRepository(session).put(job.id, kind, kind.value, blob, meta)
+    job.nodes_after = len(result.min_bad)
+    job.best_size = len(result.min_bad)
+    job.cache_hits = result.cache_hits
+    UnitRepository(session).cancel_active(job.id)
+    JobRepository(session).finish(job, JobStatus.SUCCEEDED)
+    labels = [workspace.index.label(n) for n in sorted(result.min_bad.nodes)][:50]
+    payload = end_payload(job) | {"min_bad_nodes": labels}
+    if result.localization is not None:
+        payload["localization"] = result.localization.to_json()
+    return EventRepository(session).append(job.id, EventKind.SUCCEEDED, payload).seq

@@ -1,0 +1,122 @@
+"""How a job ends when something stops it (the model, the spec, the check's infrastructure, a
+cancel, the time limit), whichever worker finds out: ``ending_errors`` maps an error to the job's
+end, ``end_job`` writes it (once: only a running job ends)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from persistence.enums import ErrorCode, EventKind, JobStatus
+from persistence.models import Job, utcnow
+from persistence.repositories import EventRepository, IterationRepository, JobRepository
+from persistence.repositories.units import UnitRepository
+from reducer_core.errors import (
+    CheckInfraError,
+    InvalidModelError,
+    OriginalDidNotFailError,
+    ReducerError,
+    UsageError,
+)
+from worker.context import RunnerContext
+
+log = logging.getLogger("onnx_reducer.worker")
+ORIGINAL_PASSED_ADVICE = (
+    "Check that the job's check spec fails on the uploaded model: for kind compare/golden its tolerance "
+    "(atol/rtol) and target, for kind error its match, for op-present its ops/names."
+)
+
+
+class JobCancelledError(Exception):
+    pass
+
+
+class JobTimedOutError(Exception):
+    pass
+
+
+def end_event(status: JobStatus) -> EventKind:
+    return {JobStatus.SUCCEEDED: EventKind.SUCCEEDED, JobStatus.CANCELLED: EventKind.CANCELLED}.get(
+        status, EventKind.FAILED
+    )
+
+
+def end_payload(job: Job) -> dict[str, Any]:
+    return {
+        "status": job.status,
+        "nodes_before": job.nodes_before,
+        "nodes_after": job.nodes_after,
+        "checks_run": job.checks_run,
+        "error_code": job.error_code,
+        "error_message": job.error_message,
+    }
+
+
+def deadline_of(job: Job, ctx: RunnerContext) -> datetime:
+    started = job.started_at or utcnow()
+    started = started if started.tzinfo else started.replace(tzinfo=UTC)
+    return started + timedelta(seconds=ctx.time_limit_s)
+
+
+def finish_locked(session: Any, job: Job, status: JobStatus, code: ErrorCode | None, message: str | None) -> int:
+    """End ``job`` (row locked by ``JobRepository.lock_running``): its queued and running checks are
+    cancelled (their workers stop within a second); returns the terminal event's number."""
+    IterationRepository(session).drop_pending(job.id)
+    UnitRepository(session).cancel_active(job.id)
+    JobRepository(session).finish(job, status, code, message)
+    return EventRepository(session).append(job.id, end_event(status), end_payload(job)).seq
+
+
+def end_job(ctx: RunnerContext, job_id: str, status: JobStatus, code: ErrorCode | None, message: str | None) -> bool:
+    """End the job if it is still running (False: another worker ended it first)."""
+    with ctx.db.session() as session:
+        job = JobRepository(session).lock_running(job_id)
+        if job is None:
+            return False
+        seq = finish_locked(session, job, status, code, message)
+    ctx.notify(job_id, seq)
+    return True
+
+
+def time_limit_message(ctx: RunnerContext) -> str:
+    return f"The job ran longer than {ctx.time_limit_s:g}s (JOB_TIME_LIMIT_S, counted from its first start)."
+
+
+def ending_of(exc: BaseException, ctx: RunnerContext, job_id: str) -> tuple[JobStatus, ErrorCode | None, str | None]:
+    """The end an error gives the job."""
+    if isinstance(exc, JobCancelledError):
+        return JobStatus.CANCELLED, None, None
+    if isinstance(exc, JobTimedOutError):
+        return JobStatus.FAILED, ErrorCode.TIME_LIMIT, time_limit_message(ctx)
+    if isinstance(exc, OriginalDidNotFailError):
+        return JobStatus.FAILED, ErrorCode.ORIGINAL_DID_NOT_FAIL, f"{exc} {ORIGINAL_PASSED_ADVICE}"
+    if isinstance(exc, InvalidModelError):
+        return JobStatus.FAILED, ErrorCode.INVALID_MODEL, str(exc)
+    if isinstance(exc, CheckInfraError):
+        advice = (
+            " The job keeps its finished checks: once the check's infrastructure works again, "
+            f"POST /v1/jobs/{job_id}/retry resumes it from its last finished check."
+        )
+        return JobStatus.FAILED, ErrorCode.CHECK_INFRA_ERROR, str(exc) + advice
+    if isinstance(exc, UsageError | ReducerError):
+        return JobStatus.FAILED, ErrorCode.INVALID_CHECK, str(exc)
+    return JobStatus.FAILED, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+
+
+@contextmanager
+def ending_errors(ctx: RunnerContext, job_id: str) -> Iterator[None]:
+    """Any error in the block ends the job (a bug too: logged, the job fails as internal)."""
+    try:
+        yield
+    except SQLAlchemyError:
+        raise  # the database is unreachable: the job is taken again once it is back
+    except Exception as exc:
+        status, code, message = ending_of(exc, ctx, job_id)
+        if code is ErrorCode.INTERNAL:
+            log.exception("job %s failed", job_id)
+        end_job(ctx, job_id, status, code, message)

@@ -1,0 +1,62 @@
+"""Starting a claimed job (or taking it again after all its workers died): prepare the model in
+this process, store its weights, announce the start, queue the job's first checks
+(**session starts**: ``advance`` with nothing to deliver). A heartbeat keeps the job's lease while
+a big model loads; once checks are queued, the workers that run them keep the job alive."""
+
+from __future__ import annotations
+
+from persistence.enums import ArtifactKind, EventKind
+from persistence.jsonlog import bind_job
+from persistence.models import utcnow
+from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
+from persistence.repositories.units import UnitRepository
+from worker.advance import Advanced, advance
+from worker.context import RunnerContext
+from worker.endings import JobCancelledError, JobTimedOutError, deadline_of, ending_errors
+from worker.lease import Heartbeat
+from worker.prepared import PREPARED, JobInput
+from worker.unit_run import announce
+
+
+def start_job(ctx: RunnerContext, job_id: str) -> None:
+    """Run after ``JobRepository.claim`` gave this worker the job."""
+    with ctx.db.session() as session:
+        job = JobRepository(session).get(job_id)
+        if job is None:
+            return
+        attempt = job.attempts
+    heartbeat = Heartbeat(ctx, job_id, attempt)
+    heartbeat.start()
+    try:
+        with bind_job(job_id), ending_errors(ctx, job_id):
+            _start(ctx, job_id, attempt)
+    finally:
+        heartbeat.stop()
+
+
+def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
+    with ctx.db.session() as session:
+        job = JobRepository(session).get(job_id)
+        if job is None:
+            return
+        if job.cancel_requested:
+            raise JobCancelledError()
+        if utcnow() > deadline_of(job, ctx):
+            raise JobTimedOutError()
+        job_input = JobInput.of(session, job)
+    prepared = PREPARED.get(job_input, ctx)
+    nodes = len(prepared.workspace.index)
+    weights = {loc: ctx.layout.store.put_file(path) for loc, path in prepared.workspace.sources.files.items()}
+    with ctx.db.session() as session:
+        job = JobRepository(session).lock_running(job_id)
+        if job is None or job.attempts != attempt:
+            return  # ended meanwhile, or taken again by another worker
+        for location, blob in weights.items():
+            ArtifactRepository(session).put(job_id, ArtifactKind.WEIGHTS, location, blob)
+        job.nodes_before = nodes
+        payload = {"attempt": attempt, "nodes_before": nodes, "resumed": attempt > 1}
+        started = EventRepository(session).append(job_id, EventKind.STARTED, payload).seq
+        requeued = UnitRepository(session).requeue_running(job_id)  # the checks of workers that died
+        outcome = advance(ctx, session, job, prepared)
+        queue = job.queue
+    announce(ctx, job_id, queue, Advanced(max(outcome.seq, started), outcome.queued + requeued, outcome.ended))

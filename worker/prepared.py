@@ -1,0 +1,169 @@
+"""A job as one worker process keeps it ready for its checks: the prepared model (``Workspace``),
+the parsed spec, the runnable check and the session's options. Loading a big model takes long, so
+each process keeps the last few jobs it served (``PreparedJobs``, least recently used first out)
+and any check of those jobs it takes next starts at once.
+
+Each process prepares a job in its own folder (``work/<job>/<process>``): checks of the same job
+on other processes of the host never share a file."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checks.spec import CheckSpec, ModelCheck, parse_check_spec
+from engine.session import ReductionSession, SessionCheck
+from engine.workspace import ReduceOptions, Workspace, load_workspace
+from persistence.enums import ArtifactKind
+from persistence.models import Job
+from persistence.repositories import ArtifactRepository
+from persistence.store import ArtifactStore
+from reducer_core.session import SessionConfig, SessionListener
+from worker.checking import job_check
+from worker.context import RunnerContext
+
+log = logging.getLogger("onnx_reducer.worker")
+KEEP_JOBS = 3
+
+
+def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
+    """A job's session options: the command line's defaults; min-good always wanted (it is stored)."""
+    return SessionConfig(
+        mode=mode,
+        reduce_inputs=bool(options.get("reduce_inputs", True)),
+        reduce_outputs=bool(options.get("reduce_outputs", True)),
+        pin_signature=bool(options.get("pin_signature", True)),
+        localize=True,
+        min_good=True,
+    )
+
+
+@dataclass(frozen=True)
+class JobInput:
+    """What preparing a job reads from its row."""
+
+    job_id: str
+    spec_text: str
+    config: SessionConfig
+    model_path: str
+    golden: tuple[str, str, str] | None  # (storage key, sha256, format)
+
+    @classmethod
+    def of(cls, session: Any, job: Job) -> JobInput:
+        golden = ArtifactRepository(session).get(job.id, ArtifactKind.GOLDEN, "golden")
+        return cls(
+            job_id=job.id,
+            spec_text=job.check_spec,
+            config=job_config(job.mode, dict(job.options)),
+            model_path=job.model_path,
+            golden=(golden.storage_key, golden.sha256, str(golden.meta.get("format", "zip"))) if golden else None,
+        )
+
+
+class _Log:
+    def info(self, message: str) -> None:
+        log.info(message)
+
+    def warning(self, message: str) -> None:
+        log.warning(message)
+
+
+@dataclass
+class PreparedJob:
+    job_id: str
+    spec: CheckSpec
+    config: SessionConfig
+    workspace: Workspace
+    check: ModelCheck
+    session_check: SessionCheck
+    work_dir: Path
+
+    def session(self, state: dict[str, Any] | None, listener: SessionListener | None = None) -> ReductionSession:
+        """The job's session at the position ``state`` was saved in (replayed; no check runs)."""
+        return ReductionSession.start(self.workspace, self.session_check, self.config, state, listener)
+
+    def close(self) -> None:
+        self.workspace.close()
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+def prepare(job: JobInput, ctx: RunnerContext) -> PreparedJob:
+    """Parse the spec, load the model and build the check (raises the errors a bad job has)."""
+    spec = parse_check_spec(job.spec_text)
+    work_dir = ctx.layout.work_dir(job.job_id) / f"process-{os.getpid()}-{threading.get_ident()}"
+    shutil.rmtree(work_dir, ignore_errors=True)
+    options = ReduceOptions(
+        model=ctx.layout.root / job.model_path, work_dir=work_dir, artifact_stem="iter", link_weights=True
+    )
+    workspace = load_workspace(options, _Log())
+    try:
+        golden, sha256 = _place_golden(ctx.layout.store, work_dir, *job.golden) if job.golden else (None, None)
+        check = job_check(spec, work_dir, ctx.allow_command, ctx.check_memory_limit_bytes, golden)
+    except BaseException:
+        workspace.close()
+        raise
+    return PreparedJob(
+        job.job_id, spec, job.config, workspace, check, SessionCheck(check, spec, golden, sha256), work_dir
+    )
+
+
+def _place_golden(store: ArtifactStore, work_dir: Path, key: str, sha256: str, fmt: str) -> tuple[Path, str]:
+    """The job's golden values beside the checks, named so that the check reads them in their
+    format (``.json``: Polygraphy JSON; otherwise the golden zip): a hardlink, or a copy."""
+    target = work_dir / ("golden.json" if fmt == "json" else "golden.golden")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    try:
+        os.link(store.path(key), target)
+    except OSError:
+        shutil.copyfile(store.path(key), target)
+    return target, sha256
+
+
+class PreparedJobs:
+    """The jobs this process keeps prepared (least recently used dropped first)."""
+
+    def __init__(self, keep: int = KEEP_JOBS) -> None:
+        self.keep = keep
+        self._jobs: OrderedDict[str, PreparedJob] = OrderedDict()
+
+    def get(self, job: JobInput, ctx: RunnerContext) -> PreparedJob:
+        prepared = self._jobs.get(job.job_id)
+        if prepared is not None and prepared.work_dir.is_dir():
+            self._jobs.move_to_end(job.job_id)
+            return prepared
+        self.drop(job.job_id)
+        prepared = prepare(job, ctx)
+        self._jobs[job.job_id] = prepared
+        while len(self._jobs) > self.keep:
+            _, oldest = self._jobs.popitem(last=False)
+            oldest.close()
+        return prepared
+
+    def drop(self, job_id: str) -> None:
+        prepared = self._jobs.pop(job_id, None)
+        if prepared is not None:
+            prepared.close()
+
+
+class _PerThread(threading.local):
+    """Each thread that runs checks keeps its own prepared jobs (the embedded runner's slots may be
+    threads of one process: they never share a workspace or an iteration file)."""
+
+    def __init__(self) -> None:
+        self.jobs = PreparedJobs()
+
+    def get(self, job: JobInput, ctx: RunnerContext) -> PreparedJob:
+        return self.jobs.get(job, ctx)
+
+    def drop(self, job_id: str) -> None:
+        self.jobs.drop(job_id)
+
+
+PREPARED = _PerThread()

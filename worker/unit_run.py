@@ -1,0 +1,193 @@
+"""Running one claimed check unit: write the candidate from this process's prepared job, run the
+check (in its own child process, inside a stop scope that polls the job row, so a cancel or the
+time limit stops it within about a second), store the model it checked, then record the verdict
+and advance the job's session (``worker.advance``). A lease, renewed while the check runs, keeps
+the unit this worker's; a worker that dies lets it run out and the unit is queued again
+(``UnitRepository.requeue_expired``): the check runs again, and whichever verdict lands first is
+the one recorded."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from checks.cancel import CheckStoppedError, stop_checks_when
+from engine.localize import layerwise_run
+from persistence.enums import ErrorCode, JobStatus
+from persistence.jsonlog import bind_job
+from persistence.models import CheckUnit, utcnow
+from persistence.repositories import JobRepository
+from persistence.repositories.units import CANCELLED, DONE, UnitRepository
+from reducer_core.errors import MissingTypeError
+from reducer_core.session import CheckRequest, Request
+from reducer_core.verdict import Verdict, VerdictKind
+from worker.advance import Advanced, Delivery, advance, request_of
+from worker.context import RunnerContext
+from worker.endings import JobTimedOutError, deadline_of, end_job, ending_errors, time_limit_message
+from worker.prepared import PREPARED, JobInput, PreparedJob
+
+log = logging.getLogger("onnx_reducer.worker")
+ITERATION_MODEL = "iteration.onnx"
+CANCEL_POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class UnitTicket:
+    """A claimed unit, as read when it was claimed."""
+
+    id: int
+    job_id: str
+    request: Request
+
+    @classmethod
+    def of(cls, unit: CheckUnit) -> UnitTicket:
+        request = request_of(unit.kind, unit.candidate, unit.phase, unit.attempt, unit.number, unit.speculative)
+        return cls(unit.id, unit.job_id, request)
+
+
+class _UnitLease:
+    """Renews the unit's lease (and keeps its job alive) every third of the lease while it runs."""
+
+    def __init__(self, ctx: RunnerContext, ticket: UnitTicket) -> None:
+        self.ctx, self.ticket = ctx, ticket
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"unit-{ticket.id}", daemon=True)
+
+    def __enter__(self) -> _UnitLease:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(max(self.ctx.lease_s / 3, 0.05)):
+            try:
+                with self.ctx.db.session() as session:
+                    held = UnitRepository(session).renew(self.ticket.id, self.ctx.worker, self.ctx.lease_s)
+                    JobRepository(session).keep_alive(self.ticket.job_id, self.ctx.lease_s)
+            except Exception:  # noqa: BLE001 - the database is down: retried, the lease may run out
+                log.warning("job %s: renewing the lease of a check failed (retrying)", self.ticket.job_id)
+                continue
+            if not held:
+                self.lost.set()
+                return
+
+
+class UnitRun:
+    def __init__(self, ctx: RunnerContext, ticket: UnitTicket) -> None:
+        self.ctx, self.ticket = ctx, ticket
+        self.job_id = ticket.job_id
+        self.last_poll = 0.0
+        self.deadline: datetime | None = None
+        self.lease: _UnitLease | None = None
+
+    def run(self) -> None:
+        with bind_job(self.job_id), ending_errors(self.ctx, self.job_id):
+            job = self._read_job()
+            if job is None:
+                return
+            prepared = PREPARED.get(job, self.ctx)
+            with _UnitLease(self.ctx, self.ticket) as lease:
+                self.lease = lease
+                try:
+                    with stop_checks_when(self._should_stop):
+                        delivery = self._execute(prepared, self.ticket.request)
+                except CheckStoppedError:
+                    self._stopped()
+                    return
+            self._record(prepared, delivery)
+
+    def _read_job(self) -> JobInput | None:
+        with self.ctx.db.session() as session:
+            job = JobRepository(session).get(self.job_id)
+            if job is None or job.status != JobStatus.RUNNING.value:
+                return None
+            self.deadline = deadline_of(job, self.ctx)
+            return JobInput.of(session, job)
+
+    def _execute(self, prepared: PreparedJob, request: Request) -> Delivery:
+        worker = self.ctx.worker
+        if not isinstance(request, CheckRequest):
+            began = time.monotonic()
+            result = layerwise_run(prepared.workspace, prepared.spec, prepared.session_check.golden)
+            self.duration_s = time.monotonic() - began
+            return Delivery(request, result, worker=worker)
+        path = prepared.work_dir / ITERATION_MODEL
+        try:
+            prepared.workspace.write(request.candidate, path)
+            locations = prepared.workspace.weight_locations(request.candidate)
+        except MissingTypeError as exc:
+            self.duration_s = 0.0
+            return Delivery(request, Verdict(VerdictKind.INFRA_ERROR, "", str(exc)), worker=worker)
+        verdict, output = prepared.check.run(path)
+        self.duration_s = verdict.duration_s
+        blob = self.ctx.layout.store.put_file(path)
+        return Delivery(request, verdict, blob, locations, output, worker)
+
+    def _should_stop(self) -> bool:
+        """The stop scope's question (the job row at most every CANCEL_POLL_S)."""
+        if self.lease is not None and self.lease.lost.is_set():
+            return True
+        now = time.monotonic()
+        if now - self.last_poll < CANCEL_POLL_S:
+            return False
+        self.last_poll = now
+        if self.deadline is not None and utcnow() > self.deadline:
+            return True
+        with self.ctx.db.session() as session:
+            job = JobRepository(session).get(self.job_id)
+            return job is None or job.cancel_requested or job.status != JobStatus.RUNNING.value
+
+    def _stopped(self) -> None:
+        """The check was stopped: end the job if it was cancelled or is out of time (once)."""
+        with self.ctx.db.session() as session:
+            cancelled = JobRepository(session).cancel_requested(self.job_id)
+        if cancelled:
+            end_job(self.ctx, self.job_id, JobStatus.CANCELLED, None, None)
+        elif self.deadline is not None and utcnow() > self.deadline:
+            end_job(self.ctx, self.job_id, JobStatus.FAILED, ErrorCode.TIME_LIMIT, time_limit_message(self.ctx))
+        cleanup_if_ended(self.ctx, self.job_id)
+
+    def _record(self, prepared: PreparedJob, delivery: Delivery) -> None:
+        with self.ctx.db.session() as session:
+            job = JobRepository(session).lock_running(self.job_id)
+            unit = UnitRepository(session).get(self.ticket.id)
+            queue = job.queue if job is not None else ""
+            if job is None or unit is None or unit.status in (DONE, CANCELLED):
+                outcome = None  # the job ended, or another worker recorded this check first
+            else:
+                if self.deadline is not None and utcnow() > self.deadline:
+                    raise JobTimedOutError()
+                UnitRepository(session).finish(unit, self.duration_s)
+                outcome = advance(self.ctx, session, job, prepared, delivery)
+        if outcome is None:
+            cleanup_if_ended(self.ctx, self.job_id)
+            return
+        announce(self.ctx, self.job_id, queue, outcome)
+
+
+def announce(ctx: RunnerContext, job_id: str, queue: str, outcome: Advanced) -> None:
+    """After the commit: wake the SSE followers, send one message per queued check."""
+    if outcome.seq:
+        ctx.notify(job_id, outcome.seq)
+    for _ in range(outcome.queued):
+        ctx.wake(job_id, queue)
+    if outcome.ended:
+        cleanup_if_ended(ctx, job_id)
+
+
+def cleanup_if_ended(ctx: RunnerContext, job_id: str) -> None:
+    """An ended job's prepared model and scratch go (its stored artifacts stay)."""
+    with ctx.db.session() as session:
+        job = JobRepository(session).get(job_id)
+        ended = job is None or JobStatus(job.status).terminal
+    if ended:
+        PREPARED.drop(job_id)
+        shutil.rmtree(ctx.layout.work_dir(job_id), ignore_errors=True)
