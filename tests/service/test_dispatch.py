@@ -28,7 +28,9 @@ pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "reducer_cli.main"]
 MODEL = chain_model(12, 7).SerializeToString()
 # deterministic, and slow enough to watch: fails (exit 1) while the Mul node is in the model
-SLEEPY_MUL = "kind: command\ncommand: [sh, -c, 'sleep {s}; ! grep -q n7_Mul \"$1\"', check, '{{model}}']\ntimeout: 120\n"
+SLEEPY_MUL = (
+    "kind: command\ncommand: [sh, -c, 'sleep {s}; ! grep -q n7_Mul \"$1\"', check, '{{model}}']\ntimeout: 120\n"
+)
 CHECK = SLEEPY_MUL.format(s="0.6")
 LONG_SLEEP = "31.4159"  # a check that runs until cancelled, found by its command line
 LONG_CHECK = f"kind: command\ncommand: [sleep, '{LONG_SLEEP}']\ntimeout: 120\n"
@@ -162,7 +164,7 @@ def test_cancel_stops_every_running_check_of_the_job_within_seconds(
 
 
 def _sleeping_checks() -> int:
-    found = subprocess.run(["pgrep", "-f", f"sleep {LONG_SLEEP}"], capture_output=True, text=True)
+    found = subprocess.run(["pgrep", "-f", f"sleep {LONG_SLEEP}"], check=False, capture_output=True, text=True)
     return len(found.stdout.split())
 
 
