@@ -1,6 +1,7 @@
 """Crash and resume: SIGKILL the Celery worker in the middle of a reduction, start a new one; the
-job completes with the same result, no iteration is recorded twice and no finished check runs
-again (the checks run are exactly the engine's own sequence). An SSE client that reconnects with
+job completes (its check runs again, or the job is taken again as a whole) with the same result,
+no iteration is recorded twice and no finished check runs again (the checks run are exactly the
+engine's own sequence). An SSE client that reconnects with
 ``Last-Event-ID`` across the crash receives every later event exactly once."""
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def test_worker_killed_mid_reduction_resumes_without_rerunning_checks(
     model = chain_model(length=16, mul_at=10)
     expected = engine_sequence(model, tmp_path, "linear")  # linear: one check per node, many iterations
     assert len(expected) > KILL_AFTER + 3
-    worker = processes.worker()
+    worker = processes.worker(MAX_WORKERS_PER_JOB="1")  # one check at a time: the engine's own order
     token = tokens["team-a"]
     with client_for(api_url, token) as client:
         response = submit(client, model.SerializeToString(), mode="linear")
@@ -72,7 +73,7 @@ def test_worker_killed_mid_reduction_resumes_without_rerunning_checks(
 
         before = list(read_sse(client, url, stop=kill_point))
         worker.kill()
-        processes.worker()
+        processes.worker(MAX_WORKERS_PER_JOB="1")
         after = list(read_sse(client, url, last_event_id=before[-1].id))
         job = wait_job(client, job_id)
         iterations = client.get(f"/v1/jobs/{job_id}/iterations", params={"limit": 1000}).json()["items"]
@@ -80,7 +81,9 @@ def test_worker_killed_mid_reduction_resumes_without_rerunning_checks(
         full = list(read_sse(client, url))
 
     assert job["status"] == "succeeded", job
-    assert job["attempts"] == 2
+    # the killed worker's check is queued again (its lease ran out), or, when nothing of the job was
+    # queued or running any more, the whole job is taken again (a second attempt)
+    assert job["attempts"] in (1, 2)
     assert [n.op_type for n in onnx.load_from_string(min_bad).graph.node] == ["Mul"]
     assert [it["number"] for it in iterations] == list(range(1, len(iterations) + 1))
     assert [it["fingerprint"] for it in iterations] == expected
@@ -91,6 +94,6 @@ def test_worker_killed_mid_reduction_resumes_without_rerunning_checks(
     assert resumed_ids == list(range(before[-1].id + 1, full[-1].id + 1))
     assert [e.id for e in before] + resumed_ids == [e.id for e in full]
     started = [e for e in full if e.kind == "job.started"]
-    assert [e.data["resumed"] for e in started] == [False, True]
+    assert [e.data["resumed"] for e in started] == [False, True][: job["attempts"]]
     numbers = [e.data["number"] for e in full if e.kind == "iteration"]
     assert numbers == list(range(1, len(expected) + 1))
