@@ -129,15 +129,14 @@ class Artifact(Base):
 
 
 class CheckUnit(Base):
-    """One check of a job that any worker may claim (``worker/dispatch.py``): the session's request,
+    """One check of a job that any worker may claim (``worker/run_job.py``): the session's request,
     its iteration number and candidate; queued, running (a worker holds it until ``lease_expires_at``),
-    done (its verdict recorded, once: unique per job and request id) or cancelled."""
+    done (its verdict recorded, once: the recording worker holds the job's row lock and skips a unit
+    already done) or cancelled. A request may come again after its unit ended (a retried job, an
+    infrastructure error checked ahead), so the request id is not unique."""
 
     __tablename__ = "check_units"
-    __table_args__ = (
-        Unique("job_id", "request_id", name="uq_check_units_job_request"),
-        Index("ix_check_units_status_job", "status", "job_id"),
-    )
+    __table_args__ = (Index("ix_check_units_status_job", "status", "job_id"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     request_id: Mapped[str] = mapped_column(String(120))

@@ -38,7 +38,6 @@ def upgrade() -> None:
         sa.Column("claimed_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("duration_s", sa.Float(), nullable=True),
-        sa.UniqueConstraint("job_id", "request_id", name="uq_check_units_job_request"),
     )
     op.create_index("ix_check_units_job_id", "check_units", ["job_id"])
     op.create_index("ix_check_units_status_job", "check_units", ["status", "job_id"])

@@ -98,10 +98,6 @@ class UnitRepository:
         query = select(CheckUnit.request_id).where(CheckUnit.job_id == job_id, CheckUnit.status.in_(ACTIVE))
         return list(self.session.scalars(query).all())
 
-    def has_request(self, job_id: str, request_id: str) -> bool:
-        query = select(CheckUnit.id).where(CheckUnit.job_id == job_id, CheckUnit.request_id == request_id)
-        return self.session.scalar(query) is not None
-
     def claim(self, unit_id: int, worker: str, lease_s: float) -> bool:
         now = utcnow()
         result = self.session.execute(

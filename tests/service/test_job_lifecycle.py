@@ -17,7 +17,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import text
 
-import worker.run_job as run_job_module
+import worker.prepared as prepared_module
 from api.app import create_app
 from api.settings import ApiSettings
 from examples.build_example_model import build_example_model
@@ -26,7 +26,8 @@ from persistence.repositories import ClaimResult, JobRepository
 from tests.service.conftest import client_for
 from tests.service.helpers import submit
 from worker.context import RunnerContext, context_from_settings
-from worker.run_job import JobRun, run_job
+from worker.job_start import start_job
+from worker.run_job import run_job
 from worker.settings import WorkerSettings
 
 EXAMPLE = build_example_model().SerializeToString()
@@ -85,13 +86,13 @@ def _in_thread(target: Callable[[], Any]) -> threading.Thread:
 
 def _slow_setup(monkeypatch: pytest.MonkeyPatch, gate: Callable[[], None]) -> None:
     """``load_workspace`` (shape inference, weights...) that takes as long as ``gate`` says."""
-    real = run_job_module.load_workspace
+    real = prepared_module.load_workspace
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         gate()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(run_job_module, "load_workspace", slow)
+    monkeypatch.setattr(prepared_module, "load_workspace", slow)
 
 
 # -- 4: the lease ----------------------------------------------------------------------------------
@@ -140,7 +141,6 @@ def test_a_stale_attempt_writes_nothing(
     with database.session() as session:
         kinds = [k for (k,) in session.execute(text("SELECT kind FROM events WHERE job_id = :id"), {"id": job_id})]
     assert kinds == ["job.queued"]
-    assert not (data_dir / "jobs" / job_id / "work" / "attempt-1").exists()
 
 
 def _iterations(database: Database, job_id: str) -> int:
@@ -158,12 +158,12 @@ def test_no_work_folder_remains_after_success_failure_or_cancel(
 ) -> None:
     ctx = _context(db_url, data_dir)
     succeeded = submit(client, EXAMPLE).json()["id"]
+    run_job(succeeded, ctx)  # a worker takes every job queued: one at a time here
     failed = submit(client, EXAMPLE, "kind: op-present\nops: [Conv]\n").json()["id"]
-    cancelled = submit(client, EXAMPLE, SLEEP_CHECK).json()["id"]
-    run_job(succeeded, ctx)
     run_job(failed, ctx)
+    cancelled = submit(client, EXAMPLE, SLEEP_CHECK).json()["id"]
     runner = _in_thread(lambda: run_job(cancelled, ctx))
-    _wait(lambda: _iterations(database, cancelled) == 1)  # its check is running
+    _wait(lambda: len(client.get(f"/v1/jobs/{cancelled}").json()["checks_in_flight"]) == 1)  # its check runs
     assert client.post(f"/v1/jobs/{cancelled}/cancel").status_code == 202
     runner.join(60)
     ctx.db.dispose()
@@ -194,9 +194,8 @@ def test_cancel_racing_a_claim_leaves_one_outcome_and_one_terminal_event(
     with database.session() as session:
         job = JobRepository(session).get(job_id)
         assert job is not None and job.started_at is not None
-        started = job.started_at
     ctx = _context(db_url, data_dir)
-    JobRun(job_id, ctx, 1, started).execute()  # the worker that claimed it goes on
+    start_job(ctx, job_id)  # the worker that claimed it goes on
     ctx.db.dispose()
     assert _job(database, job_id)["status"] == "cancelled"
     assert _events(client, job_id) == ["job.queued", "job.cancelled"]
