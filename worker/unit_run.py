@@ -174,10 +174,12 @@ class UnitRun:
 
 
 def announce(ctx: RunnerContext, job_id: str, queue: str, outcome: Advanced) -> None:
-    """After the commit: wake the SSE followers, send one message per queued check."""
+    """After the commit: wake the SSE followers, and send one message per queued check but one:
+    this worker goes on to take the next piece of work itself (a message only says "there is
+    work", so the count is what matters, whichever work each worker then takes)."""
     if outcome.seq:
         ctx.notify(job_id, outcome.seq)
-    for _ in range(outcome.queued):
+    for _ in range(outcome.queued - 1):
         ctx.wake(job_id, queue)
     if outcome.ended:
         cleanup_if_ended(ctx, job_id)
