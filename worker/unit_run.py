@@ -126,9 +126,9 @@ class UnitRun:
         except MissingTypeError as exc:
             self.duration_s = 0.0
             return Delivery(request, Verdict(VerdictKind.INFRA_ERROR, "", str(exc)), worker=worker)
+        blob = self.ctx.layout.store.put_file(path)  # stored first: unreferenced until its verdict
         verdict, output = prepared.check.run(path)
         self.duration_s = verdict.duration_s
-        blob = self.ctx.layout.store.put_file(path)
         return Delivery(request, verdict, blob, locations, output, worker)
 
     def _should_stop(self) -> bool:
