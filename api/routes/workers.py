@@ -9,7 +9,8 @@ from api.deps import ServicesDep, TeamDep
 from api.farm import WorkerView, load_workers
 from api.schemas import RuntimesOut, WorkerCheckOut, WorkerJobOut, WorkerList, WorkerOut, utc
 from persistence.models import Team
-from persistence.repositories import IterationRepository, JobRepository
+from persistence.repositories import JobRepository
+from persistence.repositories.units import UnitRepository
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"])
 
@@ -40,7 +41,7 @@ def _worker_out(session: Session, view: WorkerView, team: Team) -> WorkerOut:
         runtimes=RuntimesOut(
             onnxruntime=offered.onnxruntime, providers=list(offered.providers), tensorrt=offered.tensorrt
         ),
-        job=_own_job(session, row.current_job_id, team) if view.busy else None,
+        job=_own_job(session, row.current_job_id, team, row.name) if view.busy else None,
         started_at=utc(row.started_at) or row.started_at,
         last_heartbeat=utc(row.heartbeat_at) or row.heartbeat_at,
         jobs_done=row.jobs_done,
@@ -49,15 +50,17 @@ def _worker_out(session: Session, view: WorkerView, team: Team) -> WorkerOut:
     )
 
 
-def _own_job(session: Session, job_id: str | None, team: Team) -> WorkerJobOut | None:
-    """The job and its running check, only when the job is the caller's team's."""
+def _own_job(session: Session, job_id: str | None, team: Team, worker: str) -> WorkerJobOut | None:
+    """The job and its check this worker runs (else one of its running checks), only when the job
+    is the caller's team's."""
     if job_id is None or JobRepository(session).for_team(team.id, job_id) is None:
         return None
-    check = IterationRepository(session).pending_of(job_id)
+    running = UnitRepository(session).in_flight(job_id)
+    check = next((c for c in running if c.worker == worker), running[0] if running else None)
     return WorkerJobOut(
         id=job_id,
         check=WorkerCheckOut(
-            iteration=check.number, phase=check.phase, nodes=check.node_count, started_at=utc(check.created_at)
+            iteration=check.iteration, phase=check.phase, nodes=check.nodes, started_at=utc(check.started_at)
         )
         if check is not None
         else None,
