@@ -151,7 +151,7 @@ class CheckUnit(Base):
     worker: Mapped[str | None] = mapped_column(String(200), default=None)
     lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    claimed_at: Mapped[datetime | None] = mapped_column(default=None)
+    claimed_at: Mapped[datetime | None] = mapped_column(default=None, index=True)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
     duration_s: Mapped[float | None] = mapped_column(Float, default=None)
 

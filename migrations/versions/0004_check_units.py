@@ -41,9 +41,11 @@ def upgrade() -> None:
     )
     op.create_index("ix_check_units_job_id", "check_units", ["job_id"])
     op.create_index("ix_check_units_status_job", "check_units", ["status", "job_id"])
+    op.create_index("ix_check_units_claimed_at", "check_units", ["claimed_at"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_check_units_claimed_at", table_name="check_units")
     op.drop_index("ix_check_units_status_job", table_name="check_units")
     op.drop_index("ix_check_units_job_id", table_name="check_units")
     op.drop_table("check_units")

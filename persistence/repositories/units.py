@@ -248,8 +248,10 @@ class UnitRepository:
         work += [Work("job", jid, jid, str(team), created, 0, spec) for jid, team, created, spec in jobs]
         return work
 
-    def team_loads(self) -> dict[str, TeamLoad]:
-        """Per team: its running checks and when it was last served (a check or a job taken)."""
+    def team_loads(self, window_s: float = 86400.0) -> dict[str, TeamLoad]:
+        """Per team: its running checks and when it was last served (a check or a job taken) within
+        ``window_s`` (a team not served since counts as never served)."""
+        since = utcnow() - timedelta(seconds=window_s)
         running = dict(
             self.session.execute(
                 select(Team.name, func.count())
@@ -266,12 +268,16 @@ class UnitRepository:
                 .select_from(CheckUnit)
                 .join(Job, Job.id == CheckUnit.job_id)
                 .join(Team, Team.id == Job.team_id)
+                .where(CheckUnit.claimed_at > since)
                 .group_by(Team.name)
             ).all()
         )
         started = dict(
             self.session.execute(
-                select(Team.name, func.max(Job.started_at)).join(Team, Team.id == Job.team_id).group_by(Team.name)
+                select(Team.name, func.max(Job.started_at))
+                .join(Team, Team.id == Job.team_id)
+                .where(Job.started_at > since)
+                .group_by(Team.name)
             ).all()
         )
         loads: dict[str, TeamLoad] = {}
