@@ -64,6 +64,7 @@ class _CeleryWorker:
         if self._node is None:
             broker = BrokerMessages(str(self.settings.redis_url))
             self._node = WorkerNode(self.settings, self.ctx, self.queues, self.send_to_self, broker.forget_unacked)
+            self.ctx.on_work = self._node.activity.switch  # the farm view shows the job it works on
         return self._node
 
     def run_job_task(self, job_id: str) -> str:

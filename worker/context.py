@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from checks.capabilities import Capabilities
@@ -42,6 +43,7 @@ class RunnerContext:
     worker: str = field(default_factory=process_name)
     queues: tuple[str, ...] = QUEUES  # the queues whose work this process takes
     capabilities: Capabilities | None = None  # what this worker offers (None: it takes any job)
+    on_work: Callable[[str], None] = field(default=lambda job_id: None)  # the job whose work it takes now
 
 
 def context_from_settings(settings: WorkerSettings, notify: Notifier = no_notify) -> RunnerContext:

@@ -70,6 +70,12 @@ class Activity:
             self.current_job, self.busy_since = job_id, utcnow()
         self.on_change()
 
+    def switch(self, job_id: str) -> None:
+        """The worker moved on to work of another job (a check of it) within the same message."""
+        with self._lock:
+            if self.current_job is not None:
+                self.current_job = job_id
+
     def end(self) -> None:
         with self._lock:
             if self.busy_since is not None:

@@ -46,6 +46,7 @@ def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
     worked = _recover(job_id, ctx)
     while (taken := take_next(ctx)) is not None:
         worked = True
+        ctx.on_work(taken.job_id)
         with bind_job(taken.job_id):
             if taken.unit is None:
                 start_job(ctx, taken.job_id)
