@@ -210,12 +210,13 @@ class CommandLineRun(SlotSessionHooks):
     def _create_slots(self) -> None:
         relative = [self.iter_path] + [Path(p) for p in (self.args.iteration_info, *(self.args.artifacts or ())) if p]
         private = top_level_names(relative) | top_level_names([Path(loc) for loc in self.ws.sources.files])
-        self.slots = SlotFolders(Path.cwd(), self.plan.jobs, private)
-        self.slots.create()
+        slots = SlotFolders(Path.cwd(), self.plan.jobs, private)
+        slots.create()
+        self.slots = slots  # only now ours to remove (create refuses a folder it did not make)
         for slot in range(1, self.plan.jobs + 1):
-            self.slot_checks[slot] = for_slot(self.session.check.check, self.slots.folder(slot), self.plan.env(slot))
+            self.slot_checks[slot] = for_slot(self.session.check.check, slots.folder(slot), self.plan.env(slot))
         devices = f" on devices {','.join(self.plan.devices)}" if self.plan.devices else ""
-        self.log.info(f"Running up to {self.plan.jobs} checks at once{devices}, in {self.slots.root.name}/slot1..")
+        self.log.info(f"Running up to {self.plan.jobs} checks at once{devices}, in {slots.root.name}/slot1..")
 
     def _write_in_slot(self, request: CheckRequest, slot: int) -> Path:
         assert self.slots is not None
