@@ -1,6 +1,7 @@
 """Parallel checks on the command line (issue 9): ``onnx-reducer reduce --jobs K`` for K = 1, 2, 4, 8.
 
     python bench/parallel_bench.py [--sleep 0.5] [--slots 1 2 4 8] [--only NAME ...] [--mode auto]
+    python bench/parallel_bench.py --overhead [--slots 1 4]     # per-iteration overhead, 10k nodes
 
 Every check sleeps a fixed time (``BENCH_CHECK_SLEEP``, default 0.5 s: an engine build) before it
 answers, so slot parallelism is measured without needing idle cores (the bench machine's two
@@ -10,6 +11,11 @@ case and K: wall time of the whole command, the reduction's own time (``elapsed_
 killed, not counted), the answer (it must equal the one-slot answer). Ratios are against one
 slot; "ideal" is bisection with K parallel probes, 1/log2(K+1). Results go to
 ``bench/out/parallel/results.json`` and ``results.md``.
+
+``--overhead``: the driver's own time per iteration (``overhead_s`` of ``--summary-json``: writing
+the candidate into the slot, the hand-offs; the check excluded) on the 10k-node models, with
+checks that do not sleep: it must not grow with model size or weights. Results in
+``bench/out/parallel/overhead.json`` and ``overhead.md``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -55,6 +62,11 @@ CASES: list[tuple[str, str, Failure]] = [
     ("large", "chain200", _failure("chain200", "reach:70_abs->129_relu")),
 ]
 
+OVERHEAD_CASES: list[tuple[str, str, Failure]] = [
+    ("overhead", "big10k", _failure("big10k", "node:1500/mul")),
+    ("overhead", "big10k_1g", _failure("big10k_1g", "node:1500/mul")),
+]
+
 
 @dataclass
 class Run:
@@ -69,14 +81,17 @@ class Run:
     checks_started: int = 0
     speculative: int = 0
     nodes: list[str] | None = None
+    overhead_mean_s: float = 0.0
+    overhead_median_s: float = 0.0
+    overhead_max_s: float = 0.0
 
 
-def execute(kind: str, model: str, failure: Failure, slots: int, args: argparse.Namespace) -> Run:
+def execute(kind: str, model: str, failure: Failure, slots: int, args: argparse.Namespace, sleep: float) -> Run:
     workdir = args.out / "runs" / model / failure.name.replace("/", "_").replace(":", "_") / f"jobs{slots}"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     log = workdir / "checks.log"
-    env = dict(os.environ, BENCH_CHECK_LOG=str(log), BENCH_CHECK_SLEEP=str(args.sleep))
+    env = dict(os.environ, BENCH_CHECK_LOG=str(log), BENCH_CHECK_SLEEP=str(sleep))
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
     path = zoo.build(model, args.out)
     argv = [str(BIN / "onnx-reducer"), "reduce", str(path), "-o", "reduced.onnx", "--mode", args.mode]
@@ -96,6 +111,13 @@ def execute(kind: str, model: str, failure: Failure, slots: int, args: argparse.
     run.speculative = summary["speculative_checks"]
     run.checks_started = len(log.read_text().splitlines()) if log.exists() else 0
     run.nodes = sorted(name for name, _ in graph_nodes(str(workdir / "reduced.onnx")))
+    overheads = [float(i["overhead_s"]) for i in summary["iterations"] if not i["cached"]]
+    if overheads:
+        run.overhead_mean_s = statistics.mean(overheads)
+        run.overhead_median_s = statistics.median(overheads)
+        run.overhead_max_s = max(overheads)
+    for leftover in workdir.glob("*.weights"):
+        leftover.unlink()
     return run
 
 
@@ -164,6 +186,39 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def overhead_markdown(runs: list[Run]) -> str:
+    lines = [
+        "| model | slots | checks | wall s | overhead/iter mean s | median s | max s | same answer |",
+        "|---|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for run in runs:
+        base = next(r for r in runs if (r.model, r.slots) == (run.model, 1))
+        same = "yes" if run.nodes == base.nodes else "**no**"
+        lines.append(
+            f"| {run.model} | {run.slots} | {run.checks_run} | {run.wall_s:.1f} | {run.overhead_mean_s:.3f} "
+            f"| {run.overhead_median_s:.3f} | {run.overhead_max_s:.3f} | {same} |"
+        )
+    return "\n".join(lines)
+
+
+def run_overhead(args: argparse.Namespace, slots: list[int]) -> None:
+    runs = []
+    for kind, model, failure in OVERHEAD_CASES:
+        if args.only and not any(o in model for o in args.only):
+            continue
+        for k in slots:
+            run = execute(kind, model, failure, k, args, sleep=0.0)
+            runs.append(run)
+            print(f"{model:<10} jobs={k}: {run.status} {run.wall_s:6.1f}s checks {run.checks_run} "
+                  f"overhead mean {run.overhead_mean_s:.3f}s median {run.overhead_median_s:.3f}s")  # fmt: skip
+    folder = args.out / "parallel"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "overhead.json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
+    text = overhead_markdown(runs) + "\n"
+    (folder / "overhead.md").write_text(text)
+    print(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sleep", type=float, default=0.5, help="Seconds every check sleeps (default 0.5).")
@@ -171,15 +226,19 @@ def main() -> None:
     parser.add_argument("--mode", default="auto")
     parser.add_argument("--only", nargs="+", default=None, help="Cases whose model or failure contains one of these.")
     parser.add_argument("--out", type=Path, default=BENCH / "out")
+    parser.add_argument("--overhead", action="store_true", help="Per-iteration overhead on the 10k-node models.")
     args = parser.parse_args()
     args.out = args.out.resolve()
     slots = sorted(set(args.slots) | {1})
+    if args.overhead:
+        run_overhead(args, slots)
+        return
     runs: list[Run] = []
     for kind, model, failure in CASES:
         if args.only and not any(o in model or o in failure.name or o == kind for o in args.only):
             continue
         for k in slots:
-            run = execute(kind, model, failure, k, args)
+            run = execute(kind, model, failure, k, args, args.sleep)
             runs.append(run)
             counts = f"checks {run.checks_run} (started {run.checks_started}, ahead {run.speculative})"
             print(f"{kind:<7} {model:<12} {failure.name:<28} jobs={k}: {run.status} {run.wall_s:6.1f}s {counts}")

@@ -31,7 +31,7 @@ artifact = sys.argv[1]
 data = open(artifact, "rb").read()
 line = {"cwd": os.getcwd(), "device": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid(),
         "artifact_here": os.path.isfile(artifact) and not os.path.isabs(artifact)}
-log = os.environ["PARALLEL_TEST_LOG"]
+log = os.environ.get("PARALLEL_TEST_LOG", os.path.join(os.path.dirname(os.path.realpath(__file__)), "runs.jsonl"))
 with open(log, "a") as f:
     f.write(json.dumps(line) + "\\n")
 hang_after = int(os.environ.get("PARALLEL_TEST_HANG_AFTER", "0"))
@@ -217,3 +217,19 @@ def test_a_foreign_slots_folder_is_never_removed(check_log: Path, capsys: pytest
     assert reduce(save_branchy(), "-o", "r.onnx", "--jobs", "2", check=check_argv("F")) == 2
     assert "was not made by onnx-reducer" in capsys.readouterr().err
     assert Path(SLOTS_DIR, "mine.txt").read_text() == "user data"
+
+
+def test_a_command_spec_with_repeats_runs_in_slots_like_one_at_a_time(check_log: Path) -> None:
+    """``--check-spec`` of kind command (``{model}``: the slot's artifact), repeated: same answer,
+    and the device reaches the spec's child environment (an allow-listed ``CUDA_`` variable)."""
+    script = str(Path("check.py").resolve())
+    culprits = ", ".join(f'"{node(c)}"' for c in "AH")
+    Path("spec.yaml").write_text(f'kind: command\ncommand: ["{sys.executable}", "{script}", "{{model}}", {culprits}]\n'
+                                 "repeat: 2\nfail_if: all\n")  # fmt: skip
+    model = save_branchy()
+    assert reduce(model, "-o", "one.onnx", "--check-spec", "spec.yaml") == 0
+    sequential = len(runs(check_log))
+    assert reduce(model, "-o", "two.onnx", "--check-spec", "spec.yaml", "--devices", "3,4") == 0
+    assert Path("two.onnx").read_bytes() == Path("one.onnx").read_bytes()
+    assert {run["device"] for run in runs(check_log)[sequential:]} == {"3", "4"}
+    assert sorted(node_names("two.onnx")) == [node("A"), node("H")]
