@@ -9,7 +9,9 @@ cores are shared). Cases: the zoo's single culprits, pairs and large answers (``
 case and K: wall time of the whole command, the reduction's own time (``elapsed_s`` of
 ``--summary-json``), checks run (and started: speculative ones still running at the end are
 killed, not counted), the answer (it must equal the one-slot answer). Ratios are against one
-slot; "ideal" is bisection with K parallel probes, 1/log2(K+1). Results go to
+slot; "ideal" is bisection with K parallel probes, 1/log2(K+1). "rounds" is the reduction's time
+in units of its mean check time (``elapsed_s`` / mean check duration): what the ratio would be if
+a check took as long with K running at once as alone (on a machine with spare cores). Results go to
 ``bench/out/parallel/results.json`` and ``results.md``.
 
 ``--overhead``: the driver's own time per iteration (``overhead_s`` of ``--summary-json``: writing
@@ -81,6 +83,7 @@ class Run:
     checks_started: int = 0
     speculative: int = 0
     nodes: list[str] | None = None
+    mean_check_s: float = 0.0
     overhead_mean_s: float = 0.0
     overhead_median_s: float = 0.0
     overhead_max_s: float = 0.0
@@ -109,7 +112,9 @@ def execute(kind: str, model: str, failure: Failure, slots: int, args: argparse.
     run.elapsed_s = summary["elapsed_s"]
     run.checks_run = summary["checks_run"]
     run.speculative = summary["speculative_checks"]
-    run.checks_started = len(log.read_text().splitlines()) if log.exists() else 0
+    durations = [float(json.loads(line)["duration_s"]) for line in log.read_text().splitlines()]
+    run.checks_started = len(durations)
+    run.mean_check_s = statistics.mean(durations) if durations else 0.0
     run.nodes = sorted(name for name, _ in graph_nodes(str(workdir / "reduced.onnx")))
     overheads = [float(i["overhead_s"]) for i in summary["iterations"] if not i["cached"]]
     if overheads:
@@ -135,6 +140,7 @@ def rows(runs: list[Run]) -> list[dict[str, object]]:
                 **asdict(run),
                 "wall_ratio": run.wall_s / base.wall_s,
                 "elapsed_ratio": run.elapsed_s / base.elapsed_s if base.elapsed_s else None,
+                "rounds_ratio": _rounds(run) / _rounds(base) if _rounds(base) else None,
                 "ideal": ideal(run.slots),
                 "checks_ratio": run.checks_run / base.checks_run if base.checks_run else None,
                 "same_answer": run.nodes == base.nodes,
@@ -143,17 +149,22 @@ def rows(runs: list[Run]) -> list[dict[str, object]]:
     return table
 
 
+def _rounds(run: Run) -> float:
+    return run.elapsed_s / run.mean_check_s if run.mean_check_s else 0.0
+
+
 def markdown(table: list[dict[str, object]]) -> str:
     lines = [
         "| case | model | failure | slots | checks run (started) | ahead | wall s | wall ratio | reduction ratio "
-        "| ideal | checks ratio | same answer |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+        "| rounds ratio | ideal | checks ratio | same answer |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
     ]
     for r in table:
         lines.append(
             f"| {r['kind']} | {r['model']} | {r['failure']} | {r['slots']} | {r['checks_run']} ({r['checks_started']}) "
             f"| {r['speculative']} | {float(str(r['wall_s'])):.1f} | {float(str(r['wall_ratio'])):.2f} "
-            f"| {_ratio(r['elapsed_ratio'])} | {float(str(r['ideal'])):.2f} | {_ratio(r['checks_ratio'])} "
+            f"| {_ratio(r['elapsed_ratio'])} | {_ratio(r['rounds_ratio'])} | {float(str(r['ideal'])):.2f} "
+            f"| {_ratio(r['checks_ratio'])} "
             f"| {'yes' if r['same_answer'] else '**no**'} |"
         )
     return "\n".join(lines)
@@ -166,8 +177,9 @@ def _ratio(value: object) -> str:
 def summary_by_kind(table: list[dict[str, object]]) -> str:
     """Mean ratios per case kind and slot count (geometric means over cases)."""
     lines = [
-        "| case kind | slots | mean wall ratio | mean reduction ratio | ideal | mean checks ratio |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| case kind | slots | mean wall ratio | mean reduction ratio | mean rounds ratio | ideal "
+        "| mean checks ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     kinds = sorted({str(r["kind"]) for r in table}, key=["single", "pair", "large"].index)
     for kind in kinds:
@@ -177,8 +189,10 @@ def summary_by_kind(table: list[dict[str, object]]) -> str:
                 continue
             wall = _geomean([float(str(r["wall_ratio"])) for r in chosen])
             reduction = _geomean([float(str(r["elapsed_ratio"])) for r in chosen])
+            rounds = _geomean([float(str(r["rounds_ratio"])) for r in chosen])
             checks = _geomean([float(str(r["checks_ratio"])) for r in chosen])
-            lines.append(f"| {kind} | {slots} | {wall:.2f} | {reduction:.2f} | {ideal(slots):.2f} | {checks:.2f} |")
+            ratios = f"{wall:.2f} | {reduction:.2f} | {rounds:.2f} | {ideal(slots):.2f} | {checks:.2f}"
+            lines.append(f"| {kind} | {slots} | {ratios} |")
     return "\n".join(lines)
 
 
@@ -227,11 +241,16 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", default=None, help="Cases whose model or failure contains one of these.")
     parser.add_argument("--out", type=Path, default=BENCH / "out")
     parser.add_argument("--overhead", action="store_true", help="Per-iteration overhead on the 10k-node models.")
+    parser.add_argument("--report", action="store_true", help="Only rebuild results.md from results.json.")
     args = parser.parse_args()
     args.out = args.out.resolve()
     slots = sorted(set(args.slots) | {1})
     if args.overhead:
         run_overhead(args, slots)
+        return
+    if args.report:
+        saved = json.loads((args.out / "parallel" / "results.json").read_text())["runs"]
+        write_results(args, [Run(**{f: r[f] for f in Run.__dataclass_fields__ if f in r}) for r in saved])
         return
     runs: list[Run] = []
     for kind, model, failure in CASES:
@@ -242,6 +261,10 @@ def main() -> None:
             runs.append(run)
             counts = f"checks {run.checks_run} (started {run.checks_started}, ahead {run.speculative})"
             print(f"{kind:<7} {model:<12} {failure.name:<28} jobs={k}: {run.status} {run.wall_s:6.1f}s {counts}")
+    write_results(args, runs)
+
+
+def write_results(args: argparse.Namespace, runs: list[Run]) -> None:
     table = rows(runs)
     folder = args.out / "parallel"
     folder.mkdir(parents=True, exist_ok=True)
