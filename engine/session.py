@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,10 +204,10 @@ class ReductionSession:
         self.workspace.write(candidate, path)
         return self.workspace.weight_locations(candidate)
 
-    def run_layerwise(self) -> LayerwiseResult:
+    def run_layerwise(self, extra_env: Mapping[str, str] | None = None) -> LayerwiseResult:
         """The answer to a ``LayerwiseRequest`` (only asked for with a compare/golden spec)."""
         assert self.check.spec is not None
-        return layerwise_run(self.workspace, self.check.spec, self.check.golden)
+        return layerwise_run(self.workspace, self.check.spec, self.check.golden, extra_env)
 
     def execute(self, request: Request, hooks: SessionHooks) -> Answer:
         """Do ``request``'s work with ``hooks``: the answer to deliver."""
@@ -219,12 +219,20 @@ class ReductionSession:
             return Verdict(VerdictKind.INFRA_ERROR, "", str(exc))
         return hooks.run_check(request, path)
 
-    def job(self, request: Request, write: Callable[[CheckRequest], Path], check: ModelCheck) -> Job:
+    def job(
+        self,
+        request: Request,
+        write: Callable[[CheckRequest], Path],
+        check: ModelCheck,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> Job:
         """For a parallel driver: write ``request``'s candidate now (``write`` returns the path) and
         return the work that answers it in a slot's thread (``check`` on that path, or the layerwise
-        run); a candidate that cannot be written is an infrastructure error, answered at once."""
+        run with ``extra_env``); a candidate that cannot be written is an infrastructure error,
+        answered at once. The layerwise run writes the full model in the slot's thread: nothing
+        else runs then (the machine speculates neither during it nor before it)."""
         if isinstance(request, LayerwiseRequest):
-            return lambda: (self.run_layerwise(), "")
+            return lambda: (self.run_layerwise(extra_env), "")
         try:
             path = write(request)
         except MissingTypeError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -196,7 +197,8 @@ class CommandLineRun(SlotSessionHooks):
     # -- hooks (slots: engine.parallel) ----------------------------------------------------------
 
     def prepare(self, request: Request, slot: int) -> Job:
-        return self.session.job(request, lambda checked: self._write_in_slot(checked, slot), self.slot_checks[slot])
+        write = functools.partial(self._write_in_slot, slot=slot)
+        return self.session.job(request, write, self.slot_checks[slot], self.plan.env(slot))
 
     def finish(self, request: Request, slot: int, answer: Answer, output: str) -> None:
         if not isinstance(request, CheckRequest) or not isinstance(answer, Verdict):
