@@ -227,6 +227,7 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         default="polygraphy_artifacts",
         help="Folder holding good/ and bad/ (default: polygraphy_artifacts).",
     )
+    _add_parallel_args(parser)
     it.add_argument("--load-debug-replay", default=None, help="Resume: verdicts recorded by --save-debug-replay.")
     it.add_argument(
         "--save-debug-replay",
@@ -286,6 +287,28 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
     _add_polygraphy_compat_args(parser)
     _add_spec_args(parser)
     _add_check_args(parser)
+
+
+def _add_parallel_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Parallel checks [onnx-reducer]")
+    group.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Run up to N checks at once (default 1, or one per --devices entry): the check the reduction "
+        "waits for plus speculative ones it is likely to need next. Same answer as one at a time with a "
+        "deterministic check. Each slot writes its iteration artifact into its own folder, "
+        "onnx_reducer_slots/slotI/ (mirroring the working folder), and runs a --check command there.",
+    )
+    group.add_argument(
+        "--devices",
+        default=None,
+        metavar="LIST",
+        help="Comma-separated GPUs, one per slot: slot I's check runs with CUDA_VISIBLE_DEVICES set to the "
+        "I-th entry (e.g. --devices 0,1,2,3; repeat one to share it: 0,0,1,1). Without --jobs, one slot per entry.",
+    )
 
 
 def _add_polygraphy_compat_args(parser: argparse.ArgumentParser) -> None:

@@ -22,18 +22,33 @@ from reducer_core.errors import (
 
 def _reduce(ns: argparse.Namespace) -> int:
     from engine.workspace import load_workspace
-    from reducer_cli.reduce_cmd import CommandLineRun, build_check, options_from_args, write_summary_json
+    from reducer_cli.reduce_cmd import (
+        CommandLineRun,
+        build_check,
+        options_from_args,
+        plan_from_args,
+        speculative_checks,
+        write_summary_json,
+    )
 
     log = _reporter(ns)
     if not ns.output and not ns.min_good:
         raise UsageError("Give -o/--output (where to write the reduced model) and/or --min-good.")
+    plan = plan_from_args(ns)
     check = build_check(ns)
+    if plan.parallel and ns.check is None and getattr(ns, "check_spec", None) is None:
+        raise UsageError(
+            f"--jobs {plan.jobs}: interactive mode (no --check) asks about one model at a time; give "
+            "--check COMMAND or --check-spec SPEC to run several checks at once."
+        )
     workspace = load_workspace(options_from_args(ns), log)
-    run = CommandLineRun.start(ns, workspace, check, log)
+    run = CommandLineRun.start(ns, workspace, check, log, plan)
     log.info(f"Reducing {ns.model}: {len(workspace.index)} nodes, mode={ns.mode}, check: {check.check.identity}")
     try:
         result = run.run()
         log.summary(result)
+        if plan.parallel:
+            log.info(f"slots: {plan.jobs}  checks run ahead of the reduction: {speculative_checks(result)}")
         run.write_results(result)
         run.discard_skip_current_replay()
         if ns.summary_json:
