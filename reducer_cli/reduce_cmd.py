@@ -25,6 +25,7 @@ from engine.session import ReductionSession, SessionCheck, SessionHooks
 from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.progress import ProgressReporter
 from reducer_core import modelio
+from reducer_core.cache import cache_key
 from reducer_core.candidate import Candidate
 from reducer_core.errors import UsageError
 from reducer_core.graph import GraphIndex
@@ -114,6 +115,7 @@ def config_from_args(args: argparse.Namespace) -> SessionConfig:
         pin_signature=args.pin_signature,
         localize=args.localize,
         min_good=bool(args.min_good),
+        confirm_flaky=bool(getattr(args, "confirm_flaky", False)),
     )
 
 
@@ -129,6 +131,7 @@ class CommandLineRun(SessionHooks):
         self.log = log
         self.iter_path = Path(args.iter_artifact)
         self.failure_rate: float | None = None
+        self.flakiness_said = ""  # the flakiness status the log announced
 
     @classmethod
     def start(
@@ -150,7 +153,7 @@ class CommandLineRun(SessionHooks):
     def write_iteration(self, request: CheckRequest) -> Path:
         self.session.write(request.candidate, self.iter_path)
         self._write_iteration_info(request.number, request.candidate)
-        self._save_replay(skip_current=request.candidate)
+        self._save_replay(skip_current=request)
         return self.iter_path
 
     def run_check(self, request: CheckRequest, model: Path) -> Verdict:
@@ -165,6 +168,17 @@ class CommandLineRun(SessionHooks):
             if record.phase == "original":
                 self._report_failure_rate()
         self.log.iteration(record)
+        self._report_flakiness()
+
+    def _report_flakiness(self) -> None:
+        """Say once, as soon as it is known, that the check is flaky (or that inconsistent
+        verdicts repeated exactly: the check is not monotone)."""
+        report = self.session.machine.flakiness.report()
+        if report is None or report.status.value == self.flakiness_said:
+            return
+        if report.flaky or report.status.value == "repeatable":
+            self.flakiness_said = report.status.value
+            self.log.warning(report.message())
 
     def on_localization(self, localization: Localization) -> None:
         self.log.info(f"Localisation: path={localization.path}: {localization.reason} ({localization.checks} check(s))")
@@ -181,7 +195,7 @@ class CommandLineRun(SessionHooks):
             info = {"iteration": iteration, "nodes": len(candidate)}
             Path(self.args.iteration_info).write_text(json.dumps(info))
 
-    def _save_replay(self, skip_current: Candidate | None = None) -> None:
+    def _save_replay(self, skip_current: CheckRequest | None = None) -> None:
         """Save the verdicts; with ``skip_current``, also a ``_skip_current`` replay that counts
         the check about to run as the original failure (resume past a check that kills the tool)."""
         if not self.args.save_debug_replay:
@@ -192,7 +206,7 @@ class CommandLineRun(SessionHooks):
             original = self.session.original
             if original is None:
                 return
-            data["verdicts"][skip_current.fingerprint] = original.to_json()
+            data["verdicts"][cache_key(skip_current.candidate, skip_current.repeat)] = original.to_json()
             path = path.with_name(f"{path.stem}_skip_current{path.suffix}")
         _atomic_write(path, json.dumps(data, indent=1, sort_keys=True))
 
@@ -283,6 +297,7 @@ def write_summary_json(
         "checks_run": result.checks_run,
         "cache_hits": result.cache_hits,
         "pinned_out": result.pinned_out,
+        "flaky": result.flakiness.to_json() if result.flakiness is not None else None,
         "elapsed_s": result.elapsed_s,
         "check_time_s": result.check_time_s,
         "original": result.original.to_json(),

@@ -16,7 +16,7 @@ from reducer_core.verdict import Verdict, VerdictKind
 REPLAY_VERSION = 1
 
 
-def _key(candidate: Candidate, repeat: int) -> str:
+def cache_key(candidate: Candidate, repeat: int = 0) -> str:
     """The first run of a candidate is keyed by its fingerprint alone (as saved replays are); the
     re-checks of a flaky check by ``<fingerprint>~<repeat>``."""
     return candidate.fingerprint if repeat == 0 else f"{candidate.fingerprint}~{repeat}"
@@ -38,10 +38,10 @@ class VerdictCache:
 
     def has(self, candidate: Candidate, repeat: int = 0) -> bool:
         """Whether the verdict of run ``repeat`` of ``candidate`` is known."""
-        return _key(candidate, repeat) in self._verdicts
+        return cache_key(candidate, repeat) in self._verdicts
 
     def get(self, candidate: Candidate, repeat: int = 0) -> Verdict | None:
-        verdict = self._verdicts.get(_key(candidate, repeat))
+        verdict = self._verdicts.get(cache_key(candidate, repeat))
         if verdict is not None:
             self.hits += 1
         return verdict
@@ -50,7 +50,7 @@ class VerdictCache:
         """Remember a verdict about the model; infrastructure errors are not such verdicts.
         ``repeat`` numbers the runs of a candidate a flaky check re-checks (0: the first)."""
         if verdict.kind is not VerdictKind.INFRA_ERROR:
-            self._verdicts[_key(candidate, repeat)] = verdict
+            self._verdicts[cache_key(candidate, repeat)] = verdict
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -261,7 +261,14 @@ class ReductionMachine:
             "cache": self.cache.to_json(),
             "layerwise": self.layerwise.to_json() if self.layerwise is not None else None,
             "counters": {"checks_run": self.checks_run, "cache_hits": self.cache.hits, "issued": self.issued},
+            "flaky": self._flaky_json(),
         }
+
+    def _flaky_json(self) -> dict[str, Any] | None:
+        """What is known about flakiness, for readers of the state (the service's job status);
+        a resumed session rebuilds it by replaying the flow, not from here."""
+        report = self.flakiness.report()
+        return report.to_json() if report is not None else None
 
     @classmethod
     def from_state(
@@ -373,9 +380,8 @@ class ReductionMachine:
         repeat = 0  # the first run may be known (cached) already
         while True:
             verdict = yield _CheckStep(candidate, phase, repeat)
-            assert isinstance(verdict, Verdict)
-            suspect = self._record_run(candidate, repeat, verdict)
             was_flaky = self.flakiness.flaky
+            suspect = self._record_run(candidate, repeat, verdict)
             if suspect is not None:
                 yield from self._probe(suspect.passing)
             if self.flakiness.flaky and not was_flaky and self._verified is None:
