@@ -2,8 +2,9 @@
 afresh on every run (a repeat of the same candidate gets a new draw). The reduction ends at the
 single culprit, says "flaky: fails ~N % of runs" in the log and puts the estimate in the summary.
 
-The draws come from ``random.Random`` seeded by the test's seed, the iteration model's bytes and
-how many times those bytes were checked before, so a run is reproducible. The seeds are cases
+The check is ``tests/flaky_check.py``: its draws come from ``random.Random`` seeded by the test's
+seed, the iteration model's bytes and how many times those bytes were checked before, so a run is
+reproducible. The seeds are cases
 where the check's first verdict on a candidate holding the culprit was a false pass that, before
 flakiness was handled, left a second node in the answer (seed 3: a pass that contained a failing
 candidate shows the inconsistency; seed 6: nothing else is inconsistent, ``--confirm-flaky``)."""
@@ -11,34 +12,16 @@ candidate shows the inconsistency; seed 6: nothing else is inconsistent, ``--con
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.cli.helpers import ITER, node, node_names, reduce, save_branchy
-
-CHECK = """
-import hashlib, random, sys
-from pathlib import Path
-
-model, name, p, seed = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-data = Path(model).read_bytes()
-digest = hashlib.sha256(data).hexdigest()
-log = Path("runs.log")
-seen = log.read_text().split() if log.exists() else []
-with log.open("a") as f:
-    f.write(digest + "\\n")
-draw = random.Random(f"{seed}:{digest}:{seen.count(digest)}").random()
-fails = name.encode() in data and (not seen or draw < p)  # the original (first run) fails
-print("FLAKY-FAIL" if fails else "ok")
-sys.exit(1 if fails else 0)
-"""
+from tests.flaky_check import command
 
 
 def flaky_check(seed: int, culprit: str = node("C"), p: float = 0.7) -> list[str]:
-    Path("flaky_check.py").write_text(CHECK)
-    return [sys.executable, str(Path("flaky_check.py").resolve()), ITER, culprit, str(p), str(seed)]
+    return command(ITER, culprit, p, seed, Path("runs.log"))
 
 
 @pytest.mark.parametrize(("seed", "options"), [(3, ()), (6, ("--confirm-flaky",))])
