@@ -25,7 +25,7 @@ from reducer_core.flakiness import (
 from reducer_core.graph import GraphIndex
 from reducer_core.records import ReductionResult
 from reducer_core.session import CheckRequest, ReductionMachine, Request, SessionConfig
-from reducer_core.verdict import Verdict
+from reducer_core.verdict import Verdict, VerdictKind
 from tests.models import FAIL, PASS, index_of, make_model
 
 
@@ -239,3 +239,22 @@ def test_repeat_ids_differ_and_the_first_run_keeps_the_old_id() -> None:
     loaded = VerdictCache("g", "c")
     loaded.merge_json(json.loads(cache.dumps()))
     assert loaded.get(candidate, 2) == FAIL
+
+
+def test_an_infrastructure_error_on_a_re_check_asks_the_same_run_again() -> None:
+    index = chain(40)
+    machine = new_machine(index, SessionConfig())
+    check = FlakyCheck(17, 0.7, 0)
+    while True:
+        (request,) = machine.next_requests(1)
+        assert isinstance(request, CheckRequest)
+        if request.repeat > 0:
+            break
+        machine.deliver(request, check(request))
+    machine.deliver(request, Verdict(VerdictKind.INFRA_ERROR, detail="no GPU"))
+    (again,) = machine.next_requests(1)
+    assert isinstance(again, CheckRequest)
+    assert (again.candidate, again.repeat, again.attempt) == (request.candidate, request.repeat, 1)
+    assert again.id == f"check:{request.candidate.fingerprint}:r{request.repeat}:1"
+    run_all(machine, check)
+    assert machine.result.min_bad.nodes == {17}
