@@ -156,6 +156,7 @@ class FlakinessTracker:
         self.evidence: list[Evidence] = []
         self.status = Status.UNKNOWN
         self.refuted = 0
+        self._rate: FailureRate | None = None  # computed once per new run recorded
 
     # -- recording -------------------------------------------------------------------------------
 
@@ -171,6 +172,7 @@ class FlakinessTracker:
         if repeat in runs:
             return None
         runs[repeat] = reproduced
+        self._rate = None
         self._candidates[key] = candidate
         self._clean[key] = self._clean.get(key, True) and (reproduced or clean_pass)
         if reproduced:
@@ -216,6 +218,11 @@ class FlakinessTracker:
 
     def rate(self) -> FailureRate:
         """Failures / runs over the candidates that contain (or are) a failing candidate."""
+        if self._rate is None:
+            self._rate = self._count_rate()
+        return self._rate
+
+    def _count_rate(self) -> FailureRate:
         failing = [f.nodes for f in self._failing.values()]
         failures = runs = 0
         for key, outcomes in self._runs.items():
