@@ -52,6 +52,11 @@ class JobOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     waiting_reason: str | None = None
+    flaky: dict[str, Any] | None = None
+    """When verdicts were inconsistent: ``status`` ("flaky", or "repeatable" for a check that is
+    not monotone), ``fails_percent`` (the estimated failure rate), ``runs``, ``failures``,
+    ``repeats`` (passing runs a candidate needs), ``rechecks`` and the ``evidence``. Filled by
+    ``GET /v1/jobs/{id}`` (null in job lists)."""
     links: dict[str, str]
 
 
@@ -138,7 +143,9 @@ def remaining_checks(mode: str, best_size: int) -> int:
     return {"bisect": bisect, "linear": best_size}.get(mode, bisect + best_size)
 
 
-def job_from_row(job: Job, mean_check_s: float | None, waiting_reason: str | None = None) -> JobOut:
+def job_from_row(
+    job: Job, mean_check_s: float | None, waiting_reason: str | None = None, flaky: dict[str, Any] | None = None
+) -> JobOut:
     eta = None
     if job.status == "running" and mean_check_s is not None and job.best_size is not None:
         eta = round(mean_check_s * remaining_checks(job.mode, job.best_size), 1)
@@ -168,6 +175,7 @@ def job_from_row(job: Job, mean_check_s: float | None, waiting_reason: str | Non
         started_at=utc(job.started_at),
         finished_at=utc(job.finished_at),
         waiting_reason=waiting_reason,
+        flaky=flaky,
         links={
             "self": base,
             "events": f"{base}/events",

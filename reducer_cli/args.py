@@ -179,6 +179,13 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         "time. minimize: delta debugging, ends 1-minimal. auto (default): optimistic descent, "
         "then minimize; fewest checks for the smallest result.",
     )
+    parser.add_argument(
+        "--confirm-flaky",
+        action="store_true",
+        help="The check may be flaky: re-check once each candidate that makes an answer of 2-3 nodes "
+        "look minimal (a flaky single culprit whose one-node candidate happened to pass shows no other "
+        "inconsistency). Inconsistent verdicts are re-checked without it. [onnx-reducer]",
+    )
     passes = parser.add_mutually_exclusive_group()
     passes.add_argument(
         "--no-reduce-inputs",

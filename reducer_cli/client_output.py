@@ -83,6 +83,9 @@ def job_lines(job: Job) -> list[str]:
     ]
     if job.progress.eta_s is not None:
         lines.append(f"estimated time left: {job.progress.eta_s:.0f}s")
+    flaky = job.flaky
+    if flaky is not None and flaky.get("status") == "flaky":
+        lines.append(f"flaky: fails ~{flaky.get('fails_percent')} % of runs ({flaky.get('rechecks')} re-checks)")
     if job.error is not None:
         lines.append(f"error: {job.error.code}: {job.error.message or ''}".rstrip(": "))
     return lines

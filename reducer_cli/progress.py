@@ -118,4 +118,5 @@ def summary_lines(result: ReductionResult) -> list[str]:
         f"pinned out: {result.pinned_out}",
         f"time: {result.elapsed_s:.2f}s total, {result.check_time_s:.2f}s in checks",
         f"original failure: {result.original.kind.value} [{result.original.signature or 'no signature'}]",
+        *([result.flakiness.message()] if result.flakiness is not None else []),
     ]

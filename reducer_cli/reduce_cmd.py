@@ -30,6 +30,7 @@ from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.progress import ProgressReporter
 from reducer_cli.slots import SlotFolders, SlotPlan, slot_plan, slot_relative, top_level_names
 from reducer_core import modelio
+from reducer_core.cache import cache_key
 from reducer_core.candidate import Candidate
 from reducer_core.errors import UsageError
 from reducer_core.graph import GraphIndex
@@ -119,6 +120,7 @@ def config_from_args(args: argparse.Namespace) -> SessionConfig:
         pin_signature=args.pin_signature,
         localize=args.localize,
         min_good=bool(args.min_good),
+        confirm_flaky=bool(getattr(args, "confirm_flaky", False)),
     )
 
 
@@ -156,6 +158,7 @@ class CommandLineRun(SlotSessionHooks):
         self.slots: SlotFolders | None = None
         self.slot_checks: dict[int, ModelCheck] = {}
         self._rate_check: ModelCheck = self.check
+        self.flakiness_said = ""  # the flakiness status the log announced
 
     @classmethod
     def start(
@@ -185,7 +188,7 @@ class CommandLineRun(SlotSessionHooks):
     def write_iteration(self, request: CheckRequest) -> Path:
         self.session.write(request.candidate, self.iter_path)
         self._write_iteration_info(request.number, request.candidate, self.args.iteration_info)
-        self._save_replay(skip_current=request.candidate)
+        self._save_replay(skip_current=request)
         return self.iter_path
 
     def run_check(self, request: CheckRequest, model: Path) -> Verdict:
@@ -228,7 +231,7 @@ class CommandLineRun(SlotSessionHooks):
             info = self.slots.path(slot, Path(self.args.iteration_info))
             self._write_iteration_info(request.number, request.candidate, str(info))
         if not request.speculative:  # the check the flow waits for (see _save_replay)
-            self._save_replay(skip_current=request.candidate)
+            self._save_replay(skip_current=request)
         return path
 
     def on_record(self, record: IterationRecord) -> None:
@@ -237,6 +240,17 @@ class CommandLineRun(SlotSessionHooks):
             if record.phase == "original":
                 self._report_failure_rate()
         self.log.iteration(record)
+        self._report_flakiness()
+
+    def _report_flakiness(self) -> None:
+        """Say once, as soon as it is known, that the check is flaky (or that inconsistent
+        verdicts repeated exactly: the check is not monotone)."""
+        report = self.session.machine.flakiness.report()
+        if report is None or report.status.value == self.flakiness_said:
+            return
+        if report.flaky or report.status.value == "repeatable":
+            self.flakiness_said = report.status.value
+            self.log.warning(report.message())
 
     def on_localization(self, localization: Localization) -> None:
         self.log.info(f"Localisation: path={localization.path}: {localization.reason} ({localization.checks} check(s))")
@@ -253,7 +267,7 @@ class CommandLineRun(SlotSessionHooks):
             info = {"iteration": iteration, "nodes": len(candidate)}
             Path(path).write_text(json.dumps(info))
 
-    def _save_replay(self, skip_current: Candidate | None = None) -> None:
+    def _save_replay(self, skip_current: CheckRequest | None = None) -> None:
         """Save the verdicts (those checked ahead of the flow included); with ``skip_current``,
         also a ``_skip_current`` replay that counts the check about to run as the original failure
         (resume past a check that kills the tool; with slots, the check the flow waits for)."""
@@ -265,7 +279,7 @@ class CommandLineRun(SlotSessionHooks):
             original = self.session.original
             if original is None:
                 return
-            data["verdicts"][skip_current.fingerprint] = original.to_json()
+            data["verdicts"][cache_key(skip_current.candidate, skip_current.repeat)] = original.to_json()
             path = path.with_name(f"{path.stem}_skip_current{path.suffix}")
         _atomic_write(path, json.dumps(data, indent=1, sort_keys=True))
 
@@ -369,6 +383,7 @@ def write_summary_json(
         "checks_run": result.checks_run,
         "cache_hits": result.cache_hits,
         "pinned_out": result.pinned_out,
+        "flaky": result.flakiness.to_json() if result.flakiness is not None else None,
         "elapsed_s": result.elapsed_s,
         "check_time_s": result.check_time_s,
         "original": result.original.to_json(),

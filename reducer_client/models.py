@@ -62,6 +62,7 @@ class Job:
     finished_at: str | None
     links: dict[str, str]
     raw: dict[str, Any]
+    flaky: dict[str, Any] | None = None  # the check's estimated failure rate, when it proved flaky
 
     @property
     def finished(self) -> bool:
@@ -86,6 +87,7 @@ class Job:
             finished_at=data.get("finished_at"),
             links=dict(data.get("links") or {}),
             raw=data,
+            flaky=data["flaky"] if isinstance(data.get("flaky"), dict) else None,
         )
 
 

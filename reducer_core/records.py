@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from reducer_core.candidate import Candidate
+from reducer_core.flakiness import FlakinessReport
 from reducer_core.verdict import Verdict
 
 
@@ -56,6 +57,7 @@ class ReductionResult:
     elapsed_s: float = 0.0
     stopped_early: bool = False
     localization: Localization | None = None
+    flakiness: FlakinessReport | None = None  # None: no inconsistent verdicts were seen
 
     @property
     def pinned_out(self) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -119,13 +119,15 @@ def load_job(services: Services, team_id: str, job_id: str) -> Job:
     return job
 
 
-def _job_out(session: Session, job: Job, workers: Sequence[WorkerView] | None = None) -> JobOut:
+def _job_out(
+    session: Session, job: Job, workers: Sequence[WorkerView] | None = None, flaky: dict[str, Any] | None = None
+) -> JobOut:
     """``workers``: the farm, to say why a queued job waits (``_workers_for``). The mean check time
     comes from the job's own counters (every finished iteration adds its duration to
     ``check_time_s`` and is numbered ``iterations_done``): no query per job."""
     reason = waiting_reason(job, workers) if workers is not None else None
     mean = job.check_time_s / job.iterations_done if job.iterations_done else None
-    return job_from_row(job, mean, reason)
+    return job_from_row(job, mean, reason, flaky)
 
 
 def _workers_for(session: Session, services: Services, jobs: Sequence[Job]) -> Sequence[WorkerView] | None:
@@ -140,7 +142,8 @@ def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
         job = JobRepository(session).for_team(team_id, job_id)
         if job is None:
             raise not_found(f"Job '{job_id}'")
-        return _job_out(session, job, _workers_for(session, services, [job])).model_dump_json().encode()
+        flaky = JobRepository(session).flakiness(job_id) if job.checks_run else None
+        return _job_out(session, job, _workers_for(session, services, [job]), flaky).model_dump_json().encode()
 
 
 @router.get("/{job_id}", response_model=JobOut)

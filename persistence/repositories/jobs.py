@@ -74,6 +74,12 @@ class JobRepository:
         query = select(Job).where(Job.id == job_id, Job.team_id == team_id).options(*_LIGHT)
         return self.session.scalar(query)
 
+    def flakiness(self, job_id: str) -> dict[str, Any] | None:
+        """The ``flaky`` entry of the job's session state (``reducer_core.flakiness``: the check's
+        estimated failure rate and the evidence), read alone: the whole state is bulky."""
+        value = self.session.scalar(select(Job.session_state["flaky"]).where(Job.id == job_id))
+        return value if isinstance(value, dict) else None
+
     def by_idempotency_key(self, team_id: str, key: str) -> Job | None:
         return self.session.scalar(select(Job).where(Job.team_id == team_id, Job.idempotency_key == key))
 

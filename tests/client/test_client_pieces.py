@@ -20,9 +20,9 @@ from persistence.enums import ErrorCode
 from reducer_cli import args as cli_args
 from reducer_cli import client_exit
 from reducer_cli.client_cmd import InputError, job_id_of
-from reducer_cli.client_output import UploadBar, event_line
+from reducer_cli.client_output import UploadBar, event_line, job_lines
 from reducer_cli.main import run
-from reducer_client import Event, FileSource, ModelBundleError, Problem, RetryPolicy, TarSource, model_source
+from reducer_client import Event, FileSource, Job, ModelBundleError, Problem, RetryPolicy, TarSource, model_source
 from reducer_client.retry import retry_after_seconds
 from reducer_client.sse import SseParser
 from reducer_client.upload import MultipartBody
@@ -283,3 +283,18 @@ def test_wait_options_without_wait_are_bad_usage(tmp_path: Path, capsys: pytest.
     assert run(["submit", str(model), "--check-spec", str(spec), "-o", "out", "--server", server]) == 2
     assert run(["submit", str(model), "--check-spec", str(tmp_path / "missing.yaml"), "--server", server]) == 2
     assert "go with --wait" in capsys.readouterr().err
+
+
+def test_a_flaky_jobs_status_says_so_in_the_clients_lines() -> None:
+    body = {
+        "id": "j1",
+        "status": "succeeded",
+        "progress": {"checks_run": 30},
+        "flaky": {"status": "flaky", "fails_percent": 69, "rechecks": 12, "evidence": []},
+    }
+    job = Job.from_json(body)
+    assert job.flaky is not None and job.flaky["fails_percent"] == 69
+    assert "flaky: fails ~69 % of runs (12 re-checks)" in job_lines(job)
+    repeatable = Job.from_json(body | {"flaky": {"status": "repeatable", "fails_percent": None}})
+    assert not any(line.startswith("flaky:") for line in job_lines(repeatable))
+    assert Job.from_json(body | {"flaky": None}).flaky is None
