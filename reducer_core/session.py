@@ -25,12 +25,12 @@ from typing import Any, ClassVar, Protocol
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
-from reducer_core.errors import CheckInfraError, OriginalDidNotFailError, ReplayMismatchError
+from reducer_core.errors import CheckInfraError, GoalUnreachableError, OriginalDidNotFailError, ReplayMismatchError
 from reducer_core.graph import GraphIndex
 from reducer_core.localization import LayerwiseResult, find_suspect, min_good_probes
 from reducer_core.records import IterationRecord, Localization, ReductionResult
 from reducer_core.strategies import SearchSpace, Strategy
-from reducer_core.verdict import Pinning, Verdict, VerdictKind
+from reducer_core.verdict import Goal, Pinning, Verdict, VerdictKind
 
 STATE_FORMAT = "onnx-reducer-session"
 STATE_VERSION = 1
@@ -40,7 +40,10 @@ STATE_VERSION = 1
 class SessionConfig:
     """What a session does. ``localize``: run the accuracy flowchart first (compare/golden checks);
     ``not_localized``: why not, when a spec check does not (reported as the localisation's reason);
-    ``min_good``: spend up to two checks on a passing model next to the result when none was seen."""
+    ``min_good``: spend up to two checks on a passing model next to the result when none was seen.
+    ``goal``: ``Goal.PASS`` looks for the smallest node set with which the check passes (the nodes
+    kept in fp32 of ``onnx-reducer precision``): the empty set is the original (it must not pass),
+    the whole set must pass, and neither localisation nor min-good probes apply."""
 
     mode: str = "auto"
     reduce_inputs: bool = True
@@ -50,15 +53,20 @@ class SessionConfig:
     min_good: bool = False
     infra_retries: int = 2
     not_localized: str = field(default="", compare=False)
+    goal: Goal = Goal.FAILURE
 
     def space(self, index: GraphIndex) -> SearchSpace:
-        return SearchSpace(index, index.all_nodes(), self.reduce_inputs, self.reduce_outputs)
+        subgraphs = self.goal is Goal.FAILURE
+        return SearchSpace(index, index.all_nodes(), self.reduce_inputs, self.reduce_outputs, subgraphs)
 
     def to_json(self) -> dict[str, Any]:
-        """The fields that decide which checks run (and so must match on resume)."""
-        skip = {"infra_retries", "not_localized"}
+        """The fields that decide which checks run (and so must match on resume); ``goal`` only
+        when it is not the default (sessions saved before it existed resume unchanged)."""
+        skip = {"infra_retries", "not_localized", "goal"}
         saved = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         saved["pin_signature"] = _pinning_json(Pinning.of(self.pin_signature))
+        if self.goal is not Goal.FAILURE:
+            saved["goal"] = self.goal.value
         return saved
 
 
@@ -232,6 +240,7 @@ class ReductionMachine:
             checks_run=self.checks_run,
             cache_hits=self.cache.hits,
             localization=self.localization,
+            goal=self.config.goal,
         )
 
     # -- state -----------------------------------------------------------------------------------
@@ -278,6 +287,9 @@ class ReductionMachine:
     # -- the flow --------------------------------------------------------------------------------
 
     def _run(self) -> _Flow:
+        if self.config.goal is Goal.PASS:
+            yield from self._run_to_pass()
+            return
         start = Candidate(self.strategy.space.start)
         original = yield _CheckStep(start, "original")
         assert isinstance(original, Verdict)
@@ -293,6 +305,26 @@ class ReductionMachine:
             yield from self._reduce(original)
         if self.config.min_good and self.min_good is None:
             self._probed_good = yield from self._probe_min_good()
+
+    def _run_to_pass(self) -> _Flow:
+        """``Goal.PASS``: the empty set (the original: every node converted) must not pass, the
+        whole set must pass; then the strategy shrinks the whole set while the check passes."""
+        nothing = Candidate(frozenset())
+        original = yield _CheckStep(nothing, "original")
+        assert isinstance(original, Verdict)
+        self.original = original
+        if original.kind is VerdictKind.PASS:
+            self._found = nothing  # nothing needs the treatment: the answer is the empty set
+            return
+        everything = Candidate(self.strategy.space.start)
+        verdict = yield _CheckStep(everything, "all-kept")
+        assert isinstance(verdict, Verdict)
+        if verdict.kind is not VerdictKind.PASS:
+            raise GoalUnreachableError(
+                f"The check does not pass even with all {len(everything)} nodes kept (verdict: "
+                f"{verdict.kind.value}{', ' + verdict.detail if verdict.detail else ''})."
+            )  # the callers say what it means for their treatment (not a precision problem)
+        yield from self._reduce(original)
 
     def _localize(self, original: Verdict) -> Generator[_Step, Answer, Candidate | None]:
         layerwise = yield _LayerwiseStep()
@@ -318,8 +350,7 @@ class ReductionMachine:
         while (candidate := strategy.propose()) is not None:
             verdict = yield _CheckStep(candidate, strategy.phase)
             assert isinstance(verdict, Verdict)
-            failed = verdict.reproduces(original, self.config.pin_signature)
-            strategy.observe(candidate, failed, verdict.kind is VerdictKind.PASS)
+            strategy.observe(candidate, self._reproduces(verdict), self._clean_miss(verdict))
 
     def _probe_min_good(self) -> Generator[_Step, Answer, Candidate | None]:
         for candidate in min_good_probes(self.strategy.space, self.best_bad):
@@ -392,7 +423,7 @@ class ReductionMachine:
         self._settle()
 
     def _answer(self, step: _CheckStep, number: int, verdict: Verdict, cached: bool, overhead_s: float) -> None:
-        reproduces = verdict.is_failure if self.original is None else self._reproduces(verdict)
+        reproduces = self._reproduces(verdict)
         try:
             self._feed(verdict)
         finally:  # also when the flow refuses a passing original: its record comes first
@@ -404,8 +435,19 @@ class ReductionMachine:
         self._announce_localization()
 
     def _reproduces(self, verdict: Verdict) -> bool:
-        assert self.original is not None
+        """Whether ``verdict`` is what the session looks for: the original failure (a clean pass
+        for ``Goal.PASS``); before the original's verdict, any failure."""
+        if self.config.goal is Goal.PASS:
+            return verdict.kind is VerdictKind.PASS
+        if self.original is None:
+            return verdict.is_failure
         return verdict.reproduces(self.original, self.config.pin_signature)
+
+    def _clean_miss(self, verdict: Verdict) -> bool:
+        """The clean opposite of what the session looks for (a min-good candidate): a pass, or
+        for ``Goal.PASS`` a plain failure (not a crash or a timeout)."""
+        wanted = VerdictKind.FAIL if self.config.goal is Goal.PASS else VerdictKind.PASS
+        return verdict.kind is wanted
 
     def _retry_or_stop(self, request: CheckRequest, verdict: Verdict) -> None:
         """An infrastructure error is no verdict about the model: ask again, up to ``infra_retries``
