@@ -13,7 +13,15 @@ from collections.abc import Iterable
 
 import onnx
 
+from checks.spec import CheckSpec
+from reducer_core.errors import UsageError
+
 KEEP_FP32_KEY = "onnx_reducer.keep_fp32"
+SPEC_ADVICE = (
+    "precision needs a check spec that runs the model in fp16 on onnxruntime and fails on the fp16 model: "
+    "kind compare (reference fp32, target {runtime: onnxruntime, precision: fp16}), golden or error with "
+    "target {precision: fp16}."
+)
 
 
 def keep_fp32_of(model: onnx.ModelProto) -> frozenset[str]:
@@ -48,3 +56,16 @@ def without_keep_fp32(model: onnx.ModelProto) -> None:
     kept = [e for e in model.metadata_props if e.key != KEEP_FP32_KEY]
     del model.metadata_props[:]
     model.metadata_props.extend(kept)
+
+
+def require_fp16_target(spec: CheckSpec | None) -> CheckSpec:
+    """The spec, when its target converts the model to fp16 on onnxruntime (the conversion that
+    honours the kept set); a clear ``UsageError`` otherwise."""
+    if spec is None:
+        raise UsageError(f"Give --check-spec SPEC: {SPEC_ADVICE}")
+    target = spec.target
+    if spec.kind not in ("compare", "golden", "error") or target is None:
+        raise UsageError(f"Check spec kind '{spec.kind}' cannot keep nodes in fp32. {SPEC_ADVICE}")
+    if target.precision != "fp16" or target.runtime != "onnxruntime":
+        raise UsageError(f"The spec's target runs {target.runtime}/{target.precision}. {SPEC_ADVICE}")
+    return spec

@@ -24,25 +24,19 @@ from typing import Any
 import onnx
 
 from checks.fp16_warnings import summarised_fp16_warnings
-from checks.mixed_precision import keep_fp32_suffix, without_keep_fp32
+from checks.mixed_precision import keep_fp32_suffix, require_fp16_target, without_keep_fp32
 from checks.runtimes.onnxruntime import to_fp16
-from checks.spec import CheckSpec
 from engine.session import ReductionSession, SessionCheck, SessionHooks
 from engine.workspace import Log, Workspace
 from reducer_core import modelio
 from reducer_core.candidate import Candidate
-from reducer_core.errors import GoalUnreachableError, UsageError
+from reducer_core.errors import GoalUnreachableError
 from reducer_core.graph import GraphIndex
 from reducer_core.records import ReductionResult
 from reducer_core.session import Answer, Request, SessionConfig, SessionListener
 from reducer_core.verdict import Goal
 
 TASK = "precision"
-SPEC_ADVICE = (
-    "precision needs a check spec that runs the model in fp16 on onnxruntime and fails on the fp16 model: "
-    "kind compare (reference fp32, target {runtime: onnxruntime, precision: fp16}), golden or error with "
-    "target {precision: fp16}."
-)
 NOT_A_PRECISION_PROBLEM = (
     "The failure is not a precision problem: the model fails the check even with every node kept in fp32 "
     "(the target then computes what the reference does). Check the spec's tolerance and inputs, or reduce "
@@ -62,19 +56,6 @@ def _explained() -> Iterator[None]:
 def precision_config(mode: str) -> SessionConfig:
     """A precision session's options: ``mode`` is the strategy (``reduce``'s modes)."""
     return SessionConfig(mode=mode, goal=Goal.PASS, localize=False, min_good=False)
-
-
-def require_fp16_target(spec: CheckSpec | None) -> CheckSpec:
-    """The spec, when its target converts the model to fp16 on onnxruntime (the conversion that
-    honours the kept set); a clear ``UsageError`` otherwise."""
-    if spec is None:
-        raise UsageError(f"Give --check-spec SPEC: {SPEC_ADVICE}")
-    target = spec.target
-    if spec.kind not in ("compare", "golden", "error") or target is None:
-        raise UsageError(f"Check spec kind '{spec.kind}' cannot keep nodes in fp32. {SPEC_ADVICE}")
-    if target.precision != "fp16" or target.runtime != "onnxruntime":
-        raise UsageError(f"The spec's target runs {target.runtime}/{target.precision}. {SPEC_ADVICE}")
-    return spec
 
 
 def name_nodes(workspace: Workspace) -> int:

@@ -11,8 +11,9 @@ import argparse
 import json
 from pathlib import Path
 
+from checks.mixed_precision import require_fp16_target
 from checks.spec import build_check as build_spec_check
-from engine.precision import PrecisionSession, require_fp16_target
+from engine.precision import PrecisionSession
 from engine.session import SessionCheck
 from engine.workspace import Workspace
 from reducer_cli.progress import ProgressReporter

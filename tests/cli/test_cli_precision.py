@@ -13,59 +13,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from reducer_cli.main import run
-from tests.models import IR_VERSION, OPSET
-
-FLOAT = TensorProto.FLOAT
-# Inputs in [70, 100]: x * 1000 is beyond fp16's largest value (65504), x itself is not.
-COMPARE_FP16 = """
-kind: compare
-reference: {runtime: onnxruntime}
-target: {runtime: onnxruntime, precision: fp16}
-tolerance: {atol: 0.01, rtol: 0.01}
-input_range: [70, 100]
-"""
-
-
-def _model(nodes: list[onnx.NodeProto], outputs: list[str]) -> onnx.ModelProto:
-    constants = [helper.make_tensor("big", FLOAT, [], [1000.0]), helper.make_tensor("one", FLOAT, [], [1.0])]
-    graph = helper.make_graph(
-        nodes,
-        "precision",
-        [helper.make_tensor_value_info("x", FLOAT, [2, 3])],
-        [helper.make_tensor_value_info(name, FLOAT, [2, 3]) for name in outputs],
-        initializer=constants,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = IR_VERSION
-    return model
-
-
-def one_node_overflows() -> onnx.ModelProto:
-    """``scale_up`` writes an output beyond fp16's range; the other branch is harmless."""
-    return _model(
-        [
-            helper.make_node("Relu", ["x"], ["a"], name="relu"),
-            helper.make_node("Mul", ["a", "big"], ["y"], name="scale_up"),
-            helper.make_node("Add", ["a", "one"], ["b"], name="add_one"),
-            helper.make_node("Neg", ["b"], ["z"], name="negate"),
-        ],
-        ["y", "z"],
-    )
-
-
-def two_nodes_overflow() -> onnx.ModelProto:
-    """A Mul beyond fp16's range, then a Div back: the tensor between them overflows, so both its
-    writer and its reader must stay fp32."""
-    return _model(
-        [
-            helper.make_node("Relu", ["x"], ["a"], name="relu"),
-            helper.make_node("Mul", ["a", "big"], ["h"], name="scale_up"),
-            helper.make_node("Div", ["h", "big"], ["y"], name="scale_down"),
-            helper.make_node("Add", ["y", "one"], ["b"], name="add_one"),
-            helper.make_node("Neg", ["b"], ["z"], name="negate"),
-        ],
-        ["z"],
-    )
+from tests.precision_models import COMPARE_FP16, make_model, one_node_overflows, two_nodes_overflow
 
 
 def precision(model: onnx.ModelProto, *options: str, spec: str = COMPARE_FP16) -> int:
@@ -120,7 +68,7 @@ def test_an_fp16_model_that_passes_needs_no_fp32_node(in_tmp: Path) -> None:
 
 def test_a_failure_with_every_node_in_fp32_is_not_a_precision_problem(in_tmp: Path, capsys: object) -> None:
     # Reshape to 7 elements fails on any precision: the error check fails with every node kept.
-    model = _model([helper.make_node("Reshape", ["x", "seven"], ["y"], name="bad_reshape")], ["y"])
+    model = make_model([helper.make_node("Reshape", ["x", "seven"], ["y"], name="bad_reshape")], ["y"])
     model.graph.initializer.append(helper.make_tensor("seven", TensorProto.INT64, [1], [7]))
     model.graph.output[0].type.tensor_type.ClearField("shape")
     spec = "kind: error\ntarget: {runtime: onnxruntime, precision: fp16}\n"

@@ -1,0 +1,96 @@
+"""``task: precision`` jobs: the upload form's ``task`` field, validated at intake (the spec must run
+the model in fp16), stored in the job's options, run by a real Celery worker over PostgreSQL and
+Redis; the job answers ``keep_fp32`` and its ``mixed`` artifact is the mixed-precision model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import onnx
+import pytest
+from fastapi import FastAPI
+
+from api.app import create_app
+from api.settings import ApiSettings
+from tests.precision_models import COMPARE_FP16, one_node_overflows
+from tests.service.conftest import Processes, client_for
+from tests.service.helpers import submit, wait_job
+
+MODEL = one_node_overflows().SerializeToString()
+
+
+@pytest.mark.slow
+def test_a_precision_job_answers_the_overflowing_node_and_its_mixed_model(
+    api_url: str, processes: Processes, tokens: dict[str, str]
+) -> None:
+    processes.worker()
+    with client_for(api_url, tokens["team-a"]) as client:
+        precision = submit(client, MODEL, COMPARE_FP16, "overflow.onnx", task="precision")
+        reduction = submit(client, MODEL, COMPARE_FP16, "overflow.onnx")
+        assert precision.status_code == 202 and reduction.status_code == 202, (precision.text, reduction.text)
+        job = wait_job(client, precision.json()["id"], timeout=300)
+        reduced = wait_job(client, reduction.json()["id"], timeout=300)
+        mixed = client.get(job["links"]["mixed"])
+        listed = {item["id"]: item for item in client.get("/v1/jobs").json()["items"]}
+        events = client.get(f"/v1/jobs/{job['id']}/events", headers={"Accept": "application/json"})
+        iterations = client.get(f"/v1/jobs/{job['id']}/iterations").json()["items"]
+
+    assert job["status"] == "succeeded", job
+    assert job["task"] == "precision" and job["options"]["task"] == "precision"
+    assert job["keep_fp32"] == ["scale_up"]
+    assert job["nodes_before"] == 4 and job["nodes_after"] == 1
+    assert listed[job["id"]]["keep_fp32"] == ["scale_up"]
+    assert [i["phase"] for i in iterations[:2]] == ["original", "all-kept"]
+    assert iterations[0]["verdict"] == "fail" and iterations[1]["verdict"] == "pass"
+    model = onnx.load_from_string(mixed.content)
+    assert mixed.status_code == 200
+    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
+    assert "scale_up" in [node.name for node in model.graph.node]
+    assert events.status_code == 200
+    # the same upload as a reduction: the default task, no precision answer
+    assert reduced["task"] == "reduce" and reduced["keep_fp32"] is None and "task" not in reduced["options"]
+    assert "mixed" not in reduced["links"]
+
+
+@pytest.fixture
+def api(db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str]) -> Iterator[str]:
+    settings = ApiSettings(database_url=db_url, data_dir=data_dir)
+    yield serve_app(create_app(settings, enqueue=lambda job_id, queue: None))
+
+
+@pytest.mark.parametrize(
+    ("task", "spec", "words"),
+    [
+        ("precision", "kind: op-present\nops: [Mul]\n", "target {runtime: onnxruntime, precision: fp16}"),
+        ("precision", COMPARE_FP16.replace("precision: fp16", "precision: fp32"), "onnxruntime/fp32"),
+        ("shrink", COMPARE_FP16, "task must be one of reduce, precision"),
+    ],
+)
+def test_a_task_the_spec_cannot_serve_is_refused_at_intake(
+    api: str, tokens: dict[str, str], task: str, spec: str, words: str
+) -> None:
+    with client_for(api, tokens["team-a"]) as client:
+        response = submit(client, MODEL, spec, task=task)
+        jobs = client.get("/v1/jobs").json()["items"]
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert words in response.json()["detail"]
+    assert jobs == []
+
+
+def test_the_same_idempotency_key_with_another_task_is_refused(api: str, tokens: dict[str, str]) -> None:
+    with client_for(api, tokens["team-a"]) as client:
+        first = _submit_keyed(client, "key-1", task="precision")
+        again = _submit_keyed(client, "key-1", task="precision")
+        other = _submit_keyed(client, "key-1")
+    assert first.status_code == 202 and again.status_code == 202
+    assert again.json()["id"] == first.json()["id"]
+    assert other.status_code == 422, other.text
+
+
+def _submit_keyed(client: httpx.Client, key: str, **fields: str) -> httpx.Response:
+    files = {"model": ("overflow.onnx", MODEL)}
+    data = {"check_spec": COMPARE_FP16, **fields}
+    return client.post("/v1/jobs", files=files, data=data, headers={"Idempotency-Key": key})
