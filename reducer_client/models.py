@@ -62,6 +62,8 @@ class Job:
     finished_at: str | None
     links: dict[str, str]
     raw: dict[str, Any]
+    task: str = "reduce"  # or "precision": which nodes must stay fp32
+    keep_fp32: list[str] | None = None  # a succeeded precision job's answer
 
     @property
     def finished(self) -> bool:
@@ -86,6 +88,8 @@ class Job:
             finished_at=data.get("finished_at"),
             links=dict(data.get("links") or {}),
             raw=data,
+            task=str(data.get("task") or "reduce"),
+            keep_fp32=[str(n) for n in data["keep_fp32"]] if isinstance(data.get("keep_fp32"), list) else None,
         )
 
 

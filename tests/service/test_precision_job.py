@@ -4,6 +4,9 @@ Redis; the job answers ``keep_fp32`` and its ``mixed`` artifact is the mixed-pre
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,20 +26,29 @@ MODEL = one_node_overflows().SerializeToString()
 
 @pytest.mark.slow
 def test_a_precision_job_answers_the_overflowing_node_and_its_mixed_model(
-    api_url: str, processes: Processes, tokens: dict[str, str]
+    api_url: str, processes: Processes, tokens: dict[str, str], tmp_path: Path
 ) -> None:
+    """Submitted by the CI command (`submit --task precision --wait`), beside the same upload as a
+    reduction through the api."""
     processes.worker()
+    (tmp_path / "overflow.onnx").write_bytes(MODEL)
+    (tmp_path / "spec.yaml").write_text(COMPARE_FP16)
+    command = ["onnx-reducer", "submit", "overflow.onnx", "--check-spec", "spec.yaml", "--task", "precision"]
+    command += ["--wait", "-o", "out", "--json"]
+    env = {**os.environ, "ONNX_REDUCER_SERVER": api_url, "ONNX_REDUCER_TOKEN": tokens["team-a"]}
     with client_for(api_url, tokens["team-a"]) as client:
-        precision = submit(client, MODEL, COMPARE_FP16, "overflow.onnx", task="precision")
         reduction = submit(client, MODEL, COMPARE_FP16, "overflow.onnx")
-        assert precision.status_code == 202 and reduction.status_code == 202, (precision.text, reduction.text)
-        job = wait_job(client, precision.json()["id"], timeout=300)
+        assert reduction.status_code == 202, reduction.text
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+        summary = json.loads(done.stdout)
+        job = client.get(f"/v1/jobs/{summary['job_id']}").json()
         reduced = wait_job(client, reduction.json()["id"], timeout=300)
-        mixed = client.get(job["links"]["mixed"])
         listed = {item["id"]: item for item in client.get("/v1/jobs").json()["items"]}
-        events = client.get(f"/v1/jobs/{job['id']}/events", headers={"Accept": "application/json"})
         iterations = client.get(f"/v1/jobs/{job['id']}/iterations").json()["items"]
+        events = client.get(job["links"]["events"]).text
 
+    assert done.returncode == 0, done.stderr
+    assert summary["keep_fp32"] == ["scale_up"] and summary["files"] == ["out/mixed.onnx"]
     assert job["status"] == "succeeded", job
     assert job["task"] == "precision" and job["options"]["task"] == "precision"
     assert job["keep_fp32"] == ["scale_up"]
@@ -44,11 +56,11 @@ def test_a_precision_job_answers_the_overflowing_node_and_its_mixed_model(
     assert listed[job["id"]]["keep_fp32"] == ["scale_up"]
     assert [i["phase"] for i in iterations[:2]] == ["original", "all-kept"]
     assert iterations[0]["verdict"] == "fail" and iterations[1]["verdict"] == "pass"
-    model = onnx.load_from_string(mixed.content)
-    assert mixed.status_code == 200
+    succeeded = [line for line in events.splitlines() if line.startswith("data:") and "keep_fp32" in line]
+    assert len(succeeded) == 1 and json.loads(succeeded[0][5:])["keep_fp32"] == ["scale_up"]
+    model = onnx.load(str(tmp_path / "out" / "mixed.onnx"))
     assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
     assert "scale_up" in [node.name for node in model.graph.node]
-    assert events.status_code == 200
     # the same upload as a reduction: the default task, no precision answer
     assert reduced["task"] == "reduce" and reduced["keep_fp32"] is None and "task" not in reduced["options"]
     assert "mixed" not in reduced["links"]
