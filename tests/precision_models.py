@@ -59,3 +59,12 @@ def two_nodes_overflow() -> onnx.ModelProto:
         ],
         ["z"],
     )
+
+
+def gather_fails_anyway() -> onnx.ModelProto:
+    """A Gather of row 5 of a 2x3 input: a runtime error in any precision (an ``error`` check fails
+    with every node in fp32 too), in a model the checker accepts."""
+    model = make_model([helper.make_node("Gather", ["x", "row"], ["y"], name="bad_gather")], ["y"])
+    model.graph.initializer.append(helper.make_tensor("row", TensorProto.INT64, [1], [5]))
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 1
+    return model

@@ -17,11 +17,13 @@ from fastapi import FastAPI
 
 from api.app import create_app
 from api.settings import ApiSettings
-from tests.precision_models import COMPARE_FP16, one_node_overflows
+from tests.precision_models import COMPARE_FP16, gather_fails_anyway, one_node_overflows
 from tests.service.conftest import Processes, client_for
 from tests.service.helpers import submit, wait_job
 
 MODEL = one_node_overflows().SerializeToString()
+BAD_GATHER = gather_fails_anyway().SerializeToString()
+ERROR_FP16 = "kind: error\ntarget: {runtime: onnxruntime, precision: fp16}\n"
 
 
 @pytest.mark.slow
@@ -38,11 +40,13 @@ def test_a_precision_job_answers_the_overflowing_node_and_its_mixed_model(
     env = {**os.environ, "ONNX_REDUCER_SERVER": api_url, "ONNX_REDUCER_TOKEN": tokens["team-a"]}
     with client_for(api_url, tokens["team-a"]) as client:
         reduction = submit(client, MODEL, COMPARE_FP16, "overflow.onnx")
-        assert reduction.status_code == 202, reduction.text
+        unrelated = submit(client, BAD_GATHER, ERROR_FP16, "gather.onnx", task="precision")
+        assert reduction.status_code == 202 and unrelated.status_code == 202, (reduction.text, unrelated.text)
         done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
         summary = json.loads(done.stdout)
         job = client.get(f"/v1/jobs/{summary['job_id']}").json()
         reduced = wait_job(client, reduction.json()["id"], timeout=300)
+        failed = wait_job(client, unrelated.json()["id"], timeout=300)
         listed = {item["id"]: item for item in client.get("/v1/jobs").json()["items"]}
         iterations = client.get(f"/v1/jobs/{job['id']}/iterations").json()["items"]
         events = client.get(job["links"]["events"]).text
@@ -64,6 +68,9 @@ def test_a_precision_job_answers_the_overflowing_node_and_its_mixed_model(
     # the same upload as a reduction: the default task, no precision answer
     assert reduced["task"] == "reduce" and reduced["keep_fp32"] is None and "task" not in reduced["options"]
     assert "mixed" not in reduced["links"]
+    # a model that fails with every node in fp32 too: no precision problem, said so
+    assert failed["status"] == "failed" and failed["error"]["code"] == "invalid-check", failed
+    assert "not a precision problem" in failed["error"]["message"]
 
 
 @pytest.fixture
