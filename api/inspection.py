@@ -18,7 +18,10 @@ from api.bundles import extract_bundle, find_model, is_bundle
 from api.golden import validate_golden
 from api.problems import ProblemError, about_field, field_errors
 from api.validation import validate_model
+from checks.mixed_precision import require_fp16_target
 from checks.spec import CheckSpec, CheckSpecError, build_check, parse_check_spec
+from persistence.enums import JobTask
+from reducer_core.errors import UsageError
 from reducer_core.strategies import MODES
 
 BOOL_FIELDS = ("reduce_inputs", "reduce_outputs", "pin_signature")
@@ -120,6 +123,8 @@ def _inspect(request: InspectRequest) -> Inspection:
         spec = _parse_spec(request)
     with about_field("mode"):
         mode, options = _options(request.fields)
+    with about_field("task"):
+        options |= _task(request.fields, spec)
     golden_format = None
     if request.golden is not None:
         budget = min(limits.max_extracted_bytes, max(GOLDEN_FLOOR_BYTES, limits.declared_bytes_factor * request.size))
@@ -162,6 +167,22 @@ def _parse_spec(request: InspectRequest) -> CheckSpec:
     except CheckSpecError as exc:
         raise ProblemError(422, "Invalid check spec", str(exc)) from exc
     return spec
+
+
+def _task(fields: dict[str, str], spec: CheckSpec) -> dict[str, Any]:
+    """The options entry of the ``task`` field: none for ``reduce`` (the default, as jobs stored
+    before tasks existed), ``{"task": "precision"}`` when the spec can run a precision job."""
+    raw = fields.get("task", "").strip() or JobTask.REDUCE.value
+    if raw not in tuple(JobTask):
+        detail = f"task must be one of {', '.join(JobTask)}, not '{raw[:50]}'."
+        raise ProblemError(422, "Invalid option", detail, errors=field_errors("task", detail))
+    if raw == JobTask.REDUCE.value:
+        return {}
+    try:
+        require_fp16_target(spec)
+    except UsageError as exc:
+        raise ProblemError(422, "Invalid check spec", str(exc), errors=field_errors("check_spec", str(exc))) from exc
+    return {"task": raw}
 
 
 def _options(fields: dict[str, str]) -> tuple[str, dict[str, Any]]:

@@ -25,7 +25,7 @@ from api.services import Services
 from api.settings import ApiSettings
 from api.uploads import UploadedForm, read_form
 from persistence.contracts import queue_for
-from persistence.enums import ArtifactKind, EventKind, JobStatus
+from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
 from persistence.models import Job, Team, new_id
 from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
 from persistence.store import StoredBlob
@@ -54,12 +54,15 @@ def upload_limits(settings: ApiSettings) -> UploadLimits:
 def _same_request(job: Job, form: UploadedForm, golden_sha256: str | None) -> bool:
     sent_golden = form.golden.sha256 if form.golden is not None else None
     mode = form.fields.get("mode", "auto").strip() or "auto"
-    options = {k: form.fields.get(k, "true").strip().lower() in ("true", "1") for k in job.options}
+    flags = {k: v for k, v in job.options.items() if k != "task"}
+    options = {k: form.fields.get(k, "true").strip().lower() in ("true", "1") for k in flags}
+    task = form.fields.get("task", "").strip() or JobTask.REDUCE.value
     return (
         job.model_sha256 == form.sha256
         and job.check_spec == form.fields.get("check_spec")
         and job.mode == mode
-        and options == job.options
+        and options == flags
+        and task == JobTask.of(job.options).value
         and golden_sha256 == sent_golden
     )
 

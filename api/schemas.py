@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from persistence.enums import JobTask
 from persistence.models import Iteration, Job
 
 # The largest event or iteration number a query may name: the 32-bit integer columns' range.
@@ -37,6 +38,7 @@ class ModelInfo(BaseModel):
 class JobOut(BaseModel):
     id: str
     status: str
+    task: str  # reduce | precision
     mode: str
     queue: str
     check_kind: str
@@ -45,6 +47,7 @@ class JobOut(BaseModel):
     model: ModelInfo
     nodes_before: int | None
     nodes_after: int | None
+    keep_fp32: list[str] | None = None  # a succeeded precision job: the nodes that must stay fp32
     progress: Progress
     error: ErrorInfo | None
     attempts: int
@@ -144,15 +147,36 @@ def remaining_checks(mode: str, best_size: int) -> int:
 
 
 def job_from_row(
-    job: Job, mean_check_s: float | None, waiting_reason: str | None = None, flaky: dict[str, Any] | None = None
+    job: Job,
+    mean_check_s: float | None,
+    waiting_reason: str | None = None,
+    *,
+    keep_fp32: list[str] | None = None,
+    flaky: dict[str, Any] | None = None,
 ) -> JobOut:
+    """``keep_fp32``: a finished precision job's answer (its ``mixed`` artifact's); ``flaky``: the
+    check's estimated failure rate when it proved flaky (from the session state)."""
     eta = None
     if job.status == "running" and mean_check_s is not None and job.best_size is not None:
         eta = round(mean_check_s * remaining_checks(job.mode, job.best_size), 1)
     base = f"/v1/jobs/{job.id}"
+    task = JobTask.of(job.options)
+    links = {
+        "self": base,
+        "events": f"{base}/events",
+        "iterations": f"{base}/iterations",
+        "min_bad": f"{base}/artifacts/min-bad",
+        "min_good": f"{base}/artifacts/min-good",
+        "original": f"{base}/artifacts/original",
+        "cancel": f"{base}/cancel",
+    }
+    if task is JobTask.PRECISION:
+        links = {k: v for k, v in links.items() if k not in ("min_bad", "min_good")}
+        links["mixed"] = f"{base}/artifacts/mixed"
     return JobOut(
         id=job.id,
         status=job.status,
+        task=task.value,
         mode=job.mode,
         queue=job.queue,
         check_kind=job.check_kind,
@@ -161,6 +185,7 @@ def job_from_row(
         model=ModelInfo(filename=job.model_filename, sha256=job.model_sha256, size=job.model_size),
         nodes_before=job.nodes_before,
         nodes_after=job.nodes_after,
+        keep_fp32=keep_fp32,
         progress=Progress(
             iteration=job.iterations_done,
             best_size=job.best_size,
@@ -176,15 +201,7 @@ def job_from_row(
         finished_at=utc(job.finished_at),
         waiting_reason=waiting_reason,
         flaky=flaky,
-        links={
-            "self": base,
-            "events": f"{base}/events",
-            "iterations": f"{base}/iterations",
-            "min_bad": f"{base}/artifacts/min-bad",
-            "min_good": f"{base}/artifacts/min-good",
-            "original": f"{base}/artifacts/original",
-            "cancel": f"{base}/cancel",
-        },
+        links=links,
     )
 
 

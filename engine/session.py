@@ -42,19 +42,21 @@ from reducer_core.session import (
     SilentListener,
     drive,
 )
-from reducer_core.verdict import Verdict, VerdictKind
+from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 
 @dataclass(frozen=True)
 class SessionCheck:
     """The check of a session: the runnable ``check``, the ``spec`` it was built from (None for a
     ``--check`` command or interactive mode) and the golden values it reads (``golden_sha256``:
-    their digest, computed from the file when not given)."""
+    their digest, computed from the file when not given). ``task``: what a verdict is about
+    (``reduce``: a subgraph; ``precision``: the whole model with a set of nodes kept fp32)."""
 
     check: ModelCheck
     spec: CheckSpec | None = None
     golden: Path | None = None
     golden_sha256: str | None = None
+    task: str = "reduce"
 
     def __post_init__(self) -> None:
         if self.golden is not None and self.golden_sha256 is None:
@@ -64,7 +66,8 @@ class SessionCheck:
     def identity(self) -> str:
         """What decides a verdict besides the model: the spec (or the command), and the golden values."""
         base = self.spec.identity if self.spec is not None else self.check.identity
-        return base + (f" golden=sha256:{self.golden_sha256}" if self.golden_sha256 else "")
+        base += f" golden=sha256:{self.golden_sha256}" if self.golden_sha256 else ""
+        return base + (f" task={self.task}" if self.task != "reduce" else "")
 
 
 def file_sha256(path: Path) -> str:
@@ -82,8 +85,9 @@ def verdict_identity(check: SessionCheck, options: ReduceOptions) -> str:
 
 
 def resolve_config(config: SessionConfig, spec: CheckSpec | None) -> SessionConfig:
-    """Localise compare/golden specs only (``config.localize`` False: the user said no)."""
-    if spec is None:
+    """Localise compare/golden specs only (``config.localize`` False: the user said no); a
+    ``Goal.PASS`` session (precision) never localises."""
+    if spec is None or config.goal is Goal.PASS:
         return dataclasses.replace(config, localize=False, not_localized="")
     if not spec.is_accuracy:
         return dataclasses.replace(config, localize=False, not_localized="not a compare/golden check")

@@ -86,6 +86,8 @@ def job_lines(job: Job) -> list[str]:
     flaky = job.flaky
     if flaky is not None and flaky.get("status") == "flaky":
         lines.append(f"flaky: fails ~{flaky.get('fails_percent')} % of runs ({flaky.get('rechecks')} re-checks)")
+    if job.keep_fp32 is not None:
+        lines.append(f"must stay fp32: {', '.join(job.keep_fp32) or 'none (the fp16 model passes)'}")
     if job.error is not None:
         lines.append(f"error: {job.error.code}: {job.error.message or ''}".rstrip(": "))
     return lines
@@ -105,6 +107,7 @@ class Summary:
     nodes_before: int | None = None
     nodes_after: int | None = None
     checks_run: int | None = None
+    keep_fp32: list[str] | None = None  # a precision job's answer
     files: list[str] = field(default_factory=list)
     jobs: list[dict[str, Any]] | None = None  # `onnx-reducer jobs` only
 
@@ -112,6 +115,7 @@ class Summary:
         self.job_id, self.status = job.id, job.status
         self.nodes_before, self.nodes_after = job.nodes_before, job.nodes_after
         self.checks_run = job.progress.checks_run
+        self.keep_fp32 = job.keep_fp32
         if job.error is not None:
             self.error = {"code": job.error.code, "message": job.error.message}
         return self

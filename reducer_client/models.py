@@ -63,6 +63,8 @@ class Job:
     links: dict[str, str]
     raw: dict[str, Any]
     flaky: dict[str, Any] | None = None  # the check's estimated failure rate, when it proved flaky
+    task: str = "reduce"  # or "precision": which nodes must stay fp32
+    keep_fp32: list[str] | None = None  # a succeeded precision job's answer
 
     @property
     def finished(self) -> bool:
@@ -88,6 +90,8 @@ class Job:
             links=dict(data.get("links") or {}),
             raw=data,
             flaky=data["flaky"] if isinstance(data.get("flaky"), dict) else None,
+            task=str(data.get("task") or "reduce"),
+            keep_fp32=[str(n) for n in data["keep_fp32"]] if isinstance(data.get("keep_fp32"), list) else None,
         )
 
 

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Protocol
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
-from reducer_core.errors import CheckInfraError, OriginalDidNotFailError, ReplayMismatchError
+from reducer_core.errors import CheckInfraError, GoalUnreachableError, OriginalDidNotFailError, ReplayMismatchError
 from reducer_core.flakiness import CONFIRM_LIMIT, PROBE_BUDGET, Evidence, FlakinessTracker, Status
 from reducer_core.graph import GraphIndex
 from reducer_core.localization import LayerwiseResult, find_suspect, min_good_probes
@@ -33,7 +33,7 @@ from reducer_core.records import IterationRecord, Localization, ReductionResult
 from reducer_core.strategies import SearchSpace, Strategy
 from reducer_core.strategies.base import Observation
 from reducer_core.strategies.speculation import CulpritModel, gambles_allowed, speculate
-from reducer_core.verdict import Pinning, Verdict, VerdictKind
+from reducer_core.verdict import Goal, Pinning, Verdict, VerdictKind
 
 STATE_FORMAT = "onnx-reducer-session"
 STATE_VERSION = 1
@@ -46,7 +46,10 @@ class SessionConfig:
     ``min_good``: spend up to two checks on a passing model next to the result when none was seen.
     ``confirm_flaky``: the check may be flaky; re-check once what makes an answer of 2 to
     ``CONFIRM_LIMIT`` nodes look minimal, although nothing was inconsistent (off by default: a
-    deterministic check never has a candidate checked twice)."""
+    deterministic check never has a candidate checked twice).
+    ``goal``: ``Goal.PASS`` looks for the smallest node set with which the check passes (the nodes
+    kept in fp32 of ``onnx-reducer precision``): the empty set is the original (it must not pass),
+    the whole set must pass, and neither localisation nor min-good probes apply."""
 
     mode: str = "auto"
     reduce_inputs: bool = True
@@ -57,15 +60,20 @@ class SessionConfig:
     infra_retries: int = 2
     not_localized: str = field(default="", compare=False)
     confirm_flaky: bool = False
+    goal: Goal = Goal.FAILURE
 
     def space(self, index: GraphIndex) -> SearchSpace:
-        return SearchSpace(index, index.all_nodes(), self.reduce_inputs, self.reduce_outputs)
+        subgraphs = self.goal is Goal.FAILURE
+        return SearchSpace(index, index.all_nodes(), self.reduce_inputs, self.reduce_outputs, subgraphs)
 
     def to_json(self) -> dict[str, Any]:
-        """The fields that decide which checks run (and so must match on resume)."""
-        skip = {"infra_retries", "not_localized"} | ({"confirm_flaky"} if not self.confirm_flaky else set())
+        """The fields that decide which checks run (and so must match on resume); ``goal`` and
+        ``confirm_flaky`` only when not the default (sessions saved before them resume unchanged)."""
+        skip = {"infra_retries", "not_localized", "goal"} | ({"confirm_flaky"} if not self.confirm_flaky else set())
         saved = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         saved["pin_signature"] = _pinning_json(Pinning.of(self.pin_signature))
+        if self.goal is not Goal.FAILURE:
+            saved["goal"] = self.goal.value
         return saved
 
 
@@ -261,6 +269,7 @@ class ReductionMachine:
             cache_hits=self.cache.hits,
             localization=self.localization,
             flakiness=self.flakiness.report(),
+            goal=self.config.goal,
         )
 
     # -- state -----------------------------------------------------------------------------------
@@ -316,6 +325,9 @@ class ReductionMachine:
     # -- the flow --------------------------------------------------------------------------------
 
     def _run(self) -> _Flow:
+        if self.config.goal is Goal.PASS:
+            yield from self._run_to_pass()
+            return
         start = Candidate(self.strategy.space.start)
         original = yield _CheckStep(start, "original")
         assert isinstance(original, Verdict)
@@ -331,6 +343,26 @@ class ReductionMachine:
             yield from self._reduce(original)
         if self.config.min_good and self.min_good is None:
             self._probed_good = yield from self._probe_min_good()
+
+    def _run_to_pass(self) -> _Flow:
+        """``Goal.PASS``: the empty set (the original: every node converted) must not pass, the
+        whole set must pass; then the strategy shrinks the whole set while the check passes."""
+        nothing = Candidate(frozenset())
+        original = yield _CheckStep(nothing, "original")
+        assert isinstance(original, Verdict)
+        self.original = original
+        if original.kind is VerdictKind.PASS:
+            self._found = nothing  # nothing needs the treatment: the answer is the empty set
+            return
+        everything = Candidate(self.strategy.space.start)
+        verdict = yield _CheckStep(everything, "all-kept")
+        assert isinstance(verdict, Verdict)
+        if verdict.kind is not VerdictKind.PASS:
+            raise GoalUnreachableError(
+                f"The check does not pass even with all {len(everything)} nodes kept (verdict: "
+                f"{verdict.kind.value}{', ' + verdict.detail if verdict.detail else ''})."
+            )  # the callers say what it means for their treatment (not a precision problem)
+        yield from self._reduce(original)
 
     def _localize(self, original: Verdict) -> Generator[_Step, Answer, Candidate | None]:
         layerwise = yield _LayerwiseStep()
@@ -408,7 +440,7 @@ class ReductionMachine:
 
     def _record_run(self, candidate: Candidate, repeat: int, verdict: Answer) -> Evidence | None:
         assert isinstance(verdict, Verdict)
-        return self.flakiness.record(candidate, repeat, self._reproduces(verdict), verdict.kind is VerdictKind.PASS)
+        return self.flakiness.record(candidate, repeat, self._reproduces(verdict), self._clean_miss(verdict))
 
     def _probe(self, passing: Candidate) -> Generator[_Step, Answer, None]:
         """Re-check a candidate that passed although it contains a failing one, up to
@@ -516,8 +548,8 @@ class ReductionMachine:
             return False
         if self.flakiness.flaky:
             return False  # a speculative verdict is one run: not worth a slot once passes need repeats
-        if self.original is None:
-            return not self.config.localize
+        if self.original is None:  # a Goal.PASS session checks the whole set next, not the strategy's proposal
+            return not self.config.localize and self.config.goal is Goal.FAILURE
         return step.candidate == self.strategy.propose()
 
     def _speculate(self, k: int, in_flight: Collection[str], wanted: list[Request]) -> list[Request]:
@@ -537,7 +569,7 @@ class ReductionMachine:
         verdict = self.cache.peek(candidate)
         if verdict is None:
             return None
-        return self._reproduces(verdict), verdict.kind is VerdictKind.PASS
+        return self._reproduces(verdict), self._clean_miss(verdict)
 
     def _take_layerwise(self, result: LayerwiseResult) -> None:
         if not isinstance(self._step, _LayerwiseStep):
@@ -562,10 +594,19 @@ class ReductionMachine:
         self._announce_localization()
 
     def _reproduces(self, verdict: Verdict) -> bool:
-        """Whether ``verdict`` is the original failure (any failure, before the original's verdict)."""
+        """Whether ``verdict`` is what the session looks for: the original failure (a clean pass
+        for ``Goal.PASS``); before the original's verdict, any failure."""
+        if self.config.goal is Goal.PASS:
+            return verdict.kind is VerdictKind.PASS
         if self.original is None:
             return verdict.is_failure
         return verdict.reproduces(self.original, self.config.pin_signature)
+
+    def _clean_miss(self, verdict: Verdict) -> bool:
+        """The clean opposite of what the session looks for (a min-good candidate): a pass, or
+        for ``Goal.PASS`` a plain failure (not a crash or a timeout)."""
+        wanted = VerdictKind.FAIL if self.config.goal is Goal.PASS else VerdictKind.PASS
+        return verdict.kind is wanted
 
     def _retry_or_stop(self, request: CheckRequest, verdict: Verdict) -> None:
         """An infrastructure error is no verdict about the model: ask again, up to ``infra_retries``

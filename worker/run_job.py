@@ -26,7 +26,7 @@ from checks.cancel import CheckStoppedError, stop_checks_when
 from checks.spec import CheckSpec, parse_check_spec
 from engine.session import ReductionSession, SessionCheck, SessionHooks
 from engine.workspace import ReduceOptions, Workspace, load_workspace
-from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
+from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus, JobTask
 from persistence.jsonlog import bind_job
 from persistence.models import Job, utcnow
 from persistence.repositories import (
@@ -52,6 +52,7 @@ from reducer_core.verdict import Verdict
 from worker.checking import job_check
 from worker.context import RunnerContext
 from worker.lease import Heartbeat, LeaseLostError
+from worker.precision_job import precision_payload, start_precision, store_precision_results
 from worker.results import store_results
 
 log = logging.getLogger("onnx_reducer.worker")
@@ -146,6 +147,7 @@ class _JobInput:
     state: dict[str, Any] | None
     model_path: str
     golden: tuple[str, str, str] | None  # (storage key, sha256, format)
+    task: JobTask = JobTask.REDUCE
 
 
 def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
@@ -178,6 +180,7 @@ class JobRun(SessionHooks):
         self.output = ""
         self.ended = False
         self.heartbeat = Heartbeat(ctx, job_id, attempt)
+        self.task = JobTask.REDUCE
 
     def execute(self) -> None:
         self.heartbeat.start()
@@ -238,6 +241,7 @@ class JobRun(SessionHooks):
                 state=job.session_state,
                 model_path=job.model_path,
                 golden=(golden.storage_key, golden.sha256, str(golden.meta.get("format", "zip"))) if golden else None,
+                task=JobTask.of(job.options),
             )
 
     def _reduce(self) -> tuple[ReductionResult, Workspace]:
@@ -265,7 +269,12 @@ class JobRun(SessionHooks):
                 spec, self.work_dir, self.ctx.allow_command, self.ctx.check_memory_limit_bytes, golden
             )
             check = SessionCheck(self.check, spec, golden, sha256)
-            self.session = ReductionSession.start(self.workspace, check, job.config, job.state)
+            self.task = job.task
+            self.session: ReductionSession = (
+                start_precision(self.workspace, check, job.config.mode, job.state)  # worker/precision_job.py
+                if job.task is JobTask.PRECISION
+                else ReductionSession.start(self.workspace, check, job.config, job.state)
+            )
             self._started_event(len(self.workspace.index))
             return self.session.run(self), self.workspace
         except BaseException:
@@ -395,8 +404,12 @@ class JobRun(SessionHooks):
 
     def _succeed(self, outcome: tuple[ReductionResult, Workspace]) -> None:
         result, workspace = outcome
+        precision = self.task is JobTask.PRECISION
         try:
-            stored = store_results(self.store, workspace, result, self.work_dir)
+            if precision:
+                stored = store_precision_results(self.store, self.session, result, self.work_dir)
+            else:
+                stored = store_results(self.store, workspace, result, self.work_dir)
         finally:
             workspace.close()
         with self.ctx.db.session() as session:
@@ -408,6 +421,8 @@ class JobRun(SessionHooks):
             job.cache_hits = result.cache_hits
             JobRepository(session).finish(job, JobStatus.SUCCEEDED)
             payload = _end_payload(job) | {"min_bad_nodes": _labels(workspace, result.min_bad)}
+            if precision:
+                payload |= precision_payload(self.session, result)
             if result.localization is not None:
                 payload["localization"] = result.localization.to_json()
             event = EventRepository(session).append(self.job_id, EventKind.SUCCEEDED, payload)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 import anyio
@@ -20,10 +20,11 @@ from api.problems import ProblemError, not_found
 from api.schemas import MAX_SEQ, IterationList, JobCreated, JobList, JobOut, iteration_from_row, job_from_row
 from api.services import Services
 from api.uploads import UploadAbortedError
-from persistence.enums import EventKind, JobStatus
+from persistence.enums import EventKind, JobStatus, JobTask
 from persistence.models import Job
 from persistence.repositories import (
     RETRYABLE_ERRORS,
+    ArtifactRepository,
     CancelOutcome,
     EventRepository,
     IterationRepository,
@@ -51,6 +52,14 @@ _UPLOAD_DOC = {
                             "boundary inputs of every candidate; required by kind 'golden'",
                         },
                         "mode": {"type": "string", "enum": ["auto", "bisect", "linear", "minimize"]},
+                        "task": {
+                            "type": "string",
+                            "enum": ["reduce", "precision"],
+                            "description": "reduce (default): the smallest failing subgraph; precision: the "
+                            "fewest nodes that must stay fp32 for the fp16 model to pass the check spec (its "
+                            "target runs onnxruntime in fp16); the answer is the job's keep_fp32 and its "
+                            "'mixed' artifact",
+                        },
                         "model_path": {"type": "string", "description": "the model inside a bundle"},
                         "reduce_inputs": {"type": "boolean"},
                         "reduce_outputs": {"type": "boolean"},
@@ -107,7 +116,8 @@ def list_jobs(
     with services.db.session() as session:
         page = JobRepository(session).page(team.id, status, limit, after)
         workers = _workers_for(session, services, page.jobs)
-        items = [_job_out(session, job, workers) for job in page.jobs]
+        answers = _precision_answers(session, page.jobs)
+        items = [_job_out(session, job, workers, answers) for job in page.jobs]
     return JobList(items=items, next_cursor=encode_cursor(page.next_key) if page.next_key else None)
 
 
@@ -120,14 +130,31 @@ def load_job(services: Services, team_id: str, job_id: str) -> Job:
 
 
 def _job_out(
-    session: Session, job: Job, workers: Sequence[WorkerView] | None = None, flaky: dict[str, Any] | None = None
+    session: Session,
+    job: Job,
+    workers: Sequence[WorkerView] | None = None,
+    answers: Mapping[str, list[str]] | None = None,
+    flaky: dict[str, Any] | None = None,
 ) -> JobOut:
     """``workers``: the farm, to say why a queued job waits (``_workers_for``). The mean check time
     comes from the job's own counters (every finished iteration adds its duration to
-    ``check_time_s`` and is numbered ``iterations_done``): no query per job."""
+    ``check_time_s`` and is numbered ``iterations_done``): no query per job. ``answers``: the
+    page's precision answers (``_precision_answers``), looked up for this job alone when absent."""
     reason = waiting_reason(job, workers) if workers is not None else None
     mean = job.check_time_s / job.iterations_done if job.iterations_done else None
-    return job_from_row(job, mean, reason, flaky)
+    if answers is None:
+        answers = _precision_answers(session, [job])
+    return job_from_row(job, mean, reason, keep_fp32=answers.get(job.id), flaky=flaky)
+
+
+def _precision_answers(session: Session, jobs: Sequence[Job]) -> dict[str, list[str]]:
+    """keep_fp32 of the succeeded precision jobs among ``jobs`` (one query, none without such jobs)."""
+    done = [
+        job.id
+        for job in jobs
+        if job.status == JobStatus.SUCCEEDED.value and JobTask.of(job.options) is JobTask.PRECISION
+    ]
+    return ArtifactRepository(session).keep_fp32(done) if done else {}
 
 
 def _workers_for(session: Session, services: Services, jobs: Sequence[Job]) -> Sequence[WorkerView] | None:

@@ -196,6 +196,7 @@ function render(state) {
   optionalFact("job-waiting", job.status === "queued" ? job.waiting_reason || "" : "");
   optionalFact("job-localization", localization(job));
   optionalFact("job-flaky", flakiness(job));
+  optionalFact("job-keep-fp32", keptFp32(job));
   if (job.error) {
     fact("job-error", `${job.error.code}${job.error.message ? `: ${job.error.message}` : ""}`);
     $("job-error").hidden = false;
@@ -204,6 +205,7 @@ function render(state) {
   }
   renderButtons(state);
   renderSummary(state);
+  if (isPrecision(job)) return; // no min-bad / min-good graphs: the answer is a node list
   if (job.status === "succeeded" && !state.graphsLoaded) loadGraphs(state, true);
   if ((job.status === "cancelled" || job.status === "failed") && !state.graphsLoaded && bestSoFar(state)) {
     loadGraphs(state, false);
@@ -215,8 +217,23 @@ function renderClock(state) {
   fact("job-duration", formatSeconds(secondsBetween(state.job.started_at, state.job.finished_at)));
 }
 
+/** A precision job finds the nodes that must stay fp32; its model is the "mixed" artifact. */
+function isPrecision(job) {
+  return job.task === "precision";
+}
+
+function keptFp32(job) {
+  if (!isPrecision(job) || job.status !== "succeeded" || !job.keep_fp32) return "";
+  return job.keep_fp32.length ? job.keep_fp32.join(", ") : t("job.keep_fp32.none");
+}
+
 function renderButtons(state) {
   const status = state.job.status;
+  const precision = isPrecision(state.job);
+  $("download-min-bad").hidden = precision;
+  $("download-min-good").hidden = precision;
+  $("download-mixed").hidden = !precision;
+  $("download-mixed").disabled = status !== "succeeded";
   const best = bestSoFar(state);
   const early = status === "cancelled" || status === "failed";
   const minBad = $("download-min-bad");
