@@ -122,9 +122,11 @@ def load_job(services: Services, team_id: str, job_id: str) -> Job:
 def _job_out(session: Session, job: Job, workers: Sequence[WorkerView] | None = None) -> JobOut:
     """``workers``: the farm, to say why a queued job waits (``_workers_for``). The mean check time
     comes from the job's own counters (every finished iteration adds its duration to
-    ``check_time_s`` and is numbered ``iterations_done``): no query per job."""
+    ``check_time_s`` and is numbered ``iterations_done``; ``cache_hits`` of them ran no check): no
+    query per job."""
     reason = waiting_reason(job, workers) if workers is not None else None
-    mean = job.check_time_s / job.iterations_done if job.iterations_done else None
+    checked = job.iterations_done - job.cache_hits
+    mean = job.check_time_s / checked if checked > 0 else None
     return job_from_row(job, mean, reason)
 
 
