@@ -15,7 +15,8 @@ When a job's session starts (or resumes) the farm's verdicts are merged into its
 (never over a verdict of its own), so the session's machine answers those candidates as cache
 hits: no check runs and no worker time is spent. Every cached answer, from the farm or from the
 job's own verdicts, is stored as an iteration row marked ``cached`` with an event, and counted in
-the job's ``cache_hits`` (``farm_hits``: those from the farm)."""
+the job's ``cache_hits`` (``farm_hits``: those from the farm). The layerwise run's result of a
+compare/golden job is shared the same way (a later job localises without running it)."""
 
 from __future__ import annotations
 
@@ -39,13 +40,16 @@ from persistence.repositories import (
 )
 from reducer_core.cache import REPLAY_VERSION, VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.localization import LayerwiseResult
 from reducer_core.records import IterationRecord
+from reducer_core.session import ReductionMachine
 from reducer_core.verdict import Verdict, VerdictKind
 from worker.context import RunnerContext
 from worker.lease import LeaseLostError
 
 log = logging.getLogger("onnx_reducer.worker")
 FROM_JOB, FROM_FARM = "job", "farm"
+LAYERWISE = "layerwise"  # the fingerprint the layerwise run's result is kept under
 
 
 def runtime_identity(runtime: Capabilities, memory_limit_bytes: int | None) -> str:
@@ -99,11 +103,16 @@ class FarmCache:
                 raise LeaseLostError()
             farm = cls(ctx, job_id, attempt, job.team_id, job_scope(ctx, job, session))
             if farm.scope is not None:
-                farm._seed(db, farm.scope, session.cache)
+                farm._seed(db, farm.scope, session.machine)
         return farm
 
-    def _seed(self, db: Session, scope: str, cache: VerdictCache) -> None:
+    def _seed(self, db: Session, scope: str, machine: ReductionMachine) -> None:
         shared = FarmVerdictRepository(db).known(scope, self.team_id, self.ctx.share_verdicts_across_teams)
+        layerwise = next((s.verdict for s in shared if s.fingerprint == LAYERWISE), None)
+        shared = [s for s in shared if s.fingerprint != LAYERWISE]
+        if layerwise is not None and machine.layerwise is None:
+            machine.layerwise = LayerwiseResult.from_json(layerwise)  # answers the step: no run
+        cache = machine.cache
         own = set(cache.to_json()["verdicts"])
         new = {s.fingerprint: s.verdict for s in shared if s.fingerprint not in own}
         if new:
@@ -123,6 +132,15 @@ class FarmCache:
         fingerprint, kept = candidate.fingerprint, verdict.to_json()
         with self.ctx.db.session() as db:
             FarmVerdictRepository(db).add(self.team_id, self.scope, fingerprint, kept, self.job_id)
+
+    def share_layerwise(self, result: LayerwiseResult) -> None:
+        """Keep the layerwise run's result of a compare/golden job (unless it could not run): a later
+        job in the scope localises without running it (not listed as an iteration: it is no
+        candidate's verdict)."""
+        if self.scope is None or result.verdict.kind is VerdictKind.INFRA_ERROR:
+            return
+        with self.ctx.db.session() as db:
+            FarmVerdictRepository(db).add(self.team_id, self.scope, LAYERWISE, result.to_json(), self.job_id)
 
     def record_hit(self, record: IterationRecord) -> None:
         """A verdict the session answered from its cache: an iteration row marked ``cached``, the

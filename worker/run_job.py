@@ -366,6 +366,7 @@ class JobRun(SessionHooks):
         with self.ctx.db.session() as session:
             job = self._held(session)
             JobRepository.progress(job, session_state=self.session.state(), checks_run=self.session.machine.checks_run)
+        self.farm.share_layerwise(result)
 
     def on_localization(self, localization: Localization) -> None:
         log.info("job %s: localisation path=%s: %s", self.job_id, localization.path, localization.reason)
