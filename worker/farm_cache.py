@@ -91,6 +91,8 @@ class FarmCache:
     attempt: int
     team_id: str
     scope: str | None
+    model_sha256: str = ""
+    cache: VerdictCache | None = None
     farm_only: set[str] = field(default_factory=set)
 
     @classmethod
@@ -101,7 +103,8 @@ class FarmCache:
             job = JobRepository(db).held(job_id, attempt)
             if job is None:
                 raise LeaseLostError()
-            farm = cls(ctx, job_id, attempt, job.team_id, job_scope(ctx, job, session))
+            scope = job_scope(ctx, job, session)
+            farm = cls(ctx, job_id, attempt, job.team_id, scope, job.model_sha256, session.cache)
             if farm.scope is not None:
                 farm._seed(db, farm.scope, session.machine)
         return farm
@@ -125,13 +128,16 @@ class FarmCache:
         if shared:
             log.info("job %s: %d verdicts known from the farm (%d new to this job)", self.job_id, len(shared), len(new))
 
-    def share(self, candidate: Candidate, verdict: Verdict) -> None:
-        """Keep a verdict a check of this job gave, for later jobs (not an infrastructure error)."""
-        if self.scope is None or verdict.kind is VerdictKind.INFRA_ERROR:
+    def share(self, candidate: Candidate, verdict: Verdict, runtime: str | None = None) -> None:
+        """Keep a verdict a check of this job gave, for later jobs (not an infrastructure error).
+        ``runtime``: the ``runtime_identity`` of the worker that ran the check, when another worker
+        than this one did (default: this worker's)."""
+        if self.scope is None or self.cache is None or verdict.kind is VerdictKind.INFRA_ERROR:
             return
+        scope = self.scope if runtime is None else farm_scope(self.model_sha256, self.cache, runtime)
         fingerprint, kept = candidate.fingerprint, verdict.to_json()
         with self.ctx.db.session() as db:
-            FarmVerdictRepository(db).add(self.team_id, self.scope, fingerprint, kept, self.job_id)
+            FarmVerdictRepository(db).add(self.team_id, scope, fingerprint, kept, self.job_id)
 
     def share_layerwise(self, result: LayerwiseResult) -> None:
         """Keep the layerwise run's result of a compare/golden job (unless it could not run): a later

@@ -163,7 +163,8 @@ function flakiness(job) {
 function bestSoFar(state) {
   let best = null;
   for (const { data } of state.rows.values()) {
-    if (data.reproduces && (!best || data.nodes < best.nodes)) best = data;
+    // a cached answer has no model of its own: the best so far is a checked one (as the server's)
+    if (data.reproduces && !data.cached && (!best || data.nodes < best.nodes)) best = data;
   }
   return best;
 }
