@@ -2,15 +2,18 @@
 PostgreSQL (one verdict per team and candidate, a team reads only its own unless every team is
 asked for), and real Celery workers: a second job of a team on the same model and spec runs no
 check and lists every verdict as a farm cache hit, another team runs its checks unless the
-operator shares verdicts across teams, and a worker with another runtime checks again."""
+operator shares verdicts across teams, and a worker with another runtime checks again; the web
+page shows a farm-answered job's iterations as cache hits."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from selenium.webdriver.common.by import By
 
 from checks.capabilities import Capabilities
 from persistence.db import Database
@@ -25,7 +28,11 @@ from persistence.repositories import (
 from reducer_core.cache import VerdictCache
 from tests.service.conftest import Processes, client_for, start_api
 from tests.service.helpers import OP_PRESENT_MUL, chain_model, submit, wait_job
+from tests.service.web_harness import catalogue, chromium, embedded_service
+from worker.context import context_from_settings
 from worker.farm_cache import farm_scope, runtime_identity
+from worker.run_job import run_job
+from worker.settings import WorkerSettings
 
 CPU = Capabilities(onnxruntime="1.20.1", providers=("CPUExecutionProvider",))
 H100 = Capabilities(
@@ -237,3 +244,38 @@ def test_the_operator_may_share_verdicts_across_teams_but_never_across_runtimes(
         again, _ = _run(b)  # ...which that runtime's later jobs reuse
         assert again["progress"]["checks_run"] == 0
         assert [item["cached"] for item in elsewhere_items].count("farm") == 0
+
+
+@pytest.mark.slow
+def test_the_web_page_shows_a_farm_answered_job_as_cache_hits(tmp_path: Path) -> None:
+    """The second job's page, open while it runs, lists every iteration as answered from a cache,
+    with no model to download. (The embedded service without its runner: this test runs the jobs,
+    as a worker with a known runtime, so that the page is open before the second one starts.)"""
+    en = catalogue("en")
+    with embedded_service(tmp_path, run_jobs=False) as service, client_for(service.url, service.token) as client:
+        settings = WorkerSettings(database_url=f"sqlite:///{tmp_path / 'onnx-reducer.db'}", data_dir=service.data_dir)
+        ctx = context_from_settings(settings)
+        ctx.runtime = CPU
+        first = submit(client, MODEL.SerializeToString()).json()["id"]
+        run_job(first, ctx)
+        second = submit(client, MODEL.SerializeToString()).json()["id"]
+        with chromium() as browser:
+            browser.open(f"{service.url}/#/jobs/{second}")
+            browser.sign_in(service.token)
+            browser.wait(lambda d: browser.text("stream-state") == en["stream.live"], "the live event stream")
+            run_job(second, ctx)
+            ctx.db.dispose()
+            job = wait_job(client, second)
+            items = client.get(f"/v1/jobs/{second}/iterations").json()["items"]
+            assert job["progress"]["checks_run"] == 0 and items
+            rows = "#iterations-body tr[data-number]"
+            browser.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) == len(items), "every iteration")
+            cells = [
+                [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+                for row in browser.driver.find_elements(By.CSS_SELECTOR, rows)
+            ]
+            shown = {"farm": en["iter.cached.farm"], "job": en["iter.cached.job"]}
+            assert [row[4] for row in cells] == [shown[item["cached"]] for item in items]
+            assert [row[5] for row in cells] == ["–"] * len(items)  # no model: no check ran
+            checks = en["job.checks_cached"].format(n=0, k=job["progress"]["cache_hits"])
+            browser.wait(lambda d: browser.text("job-checks") == checks, "the checks run and the cache hits")
