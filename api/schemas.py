@@ -19,6 +19,8 @@ class Progress(BaseModel):
     iteration: int
     best_size: int | None
     checks_run: int
+    cache_hits: int = 0  # verdicts answered without a check (the job's own cache or the farm's)
+    farm_cache_hits: int = 0  # of those, answered from verdicts of earlier jobs (the farm cache)
     check_time_s: float
     mean_check_s: float | None
     eta_s: float | None
@@ -87,6 +89,7 @@ class IterationOut(BaseModel):
     duration_s: float | None
     output_tail: str | None
     artifact: str | None
+    cached: str | None = None  # null: the check ran; "job" or "farm": answered from that cache
 
 
 class IterationList(BaseModel):
@@ -190,6 +193,8 @@ def job_from_row(
             iteration=job.iterations_done,
             best_size=job.best_size,
             checks_run=job.checks_run,
+            cache_hits=job.cache_hits,
+            farm_cache_hits=job.farm_hits,
             check_time_s=round(job.check_time_s, 4),
             mean_check_s=round(mean_check_s, 4) if mean_check_s is not None else None,
             eta_s=eta,
@@ -219,4 +224,5 @@ def iteration_from_row(row: Iteration) -> IterationOut:
         duration_s=row.duration_s,
         output_tail=row.output_tail,
         artifact=f"/v1/jobs/{row.job_id}/artifacts/iteration-{row.number}" if row.artifact_id else None,
+        cached=row.cached,
     )

@@ -3,7 +3,7 @@ imports the worker), the pub/sub channel that wakes SSE followers, and event pay
 
 from __future__ import annotations
 
-from typing import Protocol, TypedDict
+from typing import NotRequired, Protocol, TypedDict
 
 RUN_JOB_TASK = "onnx_reducer.run_job"
 QUEUE_CPU = "cpu"
@@ -45,6 +45,7 @@ class IterationPayload(TypedDict):
     duration_s: float
     best_size: int
     fingerprint: str
+    cached: NotRequired[str]  # "job" or "farm": answered from that cache, no check ran
 
 
 class JobEndPayload(TypedDict, total=False):

@@ -25,6 +25,8 @@ class Progress:
     check_time_s: float
     mean_check_s: float | None
     eta_s: float | None
+    cache_hits: int = 0  # verdicts answered without a check
+    farm_cache_hits: int = 0  # of those, from earlier jobs' verdicts (the farm cache)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Progress:
@@ -35,6 +37,8 @@ class Progress:
             check_time_s=float(data.get("check_time_s") or 0.0),
             mean_check_s=_float_or_none(data.get("mean_check_s")),
             eta_s=_float_or_none(data.get("eta_s")),
+            cache_hits=int(data.get("cache_hits") or 0),
+            farm_cache_hits=int(data.get("farm_cache_hits") or 0),
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from checks.capabilities import Capabilities
 from persistence.contracts import Notifier, no_notify
 from persistence.db import Database
 from persistence.layout import DataLayout
@@ -20,6 +21,10 @@ class RunnerContext:
     allow_command: bool
     check_memory_limit_bytes: int | None = None
     notify: Notifier = no_notify
+    # what this worker runs checks on (set by ``WorkerNode``); None: unknown, verdicts not shared
+    runtime: Capabilities | None = None
+    farm_verdict_cache: bool = True
+    share_verdicts_across_teams: bool = False
 
 
 def context_from_settings(settings: WorkerSettings, notify: Notifier = no_notify) -> RunnerContext:
@@ -32,4 +37,6 @@ def context_from_settings(settings: WorkerSettings, notify: Notifier = no_notify
         allow_command=settings.allow_command_checks,
         check_memory_limit_bytes=settings.check_memory_limit_bytes or None,
         notify=notify,
+        farm_verdict_cache=settings.farm_verdict_cache,
+        share_verdicts_across_teams=settings.share_verdicts_across_teams,
     )

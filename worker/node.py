@@ -52,6 +52,7 @@ class WorkerNode:
             queues=tuple(queues),
             capabilities=detect_capabilities(gpus),
         )
+        ctx.runtime = self.identity.capabilities  # the runtime its jobs' verdicts are shared under
         self.activity = Activity()
         self.handler = JobHandler(ctx, self.identity, self.activity)
         self.presence = WorkerPresence(

@@ -51,6 +51,7 @@ from reducer_core.session import CheckRequest, SessionConfig
 from reducer_core.verdict import Verdict
 from worker.checking import job_check
 from worker.context import RunnerContext
+from worker.farm_cache import FarmCache
 from worker.lease import Heartbeat, LeaseLostError
 from worker.precision_job import precision_payload, start_precision, store_precision_results
 from worker.results import store_results
@@ -275,6 +276,7 @@ class JobRun(SessionHooks):
                 if job.task is JobTask.PRECISION
                 else ReductionSession.start(self.workspace, check, job.config, job.state)
             )
+            self.farm = FarmCache.open(self.ctx, self.job_id, self.attempt, self.session)  # seeds its cache
             self._started_event(len(self.workspace.index))
             return self.session.run(self), self.workspace
         except BaseException:
@@ -328,7 +330,10 @@ class JobRun(SessionHooks):
 
     def on_record(self, record: IterationRecord) -> None:
         """One transaction per verdict: the iteration row, its artifact, the session state, an event."""
-        if record.cached or self.pending is None:
+        if record.cached:
+            self.farm.record_hit(record)
+            return
+        if self.pending is None:
             return
         pending, self.pending = self.pending, None
         verdict = record.verdict
@@ -363,12 +368,14 @@ class JobRun(SessionHooks):
             }
             event = EventRepository(session).append(self.job_id, EventKind.ITERATION, payload)
         self.ctx.notify(self.job_id, event.seq)
+        self.farm.share(record.candidate, verdict)
 
     def on_layerwise(self, result: LayerwiseResult) -> None:
         """A finished layerwise run is kept (state and count), so a resumed attempt skips it."""
         with self.ctx.db.session() as session:
             job = self._held(session)
             JobRepository.progress(job, session_state=self.session.state(), checks_run=self.session.machine.checks_run)
+        self.farm.share_layerwise(result)
 
     def on_localization(self, localization: Localization) -> None:
         log.info("job %s: localisation path=%s: %s", self.job_id, localization.path, localization.reason)
@@ -418,7 +425,6 @@ class JobRun(SessionHooks):
                 ArtifactRepository(session).put(self.job_id, kind, kind.value, blob, meta)
             job.nodes_after = len(result.min_bad)
             job.best_size = len(result.min_bad)
-            job.cache_hits = result.cache_hits
             JobRepository(session).finish(job, JobStatus.SUCCEEDED)
             payload = _end_payload(job) | {"min_bad_nodes": _labels(workspace, result.min_bad)}
             if precision:

@@ -138,10 +138,12 @@ def _job_out(
 ) -> JobOut:
     """``workers``: the farm, to say why a queued job waits (``_workers_for``). The mean check time
     comes from the job's own counters (every finished iteration adds its duration to
-    ``check_time_s`` and is numbered ``iterations_done``): no query per job. ``answers``: the
-    page's precision answers (``_precision_answers``), looked up for this job alone when absent."""
+    ``check_time_s`` and is numbered ``iterations_done``; ``cache_hits`` of them ran no check): no
+    query per job. ``answers``: the page's precision answers (``_precision_answers``), looked up
+    for this job alone when absent."""
     reason = waiting_reason(job, workers) if workers is not None else None
-    mean = job.check_time_s / job.iterations_done if job.iterations_done else None
+    checked = job.iterations_done - job.cache_hits
+    mean = job.check_time_s / checked if checked > 0 else None
     if answers is None:
         answers = _precision_answers(session, [job])
     return job_from_row(job, mean, reason, keep_fp32=answers.get(job.id), flaky=flaky)

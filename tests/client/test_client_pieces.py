@@ -271,8 +271,16 @@ def test_iteration_events_print_one_line_each() -> None:
     )
     line = event_line(event)
     assert line is not None and line.startswith("[I] iteration    3 | bisect")
-    assert "candidate      2 nodes | FAIL (reproduces)" in line
+    assert "candidate      2 nodes | FAIL (reproduces)" in line and "| check    0.25s" in line
     assert event_line(Event(8, "job.succeeded", {})) is None
+
+
+def test_an_iteration_answered_from_a_cache_says_which_instead_of_a_check_time() -> None:
+    data = {"number": 4, "phase": "bisect", "nodes": 2, "verdict": "pass", "reproduces": False, "duration_s": 0.0}
+    line = event_line(Event(9, "iteration", data | {"cached": "farm"}))
+    assert line is not None and "| cached (farm)  | best" in line and "check" not in line
+    job_line = event_line(Event(10, "iteration", data | {"cached": "job"}))
+    assert job_line is not None and "| cached (job)   | best" in job_line
 
 
 def test_wait_options_without_wait_are_bad_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,10 @@ from persistence.migrate import downgrade, upgrade
 from persistence.models import Base
 from tests.service.commands import MIGRATE_COMMAND
 
-TABLES = {"alembic_version", "teams", "api_tokens", "jobs", "iterations", "events", "artifacts", "workers"}
+TABLES = {
+    *("alembic_version", "teams", "api_tokens", "jobs", "iterations", "events", "artifacts", "workers"),
+    "farm_verdicts",
+}
 
 
 def _tables(url: str) -> set[str]:

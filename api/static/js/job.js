@@ -163,7 +163,8 @@ function flakiness(job) {
 function bestSoFar(state) {
   let best = null;
   for (const { data } of state.rows.values()) {
-    if (data.reproduces && (!best || data.nodes < best.nodes)) best = data;
+    // a cached answer has no model of its own: the best so far is a checked one (as the server's)
+    if (data.reproduces && !data.cached && (!best || data.nodes < best.nodes)) best = data;
   }
   return best;
 }
@@ -188,7 +189,9 @@ function render(state) {
   fact("job-best", job.progress.best_size ?? "–");
   const flying = inFlight(job);
   const checks = job.progress.checks_run;
-  fact("job-checks", flying ? t("job.checks_in_flight", { n: checks, k: flying }) : String(checks));
+  const hits = job.progress.cache_hits || 0;
+  const counted = hits ? t("job.checks_cached", { n: checks, k: hits }) : String(checks);
+  fact("job-checks", flying ? t("job.checks_in_flight", { n: counted, k: flying }) : counted);
   fact("job-per-check", formatSeconds(job.progress.mean_check_s));
   fact("job-eta", job.status === "running" ? formatSeconds(job.progress.eta_s) : "–");
   fact("job-started", formatDate(job.started_at));
@@ -287,7 +290,9 @@ function onEvent(state, event) {
     addRow(state, data);
     queueChart(state);
     if (state.job) {
-      state.job.progress.checks_run = Math.max(state.job.progress.checks_run, data.number);
+      // an iteration answered from a cache ran no check: the checks are the others
+      const cached = [...state.rows.values()].filter((r) => r.data.cached).length;
+      if (!data.cached) state.job.progress.checks_run = Math.max(state.job.progress.checks_run, data.number - cached);
       if (data.best_size !== null && data.best_size !== undefined) state.job.progress.best_size = data.best_size;
       fact("job-checks", String(state.job.progress.checks_run));
       fact("job-best", state.job.progress.best_size ?? "–");
@@ -331,13 +336,17 @@ function addRow(state, data) {
   verdict.className = `verdict v-${data.verdict}`;
   verdict.textContent = t(`verdict.${data.verdict}`) + (data.reproduces ? ` · ${t("iter.reproduces")}` : "");
   cell(row, verdict, t("iter.verdict"));
-  cell(row, formatSeconds(data.duration_s), t("iter.duration"), "num");
-  const model = document.createElement("button");
-  model.type = "button";
-  model.className = "link";
-  model.textContent = t("iter.download", { number: data.number });
-  model.addEventListener("click", () => download(`iteration-${data.number}`, model));
-  cell(row, model, t("iter.model"));
+  cell(row, data.cached ? t(`iter.cached.${data.cached}`) : formatSeconds(data.duration_s), t("iter.duration"), "num");
+  if (data.cached) {
+    cell(row, "–", t("iter.model")); // answered from a cache: no check ran, no model was written
+  } else {
+    const model = document.createElement("button");
+    model.type = "button";
+    model.className = "link";
+    model.textContent = t("iter.download", { number: data.number });
+    model.addEventListener("click", () => download(`iteration-${data.number}`, model));
+    cell(row, model, t("iter.model"));
+  }
   const output = document.createElement("button");
   output.type = "button";
   output.className = "link";
