@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from persistence.models import Iteration, Job
 
@@ -34,6 +34,23 @@ class ModelInfo(BaseModel):
     size: int
 
 
+class AwaitingVerdict(BaseModel):
+    """An interactive job's check waiting for a person: download ``artifact``, then post the verdict."""
+
+    iteration: int
+    phase: str
+    nodes: int
+    artifact: str
+    asked_at: datetime | None
+
+
+class VerdictIn(BaseModel):
+    """``fail``: the iteration model reproduces the failure; ``pass``: it does not."""
+
+    iteration: int = Field(ge=1, le=MAX_SEQ)
+    verdict: Literal["pass", "fail"]
+
+
 class JobOut(BaseModel):
     id: str
     status: str
@@ -52,6 +69,7 @@ class JobOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     waiting_reason: str | None = None
+    awaiting_verdict: AwaitingVerdict | None = None
     links: dict[str, str]
 
 
@@ -138,7 +156,9 @@ def remaining_checks(mode: str, best_size: int) -> int:
     return {"bisect": bisect, "linear": best_size}.get(mode, bisect + best_size)
 
 
-def job_from_row(job: Job, mean_check_s: float | None, waiting_reason: str | None = None) -> JobOut:
+def job_from_row(
+    job: Job, mean_check_s: float | None, waiting_reason: str | None = None, awaiting: AwaitingVerdict | None = None
+) -> JobOut:
     eta = None
     if job.status == "running" and mean_check_s is not None and job.best_size is not None:
         eta = round(mean_check_s * remaining_checks(job.mode, job.best_size), 1)
@@ -168,6 +188,7 @@ def job_from_row(job: Job, mean_check_s: float | None, waiting_reason: str | Non
         started_at=utc(job.started_at),
         finished_at=utc(job.finished_at),
         waiting_reason=waiting_reason,
+        awaiting_verdict=awaiting,
         links={
             "self": base,
             "events": f"{base}/events",

@@ -9,6 +9,8 @@ RUN_JOB_TASK = "onnx_reducer.run_job"
 QUEUE_CPU = "cpu"
 QUEUE_GPU = "gpu"
 QUEUES = (QUEUE_CPU, QUEUE_GPU)
+# interactive jobs (a person gives the verdicts through the api): no worker serves this queue
+QUEUE_INTERACTIVE = "interactive"
 
 
 def queue_for(needs_gpu: bool) -> str:

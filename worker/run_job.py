@@ -29,6 +29,7 @@ from engine.workspace import ReduceOptions, Workspace, load_workspace
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
 from persistence.jsonlog import bind_job
 from persistence.models import Job, utcnow
+from persistence.reduction import job_config, store_results
 from persistence.repositories import (
     ArtifactRepository,
     ClaimResult,
@@ -52,7 +53,6 @@ from reducer_core.verdict import Verdict
 from worker.checking import job_check
 from worker.context import RunnerContext
 from worker.lease import Heartbeat, LeaseLostError
-from worker.results import store_results
 
 log = logging.getLogger("onnx_reducer.worker")
 ORIGINAL_PASSED_ADVICE = (
@@ -146,18 +146,6 @@ class _JobInput:
     state: dict[str, Any] | None
     model_path: str
     golden: tuple[str, str, str] | None  # (storage key, sha256, format)
-
-
-def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
-    """A job's session options: the command line's defaults; min-good always wanted (it is stored)."""
-    return SessionConfig(
-        mode=mode,
-        reduce_inputs=bool(options.get("reduce_inputs", True)),
-        reduce_outputs=bool(options.get("reduce_outputs", True)),
-        pin_signature=bool(options.get("pin_signature", True)),
-        localize=True,
-        min_good=True,
-    )
 
 
 class JobRun(SessionHooks):
