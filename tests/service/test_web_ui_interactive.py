@@ -10,6 +10,7 @@ reload), and speaks Chinese."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -174,7 +175,7 @@ def test_the_workers_page_shows_the_farm_live(service: Service, browser: Browser
         assert browser.text("workers-summary").startswith(f"{workers['online']} online, ")
 
         slow = chain_model(8, mul_at=5).SerializeToString()
-        spec = f"kind: command\ncommand: {SLOW_CHECK}\n".replace("'", '"')
+        spec = json.dumps({"kind": "command", "command": SLOW_CHECK})
         job_id = client.post("/v1/jobs", files={"model": ("m.onnx", slow)}, data={"check_spec": spec}).json()["id"]
         state = f"{row} [data-state]"
         browser.wait(
