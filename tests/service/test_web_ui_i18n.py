@@ -19,6 +19,7 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 DYNAMIC = {
     "status": ["queued", "running", "succeeded", "failed", "cancelled"],
     "verdict": ["fail", "pass", "timeout", "crash", "infra-error", "pending"],
+    "workers.state": ["idle", "busy", "offline"],
 }
 # Keys chosen by a variable in a script (not as a literal t("...") argument).
 CHOSEN = {
