@@ -240,6 +240,13 @@ def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
         job = jobs.for_team(team.id, job_id)
         if job is None:
             raise not_found(f"Job '{job_id}'")
+        if job.queue == QUEUE_INTERACTIVE:
+            raise ProblemError(
+                409,
+                "Job cannot be retried",
+                f"Job '{job_id}' is interactive: no worker runs it, so there is nothing to resume. Start a new job "
+                "with the same model (a failed answer step leaves its question open: answer it again instead).",
+            )
         if not jobs.retry(job.id):
             retryable = ", ".join(c.value for c in RETRYABLE_ERRORS)
             why = f"failed with error code {job.error_code}" if job.error_code else str(job.status)

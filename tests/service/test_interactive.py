@@ -159,13 +159,15 @@ def test_two_answers_at_once_one_wins(client: httpx.Client) -> None:
     assert [(i["number"], i["pending"]) for i in iterations] == [(1, False), (2, True)]
 
 
-def test_cancel_ends_it_at_once(client: httpx.Client) -> None:
+def test_cancel_ends_it_at_once_and_it_is_never_retried(client: httpx.Client) -> None:
     job = _start(client)
     cancelled = client.post(f"/v1/jobs/{job['id']}/cancel")
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     assert cancelled.json()["awaiting_verdict"] is None
     late = client.post(f"/v1/jobs/{job['id']}/verdict", json={"iteration": 1, "verdict": "fail"})
     assert late.status_code == 409 and "cancelled" in late.json()["detail"]
+    retried = client.post(f"/v1/jobs/{job['id']}/retry")
+    assert retried.status_code == 409 and "is interactive" in retried.json()["detail"]
 
 
 def test_an_original_that_passes_ends_the_job(client: httpx.Client) -> None:

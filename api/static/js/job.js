@@ -360,7 +360,7 @@ function onEvent(state, event) {
       fact("job-best", state.job.progress.best_size ?? "–");
     }
     if (!state.ended) scheduleRefresh(state);
-  } else if (event.type === "verdict.needed" || event.type === "check_started") {
+  } else if (["verdict.needed", "check_started", "check.started"].includes(event.type)) {
     if (state.ended || state.rows.has(data.iteration)) return;
     if (event.type === "verdict.needed") state.awaiting = data;
     else state.flights.set(data.iteration, data);
