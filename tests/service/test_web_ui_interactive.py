@@ -199,3 +199,31 @@ def test_the_workers_page_shows_the_farm_live(service: Service, browser: Browser
             lambda d: d.find_element(By.CSS_SELECTOR, state).get_attribute("data-state") == "idle", "idle again", 60
         )
     assert _severe(browser) == []
+
+
+OVERFLOW = """const width = document.documentElement.clientWidth;
+    const wide = [...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > width + 1)
+      .map((e) => e.id || e.className || e.tagName).slice(0, 5);
+    return document.documentElement.scrollWidth > width ? wide : [];"""
+
+
+def test_the_question_and_the_workers_fit_420_px(service: Service, browser: Browser) -> None:
+    browser.driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+    )
+    try:
+        with client_for(service.url, service.token) as client:
+            job_id = client.post(
+                "/v1/jobs",
+                files={"model": ("a-rather-long-model-file-name.onnx", build_example_model().SerializeToString())},
+                data={"check_spec": "kind: interactive"},
+            ).json()["id"]
+        browser.open(f"{service.url}/#/jobs/{job_id}")
+        browser.sign_in(service.token)
+        browser.wait(lambda d: browser.find("verdict-panel").is_displayed(), "the question")
+        assert browser.js(OVERFLOW) == []
+        browser.driver.get(f"{service.url}/#/workers")
+        browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#workers-body tr"), "the workers")
+        assert browser.js(OVERFLOW) == []
+    finally:
+        browser.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
