@@ -1,6 +1,7 @@
 """Refresh the web page's screenshots in docs/screenshots/ (shown in the README): the jobs list, a
-running job, the workers page, a finished job's graph comparison and an interactive job's question. Runs the embedded service and headless Chromium
-from the browser tests' harness; nothing is fetched from outside.
+running job, the workers page, a finished job's graph comparison and an interactive job's
+question. Runs the embedded service and headless Chromium from the browser tests' harness;
+nothing is fetched from outside.
 
     make screenshots        (or: PYTHONPATH=. .venv/bin/python scripts/web_screenshots.py [OUT_DIR])
 """
@@ -79,7 +80,8 @@ def main(out: Path) -> None:
             capture(browser, out / "running-job.png", "view-job", "chart-legend")
 
             browser.driver.get(f"{service.url}/#/workers")
-            browser.wait(lambda d: d.find_elements("css selector", '#workers-body [data-state="busy"]'), "a busy worker")
+            busy = '#workers-body [data-state="busy"]'
+            browser.wait(lambda d: d.find_elements("css selector", busy), "a busy worker")
             browser.wait(lambda d: "iteration" in browser.text("workers-body"), "its check")
             capture(browser, out / "workers.png", "view-workers")
             client.post(f"/v1/jobs/{running}/cancel")
