@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import onnx
 import pytest
 from fastapi import FastAPI
+from onnx import TensorProto, helper, numpy_helper
 
 from api.app import create_app
 from api.settings import ApiSettings
@@ -187,3 +189,33 @@ def test_an_interactive_spec_takes_no_other_field_nor_golden_values(client: http
         data={"check_spec": INTERACTIVE},
     )
     assert golden.status_code == 422 and "uses no golden values" in golden.json()["detail"]
+
+
+def _weighted_model() -> bytes:
+    """x + W1 -> * W2 -> Relu -> y, with 4 KiB weights (moved out of the graph by the reducer)."""
+    weights = [numpy_helper.from_array(np.full((1024,), i + 1.0, "float32"), f"W{i + 1}") for i in range(2)]
+    nodes = [
+        helper.make_node("Add", ["x", "W1"], ["a"], name="add"),
+        helper.make_node("Mul", ["a", "W2"], ["m"], name="mul"),
+        helper.make_node("Relu", ["m"], ["y"], name="relu"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1024])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1024])
+    model = helper.make_model(helper.make_graph(nodes, "weighted", [x], [y], weights))
+    model.opset_import[0].version = 17
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_iteration_models_come_with_their_weights(client: httpx.Client) -> None:
+    job = _start(client, _weighted_model())
+    first = client.get(job["awaiting_verdict"]["artifact"])
+    assert first.headers["content-type"] == "application/x-tar"
+    with tarfile.open(fileobj=io.BytesIO(first.content)) as tar:
+        names = tar.getnames()
+    assert any(n.endswith(".onnx") for n in names) and len(names) >= 2, names
+    done = _reduce_by_hand(client, job["id"])
+    assert done["status"] == "succeeded" and done["nodes_after"] == 1
+    min_bad = _model_of(client.get(f"/v1/jobs/{job['id']}/artifacts/min-bad"))
+    assert [n.op_type for n in min_bad.graph.node] == ["Mul"]
+    assert numpy_helper.to_array(next(i for i in min_bad.graph.initializer if i.name == "W2"))[0] == 2.0
