@@ -14,6 +14,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +228,18 @@ def test_the_question_and_the_workers_fit_420_px(service: Service, browser: Brow
         assert browser.js(OVERFLOW) == []
     finally:
         browser.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_two_answers_at_once_on_the_embedded_sqlite(service: Service) -> None:
+    """The race of test_interactive.py (PostgreSQL) on the embedded default's SQLite: one wins."""
+    with client_for(service.url, service.token) as client:
+        model = build_example_model().SerializeToString()
+        job_id = client.post(
+            "/v1/jobs", files={"model": ("m.onnx", model)}, data={"check_spec": "kind: interactive"}
+        ).json()["id"]
+
+        def post(_: int) -> int:
+            return client.post(f"/v1/jobs/{job_id}/verdict", json={"iteration": 1, "verdict": "fail"}).status_code
+
+        with ThreadPoolExecutor(6) as pool:
+            assert sorted(pool.map(post, range(6))) == [200, 409, 409, 409, 409, 409]
