@@ -32,6 +32,7 @@ from api.services import Services
 from checks.interactive import InteractiveCheck
 from engine.session import ReductionSession, SessionCheck
 from engine.workspace import ReduceOptions, Workspace, load_workspace
+from persistence.contracts import VerdictNeededPayload
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
 from persistence.models import Iteration, Job, utcnow
 from persistence.reduction import job_config, store_results
@@ -249,7 +250,7 @@ class _Step:
         meta = {"weights": locations, "nodes": len(request.candidate)}
         row.artifact_id = artifacts.put(self.job.id, ArtifactKind.ITERATION, f"iteration-{row.number}", blob, meta).id
         JobRepository.progress(self.job, session_state=self.reduction.state())
-        payload = {
+        payload: VerdictNeededPayload = {
             "iteration": row.number,
             "phase": request.phase,
             "nodes": len(request.candidate),

@@ -56,3 +56,12 @@ class JobEndPayload(TypedDict, total=False):
     checks_run: int
     error_code: str | None
     error_message: str | None
+
+
+class VerdictNeededPayload(TypedDict):
+    """An interactive job asks a person about ``iteration``'s model (downloadable at ``artifact``)."""
+
+    iteration: int
+    phase: str
+    nodes: int
+    artifact: str

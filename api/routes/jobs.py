@@ -56,7 +56,11 @@ _UPLOAD_DOC = {
                     "required": ["model", "check_spec"],
                     "properties": {
                         "model": {"type": "string", "format": "binary", "description": ".onnx, or .tar/.zip bundle"},
-                        "check_spec": {"type": "string", "description": "check spec as YAML or JSON text"},
+                        "check_spec": {
+                            "type": "string",
+                            "description": "check spec as YAML or JSON text; `kind: interactive`: a person gives "
+                            "every verdict (see awaiting_verdict and POST /v1/jobs/{id}/verdict)",
+                        },
                         "golden": {
                             "type": "string",
                             "format": "binary",
