@@ -70,7 +70,6 @@ def _downloaded_model(browser: Browser, job_id: str, number: int) -> onnx.ModelP
     return onnx.load(str(path))
 
 
-@pytest.mark.slow
 def test_the_interactive_flow_completes_a_reduction_by_clicking_verdicts(service: Service, browser: Browser) -> None:
     browser.open(service.url + "/#/new")
     browser.sign_in(service.token)
@@ -158,7 +157,6 @@ def test_an_answer_from_elsewhere_moves_the_page_on(service: Service, browser: B
     assert not browser.find("verdict-panel").is_displayed()
 
 
-@pytest.mark.slow
 def test_the_workers_page_shows_the_farm_live(service: Service, browser: Browser) -> None:
     browser.open(service.url + "/#/workers")
     browser.sign_in(service.token)
