@@ -38,9 +38,8 @@ from persistence.models import Iteration, Job, utcnow
 from persistence.reduction import job_config, store_results
 from persistence.repositories import ArtifactRepository, EventRepository, IterationRepository, JobRepository
 from reducer_core.errors import OriginalDidNotFailError, ReducerError
-from reducer_core.localization import LayerwiseResult
-from reducer_core.records import IterationRecord, Localization
-from reducer_core.session import CheckRequest
+from reducer_core.records import IterationRecord
+from reducer_core.session import CheckRequest, SilentListener
 from reducer_core.verdict import Verdict, VerdictKind
 
 log = logging.getLogger("onnx_reducer.api")
@@ -71,7 +70,7 @@ class _Log:
         log.warning(message)
 
 
-class _Records:
+class _Records(SilentListener):
     """The session's listener: the records of one step, in order."""
 
     def __init__(self) -> None:
@@ -79,12 +78,6 @@ class _Records:
 
     def on_record(self, record: IterationRecord) -> None:
         self.items.append(record)
-
-    def on_layerwise(self, result: LayerwiseResult) -> None:
-        pass
-
-    def on_localization(self, localization: Localization) -> None:
-        pass
 
 
 def iteration_link(job_id: str, number: int) -> str:
