@@ -19,7 +19,7 @@ from api.golden import validate_golden
 from api.problems import ProblemError, about_field, field_errors
 from api.validation import validate_model
 from checks.mixed_precision import require_fp16_target
-from checks.spec import CheckSpec, CheckSpecError, build_check, parse_check_spec
+from checks.spec import INTERACTIVE_KIND, CheckSpec, CheckSpecError, build_check, is_interactive_spec, parse_check_spec
 from persistence.enums import JobTask
 from reducer_core.errors import UsageError
 from reducer_core.strategies import MODES
@@ -121,6 +121,7 @@ def _inspect(request: InspectRequest) -> Inspection:
     limits = request.limits
     with about_field("check_spec"):
         spec = _parse_spec(request)
+    kind, needs_gpu = (spec.kind, spec.needs_gpu) if spec is not None else (INTERACTIVE_KIND, False)
     with about_field("mode"):
         mode, options = _options(request.fields)
     with about_field("task"):
@@ -136,14 +137,18 @@ def _inspect(request: InspectRequest) -> Inspection:
             model_path, request.size, limits.declared_bytes_floor, limits.declared_bytes_factor, limits.max_model_nodes
         )
     relative = model_path.relative_to(request.staging / "model").as_posix()
-    return Inspection(relative, bundle, nodes, spec.kind, spec.needs_gpu, mode, options, golden_format)
+    return Inspection(relative, bundle, nodes, kind, needs_gpu, mode, options, golden_format)
 
 
-def _parse_spec(request: InspectRequest) -> CheckSpec:
+def _parse_spec(request: InspectRequest) -> CheckSpec | None:
+    """The job's check spec; None for ``kind: interactive`` (a person answers every check)."""
     text = request.fields.get("check_spec", "").strip()
     if not text:
         raise ProblemError(422, "Invalid check spec", "The form needs a 'check_spec' field (YAML or JSON text).")
     try:
+        if is_interactive_spec(text):
+            _refuse_golden_for_interactive(request)
+            return None
         spec = parse_check_spec(text)
     except CheckSpecError as exc:
         raise ProblemError(422, "Invalid check spec", str(exc)) from exc
@@ -169,7 +174,7 @@ def _parse_spec(request: InspectRequest) -> CheckSpec:
     return spec
 
 
-def _task(fields: dict[str, str], spec: CheckSpec) -> dict[str, Any]:
+def _task(fields: dict[str, str], spec: CheckSpec | None) -> dict[str, Any]:
     """The options entry of the ``task`` field: none for ``reduce`` (the default, as jobs stored
     before tasks existed), ``{"task": "precision"}`` when the spec can run a precision job."""
     raw = fields.get("task", "").strip() or JobTask.REDUCE.value
@@ -178,11 +183,24 @@ def _task(fields: dict[str, str], spec: CheckSpec) -> dict[str, Any]:
         raise ProblemError(422, "Invalid option", detail, errors=field_errors("task", detail))
     if raw == JobTask.REDUCE.value:
         return {}
+    if spec is None:
+        detail = (
+            "task precision needs an automatic check spec (kind compare, golden or error), not kind: 'interactive'."
+        )
+        raise ProblemError(422, "Invalid option", detail, errors=field_errors("task", detail))
     try:
         require_fp16_target(spec)
     except UsageError as exc:
         raise ProblemError(422, "Invalid check spec", str(exc), errors=field_errors("check_spec", str(exc))) from exc
     return {"task": raw}
+
+
+def _refuse_golden_for_interactive(request: InspectRequest) -> None:
+    if request.golden is not None:
+        detail = (
+            "kind: 'interactive' uses no golden values (you judge each model yourself); leave the 'golden' field out."
+        )
+        raise ProblemError(422, "Invalid check spec", detail, errors=field_errors("golden", detail))
 
 
 def _options(fields: dict[str, str]) -> tuple[str, dict[str, Any]]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from persistence.enums import JobTask
 from persistence.models import Iteration, Job
@@ -37,6 +37,23 @@ class ModelInfo(BaseModel):
     size: int
 
 
+class AwaitingVerdict(BaseModel):
+    """An interactive job's check waiting for a person: download ``artifact``, then post the verdict."""
+
+    iteration: int
+    phase: str
+    nodes: int
+    artifact: str
+    asked_at: datetime | None
+
+
+class VerdictIn(BaseModel):
+    """``fail``: the iteration model reproduces the failure; ``pass``: it does not."""
+
+    iteration: int = Field(ge=1, le=MAX_SEQ)
+    verdict: Literal["pass", "fail"]
+
+
 class JobOut(BaseModel):
     id: str
     status: str
@@ -62,6 +79,7 @@ class JobOut(BaseModel):
     not monotone), ``fails_percent`` (the estimated failure rate), ``runs``, ``failures``,
     ``repeats`` (passing runs a candidate needs), ``rechecks`` and the ``evidence``. Filled by
     ``GET /v1/jobs/{id}`` (null in job lists)."""
+    awaiting_verdict: AwaitingVerdict | None = None
     links: dict[str, str]
 
 
@@ -156,9 +174,11 @@ def job_from_row(
     *,
     keep_fp32: list[str] | None = None,
     flaky: dict[str, Any] | None = None,
+    awaiting: AwaitingVerdict | None = None,
 ) -> JobOut:
     """``keep_fp32``: a finished precision job's answer (its ``mixed`` artifact's); ``flaky``: the
-    check's estimated failure rate when it proved flaky (from the session state)."""
+    check's estimated failure rate when it proved flaky (from the session state); ``awaiting``:
+    the check an interactive job asks the user about."""
     eta = None
     if job.status == "running" and mean_check_s is not None and job.best_size is not None:
         eta = round(mean_check_s * remaining_checks(job.mode, job.best_size), 1)
@@ -206,6 +226,7 @@ def job_from_row(
         finished_at=utc(job.finished_at),
         waiting_reason=waiting_reason,
         flaky=flaky,
+        awaiting_verdict=awaiting,
         links=links,
     )
 

@@ -51,6 +51,7 @@ class EventKind(enum.StrEnum):
     SUCCEEDED = "job.succeeded"
     FAILED = "job.failed"
     CANCELLED = "job.cancelled"
+    VERDICT_NEEDED = "verdict.needed"  # an interactive job's check waits for a person's verdict
 
     @property
     def terminal(self) -> bool:

@@ -29,6 +29,7 @@ from engine.workspace import ReduceOptions, Workspace, load_workspace
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus, JobTask
 from persistence.jsonlog import bind_job
 from persistence.models import Job, utcnow
+from persistence.reduction import job_config, store_results
 from persistence.repositories import (
     ArtifactRepository,
     ClaimResult,
@@ -54,7 +55,6 @@ from worker.context import RunnerContext
 from worker.farm_cache import FarmCache
 from worker.lease import Heartbeat, LeaseLostError
 from worker.precision_job import precision_payload, start_precision, store_precision_results
-from worker.results import store_results
 
 log = logging.getLogger("onnx_reducer.worker")
 ORIGINAL_PASSED_ADVICE = (
@@ -149,18 +149,6 @@ class _JobInput:
     model_path: str
     golden: tuple[str, str, str] | None  # (storage key, sha256, format)
     task: JobTask = JobTask.REDUCE
-
-
-def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
-    """A job's session options: the command line's defaults; min-good always wanted (it is stored)."""
-    return SessionConfig(
-        mode=mode,
-        reduce_inputs=bool(options.get("reduce_inputs", True)),
-        reduce_outputs=bool(options.get("reduce_outputs", True)),
-        pin_signature=bool(options.get("pin_signature", True)),
-        localize=True,
-        min_good=True,
-    )
 
 
 class JobRun(SessionHooks):

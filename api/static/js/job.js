@@ -1,6 +1,7 @@
 // One job: its facts, the live chart and iteration table (from the event stream, which replays the
-// job's history first), cancel with a confirmation, downloads, and when it ends the min-bad and
-// min-good graphs side by side with a summary in plain words.
+// job's history first), the checks in flight, cancel with a confirmation, downloads, and when it
+// ends the min-bad and min-good graphs side by side with a summary in plain words. An interactive
+// job (check spec `kind: interactive`) asks here for a verdict on each iteration's model.
 
 import { ApiError, NoTokenError, api, getJson, saveResponse } from "./api.js";
 import { drawChart, drawLegend } from "./chart.js";
@@ -39,6 +40,9 @@ export function openJob(id) {
     graphsLoaded: false,
     graphs: null,
     clock: null,
+    awaiting: null, // the iteration an interactive job asks about: {iteration, phase, nodes, artifact}
+    answering: false,
+    flights: new Map(), // checks started (check_started events) and not yet finished, by iteration
   };
   current = state;
   document.title = `${t("job.heading")} ${id} · onnx-reducer`;
@@ -49,6 +53,8 @@ export function openJob(id) {
   $("graphs").hidden = true;
   $("job-summary").hidden = true;
   $("stream-state").textContent = "";
+  $("verdict-panel").hidden = true;
+  $("verdict-state").textContent = "";
   drawLegend($("chart-legend"));
   drawChart($("chart"), [], null);
   const hint = signInHint();
@@ -95,6 +101,8 @@ async function refresh(state) {
     const job = await getJson(jobPath(state), { signal: state.controller.signal });
     if (current !== state) return false;
     state.job = job;
+    state.awaiting = job.awaiting_verdict || null;
+    state.flights.clear();
     if (TERMINAL.has(job.status)) state.ended = true;
     render(state);
     return true;
@@ -136,10 +144,80 @@ export function rerenderJob() {
   if (current.graphs) showGraphs(current, current.graphs);
 }
 
-function inFlight(job) {
-  const progress = job.progress || {};
-  const value = progress.in_flight ?? progress.checks_in_flight ?? job.in_flight ?? job.checks_in_flight;
-  return typeof value === "number" ? value : Array.isArray(value) ? value.length : 0;
+/** The checks running now: the job's `checks_in_flight` (when the server reports them), those
+ * started since (check_started events), and the check an interactive job awaits a verdict for. */
+function flights(state) {
+  const job = state.job;
+  const listed = Array.isArray(job.checks_in_flight) ? job.checks_in_flight : [];
+  const byNumber = new Map(listed.map((f) => [f.iteration, f]));
+  for (const [number, flight] of state.flights) byNumber.set(number, flight);
+  if (state.awaiting && !TERMINAL.has(job.status)) {
+    byNumber.set(state.awaiting.iteration, { ...state.awaiting, worker: null, you: true, started_at: state.awaiting.asked_at });
+  }
+  for (const number of state.rows.keys()) byNumber.delete(number);
+  return [...byNumber.values()].sort((a, b) => a.iteration - b.iteration);
+}
+
+function inFlight(state) {
+  const count = flights(state).length;
+  const value = state.job.progress?.in_flight;
+  return typeof value === "number" ? Math.max(value, count) : count;
+}
+
+function renderFlights(state) {
+  const list = TERMINAL.has(state.job.status) ? [] : flights(state);
+  const items = list.map((flight) => {
+    const item = document.createElement("li");
+    item.dataset.iteration = String(flight.iteration);
+    const worker = flight.you ? t("flight.you") : flight.worker || t("flight.unknown");
+    let text = t("flight.item", { number: flight.iteration, phase: flight.phase, nodes: flight.nodes, worker });
+    const since = secondsBetween(flight.started_at, null);
+    if (since !== null) text += ` · ${t("flight.since", { time: formatSeconds(since) })}`;
+    item.textContent = text;
+    return item;
+  });
+  $("job-flight-list").replaceChildren(...items);
+  $("job-flight-label").textContent = t("flight.label", { n: list.length });
+  $("job-flight").hidden = list.length === 0;
+  $("job-flight-label").hidden = list.length === 0;
+}
+
+function renderVerdict(state) {
+  const awaiting = state.job.status === "running" ? state.awaiting : null;
+  $("verdict-panel").hidden = !awaiting;
+  if (!awaiting) return;
+  setRich($("verdict-heading"), t("answer.heading", { number: awaiting.iteration, nodes: awaiting.nodes }));
+  for (const id of ["verdict-fail", "verdict-pass", "verdict-download"]) $(id).disabled = state.answering;
+}
+
+async function answer(verdict) {
+  const state = current;
+  if (!state || !state.awaiting || state.answering) return;
+  const number = state.awaiting.iteration;
+  state.answering = true;
+  renderVerdict(state);
+  $("verdict-state").textContent = t("answer.sending");
+  clearError();
+  try {
+    const body = JSON.stringify({ iteration: number, verdict });
+    const job = await getJson(jobPath(state, "/verdict"), {
+      method: "POST", headers: { "Content-Type": "application/json" }, body,
+    });
+    if (current !== state) return;
+    const label = t(verdict === "fail" ? "answer.fail" : "answer.pass");
+    $("verdict-state").textContent = t("answer.answered", { number, verdict: label });
+    state.job = job;
+    state.awaiting = job.awaiting_verdict || null;
+    if (TERMINAL.has(job.status)) state.ended = true;
+    state.answering = false;
+    render(state);
+    if (state.awaiting) $("verdict-heading").focus();
+  } catch (err) {
+    state.answering = false;
+    $("verdict-state").textContent = "";
+    showError(err);
+    if (current === state) refresh(state);
+  }
 }
 
 function localization(job) {
@@ -187,11 +265,7 @@ function render(state) {
   fact("job-nodes-before", job.nodes_before ?? "–");
   fact("job-nodes-after", job.nodes_after ?? "–");
   fact("job-best", job.progress.best_size ?? "–");
-  const flying = inFlight(job);
-  const checks = job.progress.checks_run;
-  const hits = job.progress.cache_hits || 0;
-  const counted = hits ? t("job.checks_cached", { n: checks, k: hits }) : String(checks);
-  fact("job-checks", flying ? t("job.checks_in_flight", { n: counted, k: flying }) : counted);
+  fact("job-checks", flyingChecks(state));
   fact("job-per-check", formatSeconds(job.progress.mean_check_s));
   fact("job-eta", job.status === "running" ? formatSeconds(job.progress.eta_s) : "–");
   fact("job-started", formatDate(job.started_at));
@@ -206,6 +280,8 @@ function render(state) {
   } else {
     $("job-error").hidden = true;
   }
+  renderFlights(state);
+  renderVerdict(state);
   renderButtons(state);
   renderSummary(state);
   if (isPrecision(job)) return; // no min-bad / min-good graphs: the answer is a node list
@@ -289,15 +365,30 @@ function onEvent(state, event) {
   if (event.type === "iteration") {
     addRow(state, data);
     queueChart(state);
+    state.flights.delete(data.number);
+    if (state.awaiting && state.awaiting.iteration === data.number) state.awaiting = null;
+    if (state.job) {
+      renderFlights(state);
+      renderVerdict(state);
+    }
     if (state.job) {
       // an iteration answered from a cache ran no check: the checks are the others
       const cached = [...state.rows.values()].filter((r) => r.data.cached).length;
       if (!data.cached) state.job.progress.checks_run = Math.max(state.job.progress.checks_run, data.number - cached);
       if (data.best_size !== null && data.best_size !== undefined) state.job.progress.best_size = data.best_size;
-      fact("job-checks", String(state.job.progress.checks_run));
+      fact("job-checks", flyingChecks(state));
       fact("job-best", state.job.progress.best_size ?? "–");
     }
     if (!state.ended) scheduleRefresh(state);
+  } else if (["verdict.needed", "check_started", "check.started"].includes(event.type)) {
+    if (state.ended || state.rows.has(data.iteration)) return;
+    if (event.type === "verdict.needed") state.awaiting = data;
+    else state.flights.set(data.iteration, data);
+    if (state.job) {
+      fact("job-checks", flyingChecks(state));
+      renderFlights(state);
+      renderVerdict(state);
+    }
   } else if (event.type === "job.started" || event.type === "job.queued") {
     if (state.job && !state.ended) {
       state.job.status = event.type === "job.started" ? "running" : "queued";
@@ -310,6 +401,14 @@ function onEvent(state, event) {
     state.refreshTimer = null;
     refresh(state);
   }
+}
+
+function flyingChecks(state) {
+  const flying = inFlight(state);
+  const checks = state.job.progress.checks_run;
+  const hits = state.job.progress.cache_hits || 0;
+  const counted = hits ? t("job.checks_cached", { n: checks, k: hits }) : String(checks);
+  return flying ? t("job.checks_in_flight", { n: counted, k: flying }) : counted;
 }
 
 function queueChart(state) {
@@ -562,4 +661,10 @@ export function bindJob() {
     cancel();
   });
   dialog.addEventListener("close", () => $("cancel-job").focus());
+  for (const button of document.querySelectorAll("[data-verdict]")) {
+    button.addEventListener("click", () => answer(button.dataset.verdict));
+  }
+  $("verdict-download").addEventListener("click", () => {
+    if (current && current.awaiting) download(`iteration-${current.awaiting.iteration}`, $("verdict-download"));
+  });
 }
