@@ -551,6 +551,7 @@ def test_the_golden_values_file_is_uploaded_with_the_job(service: Service, brows
 def test_a_precision_job_from_the_form_shows_the_nodes_to_keep_in_fp32(service: Service, browser: Browser) -> None:
     """The "Task" select sends `task: precision`; the job page names the nodes that must stay fp32 and
     offers the mixed-precision model instead of min-bad / min-good."""
+    browser.console()  # drained: what earlier pages logged (the offline /redoc's blocked CDN logo) is theirs
     browser.open(service.url + "/#/new")
     browser.sign_in(service.token)
     browser.drop_file("drop-zone", "overflow.onnx", one_node_overflows().SerializeToString())
