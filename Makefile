@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 RUN_DIR ?= build/example
 
-.PHONY: install install-runtime run example test services browser lint typecheck contracts pytest bench bench-localize screenshots clean
+.PHONY: install install-runtime run example test services browser lint typecheck contracts pytest bench bench-localize bench-parallel screenshots clean
 
 $(VENV)/bin/python:
 	$$(scripts/ensure-python.sh) -m venv $(VENV)
@@ -78,6 +78,10 @@ bench: $(STAMP)
 # Localisation (issue 3): planted fp16 overflow, checks with/without localisation (bench/README.md).
 bench-localize: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/localize_bench.py $(BENCH_ARGS)
+
+# Parallel checks (issue 9): --jobs 1/2/4/8 with checks that sleep 0.5 s (bench/README.md, ~7 min).
+bench-parallel: $(STAMP)
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python bench/parallel_bench.py $(BENCH_ARGS)
 
 # The web page's screenshots in docs/screenshots/ (README), taken in headless Chromium.
 screenshots: $(STAMP) browser

@@ -18,7 +18,10 @@ from api.bundles import extract_bundle, find_model, is_bundle
 from api.golden import validate_golden
 from api.problems import ProblemError, about_field, field_errors
 from api.validation import validate_model
-from checks.spec import CheckSpec, CheckSpecError, build_check, parse_check_spec
+from checks.mixed_precision import require_fp16_target
+from checks.spec import INTERACTIVE_KIND, CheckSpec, CheckSpecError, build_check, is_interactive_spec, parse_check_spec
+from persistence.enums import JobTask
+from reducer_core.errors import UsageError
 from reducer_core.strategies import MODES
 
 BOOL_FIELDS = ("reduce_inputs", "reduce_outputs", "pin_signature")
@@ -118,8 +121,11 @@ def _inspect(request: InspectRequest) -> Inspection:
     limits = request.limits
     with about_field("check_spec"):
         spec = _parse_spec(request)
+    kind, needs_gpu = (spec.kind, spec.needs_gpu) if spec is not None else (INTERACTIVE_KIND, False)
     with about_field("mode"):
         mode, options = _options(request.fields)
+    with about_field("task"):
+        options |= _task(request.fields, spec)
     golden_format = None
     if request.golden is not None:
         budget = min(limits.max_extracted_bytes, max(GOLDEN_FLOOR_BYTES, limits.declared_bytes_factor * request.size))
@@ -131,14 +137,18 @@ def _inspect(request: InspectRequest) -> Inspection:
             model_path, request.size, limits.declared_bytes_floor, limits.declared_bytes_factor, limits.max_model_nodes
         )
     relative = model_path.relative_to(request.staging / "model").as_posix()
-    return Inspection(relative, bundle, nodes, spec.kind, spec.needs_gpu, mode, options, golden_format)
+    return Inspection(relative, bundle, nodes, kind, needs_gpu, mode, options, golden_format)
 
 
-def _parse_spec(request: InspectRequest) -> CheckSpec:
+def _parse_spec(request: InspectRequest) -> CheckSpec | None:
+    """The job's check spec; None for ``kind: interactive`` (a person answers every check)."""
     text = request.fields.get("check_spec", "").strip()
     if not text:
         raise ProblemError(422, "Invalid check spec", "The form needs a 'check_spec' field (YAML or JSON text).")
     try:
+        if is_interactive_spec(text):
+            _refuse_golden_for_interactive(request)
+            return None
         spec = parse_check_spec(text)
     except CheckSpecError as exc:
         raise ProblemError(422, "Invalid check spec", str(exc)) from exc
@@ -162,6 +172,35 @@ def _parse_spec(request: InspectRequest) -> CheckSpec:
     except CheckSpecError as exc:
         raise ProblemError(422, "Invalid check spec", str(exc)) from exc
     return spec
+
+
+def _task(fields: dict[str, str], spec: CheckSpec | None) -> dict[str, Any]:
+    """The options entry of the ``task`` field: none for ``reduce`` (the default, as jobs stored
+    before tasks existed), ``{"task": "precision"}`` when the spec can run a precision job."""
+    raw = fields.get("task", "").strip() or JobTask.REDUCE.value
+    if raw not in tuple(JobTask):
+        detail = f"task must be one of {', '.join(JobTask)}, not '{raw[:50]}'."
+        raise ProblemError(422, "Invalid option", detail, errors=field_errors("task", detail))
+    if raw == JobTask.REDUCE.value:
+        return {}
+    if spec is None:
+        detail = (
+            "task precision needs an automatic check spec (kind compare, golden or error), not kind: 'interactive'."
+        )
+        raise ProblemError(422, "Invalid option", detail, errors=field_errors("task", detail))
+    try:
+        require_fp16_target(spec)
+    except UsageError as exc:
+        raise ProblemError(422, "Invalid check spec", str(exc), errors=field_errors("check_spec", str(exc))) from exc
+    return {"task": raw}
+
+
+def _refuse_golden_for_interactive(request: InspectRequest) -> None:
+    if request.golden is not None:
+        detail = (
+            "kind: 'interactive' uses no golden values (you judge each model yourself); leave the 'golden' field out."
+        )
+        raise ProblemError(422, "Invalid check spec", detail, errors=field_errors("golden", detail))
 
 
 def _options(fields: dict[str, str]) -> tuple[str, dict[str, Any]]:

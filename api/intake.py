@@ -24,9 +24,10 @@ from api.problems import ProblemError
 from api.services import Services
 from api.settings import ApiSettings
 from api.uploads import UploadedForm, read_form
-from persistence.contracts import queue_for
-from persistence.enums import ArtifactKind, EventKind, JobStatus
-from persistence.models import Job, Team, new_id
+from checks.spec import INTERACTIVE_KIND
+from persistence.contracts import QUEUE_INTERACTIVE, queue_for
+from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
+from persistence.models import Job, Team, new_id, utcnow
 from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
 from persistence.store import StoredBlob
 
@@ -54,12 +55,15 @@ def upload_limits(settings: ApiSettings) -> UploadLimits:
 def _same_request(job: Job, form: UploadedForm, golden_sha256: str | None) -> bool:
     sent_golden = form.golden.sha256 if form.golden is not None else None
     mode = form.fields.get("mode", "auto").strip() or "auto"
-    options = {k: form.fields.get(k, "true").strip().lower() in ("true", "1") for k in job.options}
+    flags = {k: v for k, v in job.options.items() if k != "task"}
+    options = {k: form.fields.get(k, "true").strip().lower() in ("true", "1") for k in flags}
+    task = form.fields.get("task", "").strip() or JobTask.REDUCE.value
     return (
         job.model_sha256 == form.sha256
         and job.check_spec == form.fields.get("check_spec")
         and job.mode == mode
-        and options == job.options
+        and options == flags
+        and task == JobTask.of(job.options).value
         and golden_sha256 == sent_golden
     )
 
@@ -143,11 +147,14 @@ class JobIntake:
         self.blob = store.adopt(form.file_path, form.sha256, form.size)
         if form.golden is not None:
             self.golden_blob = store.adopt(form.golden.path, form.golden.sha256, form.golden.size)
+        interactive = inspection.spec_kind == INTERACTIVE_KIND
+        status = JobStatus.RUNNING if interactive else JobStatus.QUEUED  # interactive: the api runs it
         job = Job(
             id=job_id,
             team_id=self.team.id,
-            status=JobStatus.QUEUED.value,
-            queue=queue_for(inspection.needs_gpu),
+            status=status.value,
+            queue=QUEUE_INTERACTIVE if interactive else queue_for(inspection.needs_gpu),
+            started_at=utcnow() if interactive else None,
             mode=inspection.mode,
             options=inspection.options,
             check_spec=form.fields["check_spec"],
@@ -175,7 +182,8 @@ class JobIntake:
                         job_id, ArtifactKind.GOLDEN, "golden", self.golden_blob, golden_meta
                     )
                 nodes = inspection.nodes
-                EventRepository(session).append(job_id, EventKind.QUEUED, {"status": "queued", "nodes_before": nodes})
+                event = EventKind.STARTED if interactive else EventKind.QUEUED
+                EventRepository(session).append(job_id, event, {"status": status.value, "nodes_before": nodes})
         except IntegrityError:
             if idempotency_key is None:
                 raise
@@ -184,7 +192,7 @@ class JobIntake:
             if existing is None:
                 raise
             return existing
-        return Intake(job_id, job.queue, created=True)
+        return Intake(job_id, job.queue, created=True, status=status.value)
 
     def _discard(self) -> None:
         """Undo what this request stored on disk (the row was never committed)."""

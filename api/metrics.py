@@ -18,7 +18,7 @@ from api.farm import load_workers
 from persistence.config import ServiceSettings
 from persistence.db import Database
 from persistence.models import utcnow
-from persistence.repositories import IterationRepository, JobRepository
+from persistence.repositories import FarmVerdictRepository, IterationRepository, JobRepository
 
 RATE_WINDOW_S = 60.0
 
@@ -60,24 +60,51 @@ class _FarmCollector(Collector):
         )
         for row in JobRepository(session).queue_depths():
             depth.add_metric([row.team, row.queue], row.jobs)
-        checks, hits = JobRepository(session).check_totals()
+        return [depth, *self._check_metrics(session), *self._worker_metrics(session)]
+
+    def _check_metrics(self, session: Session) -> list[Metric]:
+        """Checks and cache hits per team (counters), the recent check rate and the hit ratios."""
+        totals = JobRepository(session).check_totals()
         recent = IterationRepository(session).finished_since(utcnow() - timedelta(seconds=RATE_WINDOW_S))
-        metrics: list[Metric] = [
-            depth,
-            CounterMetricFamily("onnx_reducer_checks", "Checks run, over all jobs", value=checks),
-            GaugeMetricFamily(
-                "onnx_reducer_checks_per_second",
-                "Checks finished per second over the last minute",
-                value=recent / RATE_WINDOW_S,
-            ),
-            CounterMetricFamily("onnx_reducer_verdict_cache_hits", "Verdicts answered from the cache", value=hits),
+        kept = FarmVerdictRepository(session).counts_by_team()
+        checks = CounterMetricFamily("onnx_reducer_checks", "Checks run, per team", labels=["team"])
+        rate = GaugeMetricFamily(
+            "onnx_reducer_checks_per_second", "Checks finished per second over the last minute", labels=["team"]
+        )
+        hits = CounterMetricFamily(
+            "onnx_reducer_verdict_cache_hits",
+            "Verdicts answered without a check, per team and cache (job: the job's own, farm: earlier jobs')",
+            labels=["team", "cache"],
+        )
+        for row in totals:
+            checks.add_metric([row.team], row.checks)
+            hits.add_metric([row.team, "job"], row.cache_hits - row.farm_hits)
+            hits.add_metric([row.team, "farm"], row.farm_hits)
+        for team in sorted({row.team for row in totals} | set(recent)):
+            rate.add_metric([team], recent.get(team, 0) / RATE_WINDOW_S)
+        farm = GaugeMetricFamily("onnx_reducer_farm_verdicts", "Verdicts in the farm cache, per team", labels=["team"])
+        for team, count in sorted(kept.items()):
+            farm.add_metric([team], count)
+        all_checks = sum(row.checks for row in totals)
+        all_hits = sum(row.cache_hits for row in totals)
+        farm_hits = sum(row.farm_hits for row in totals)
+        answers = all_checks + all_hits
+        return [
+            checks,
+            rate,
+            hits,
             GaugeMetricFamily(
                 "onnx_reducer_verdict_cache_hit_ratio",
-                "Cache hits / (cache hits + checks run)",
-                value=hits / (hits + checks) if hits + checks else 0.0,
+                "Cache hits (job and farm) / (cache hits + checks run), over all jobs",
+                value=all_hits / answers if answers else 0.0,
             ),
+            GaugeMetricFamily(
+                "onnx_reducer_farm_cache_hit_ratio",
+                "Farm cache hits / (cache hits + checks run), over all jobs",
+                value=farm_hits / answers if answers else 0.0,
+            ),
+            farm,
         ]
-        return metrics + self._worker_metrics(session)
 
     def _worker_metrics(self, session: Session) -> list[Metric]:
         workers = load_workers(session, self.settings)

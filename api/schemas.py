@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from persistence.enums import JobTask
 from persistence.models import Iteration, Job
 
 # The largest event or iteration number a query may name: the 32-bit integer columns' range.
@@ -18,6 +19,8 @@ class Progress(BaseModel):
     iteration: int
     best_size: int | None
     checks_run: int
+    cache_hits: int = 0  # verdicts answered without a check (the job's own cache or the farm's)
+    farm_cache_hits: int = 0  # of those, answered from verdicts of earlier jobs (the farm cache)
     check_time_s: float
     mean_check_s: float | None
     eta_s: float | None
@@ -44,9 +47,27 @@ class CheckInFlight(BaseModel):
     started_at: datetime | None
 
 
+class AwaitingVerdict(BaseModel):
+    """An interactive job's check waiting for a person: download ``artifact``, then post the verdict."""
+
+    iteration: int
+    phase: str
+    nodes: int
+    artifact: str
+    asked_at: datetime | None
+
+
+class VerdictIn(BaseModel):
+    """``fail``: the iteration model reproduces the failure; ``pass``: it does not."""
+
+    iteration: int = Field(ge=1, le=MAX_SEQ)
+    verdict: Literal["pass", "fail"]
+
+
 class JobOut(BaseModel):
     id: str
     status: str
+    task: str  # reduce | precision
     mode: str
     queue: str
     check_kind: str
@@ -55,6 +76,7 @@ class JobOut(BaseModel):
     model: ModelInfo
     nodes_before: int | None
     nodes_after: int | None
+    keep_fp32: list[str] | None = None  # a succeeded precision job: the nodes that must stay fp32
     progress: Progress
     error: ErrorInfo | None
     attempts: int
@@ -66,6 +88,12 @@ class JobOut(BaseModel):
     checks_in_flight: list[CheckInFlight] = []
     queue_position: int | None = None  # 1: the next job a free worker starts (fair share between teams)
     estimated_start_at: datetime | None = None
+    flaky: dict[str, Any] | None = None
+    """When verdicts were inconsistent: ``status`` ("flaky", or "repeatable" for a check that is
+    not monotone), ``fails_percent`` (the estimated failure rate), ``runs``, ``failures``,
+    ``repeats`` (passing runs a candidate needs), ``rechecks`` and the ``evidence``. Filled by
+    ``GET /v1/jobs/{id}`` (null in job lists)."""
+    awaiting_verdict: AwaitingVerdict | None = None
     links: dict[str, str]
 
 
@@ -93,6 +121,7 @@ class IterationOut(BaseModel):
     duration_s: float | None
     output_tail: str | None
     artifact: str | None
+    cached: str | None = None  # null: the check ran; "job" or "farm": answered from that cache
 
 
 class IterationList(BaseModel):
@@ -152,14 +181,39 @@ def remaining_checks(mode: str, best_size: int) -> int:
     return {"bisect": bisect, "linear": best_size}.get(mode, bisect + best_size)
 
 
-def job_from_row(job: Job, mean_check_s: float | None, waiting_reason: str | None = None) -> JobOut:
+def job_from_row(
+    job: Job,
+    mean_check_s: float | None,
+    waiting_reason: str | None = None,
+    *,
+    keep_fp32: list[str] | None = None,
+    flaky: dict[str, Any] | None = None,
+    awaiting: AwaitingVerdict | None = None,
+) -> JobOut:
+    """``keep_fp32``: a finished precision job's answer (its ``mixed`` artifact's); ``flaky``: the
+    check's estimated failure rate when it proved flaky (from the session state); ``awaiting``:
+    the check an interactive job asks the user about."""
     eta = None
     if job.status == "running" and mean_check_s is not None and job.best_size is not None:
         eta = round(mean_check_s * remaining_checks(job.mode, job.best_size), 1)
     base = f"/v1/jobs/{job.id}"
+    task = JobTask.of(job.options)
+    links = {
+        "self": base,
+        "events": f"{base}/events",
+        "iterations": f"{base}/iterations",
+        "min_bad": f"{base}/artifacts/min-bad",
+        "min_good": f"{base}/artifacts/min-good",
+        "original": f"{base}/artifacts/original",
+        "cancel": f"{base}/cancel",
+    }
+    if task is JobTask.PRECISION:
+        links = {k: v for k, v in links.items() if k not in ("min_bad", "min_good")}
+        links["mixed"] = f"{base}/artifacts/mixed"
     return JobOut(
         id=job.id,
         status=job.status,
+        task=task.value,
         mode=job.mode,
         queue=job.queue,
         check_kind=job.check_kind,
@@ -168,10 +222,13 @@ def job_from_row(job: Job, mean_check_s: float | None, waiting_reason: str | Non
         model=ModelInfo(filename=job.model_filename, sha256=job.model_sha256, size=job.model_size),
         nodes_before=job.nodes_before,
         nodes_after=job.nodes_after,
+        keep_fp32=keep_fp32,
         progress=Progress(
             iteration=job.iterations_done,
             best_size=job.best_size,
             checks_run=job.checks_run,
+            cache_hits=job.cache_hits,
+            farm_cache_hits=job.farm_hits,
             check_time_s=round(job.check_time_s, 4),
             mean_check_s=round(mean_check_s, 4) if mean_check_s is not None else None,
             eta_s=eta,
@@ -182,15 +239,9 @@ def job_from_row(job: Job, mean_check_s: float | None, waiting_reason: str | Non
         started_at=utc(job.started_at),
         finished_at=utc(job.finished_at),
         waiting_reason=waiting_reason,
-        links={
-            "self": base,
-            "events": f"{base}/events",
-            "iterations": f"{base}/iterations",
-            "min_bad": f"{base}/artifacts/min-bad",
-            "min_good": f"{base}/artifacts/min-good",
-            "original": f"{base}/artifacts/original",
-            "cancel": f"{base}/cancel",
-        },
+        flaky=flaky,
+        awaiting_verdict=awaiting,
+        links=links,
     )
 
 
@@ -208,4 +259,5 @@ def iteration_from_row(row: Iteration) -> IterationOut:
         duration_s=row.duration_s,
         output_tail=row.output_tail,
         artifact=f"/v1/jobs/{row.job_id}/artifacts/iteration-{row.number}" if row.artifact_id else None,
+        cached=row.cached,
     )

@@ -29,11 +29,12 @@ sys.path.insert(0, str(BENCH / "checks"))
 
 import zoo  # noqa: E402
 from _common import graph_nodes  # noqa: E402
-from failures import FAILURES, Failure, flaky_salt, write_golden  # noqa: E402
+from failures import FAILURES, Failure, flaky_salts, write_golden  # noqa: E402
 
 BIN = Path(sys.executable).parent
 RUNS: list[tuple[str, str]] = [
     ("onnx-reducer", "auto"),
+    ("onnx-reducer", "auto+confirm"),
     ("onnx-reducer", "bisect"),
     ("onnx-reducer", "linear"),
     ("onnx-reducer", "minimize"),
@@ -65,6 +66,7 @@ class Run:
     expected: int | None = None
     still_fails: bool | None = None
     internal_overhead_s: float | None = None  # onnx-reducer's own per-iteration figure
+    fails_percent: int | None = None  # onnx-reducer's estimate when it found the check flaky
 
     @property
     def overhead_s(self) -> float | None:
@@ -80,9 +82,16 @@ class Case:
     golden: Path | None
     inputs: Path | None
     salt: str | None
+    salt_count: int = 1
 
     def check(self, model_arg: str) -> list[str]:
         return self.failure.command(model_arg, self.golden, self.salt)
+
+    @property
+    def name(self) -> str:
+        """The failure's name; a flaky one run with several salts (``--salts``) gets ``@salt``."""
+        several = self.salt is not None and self.salt_count > 1
+        return f"{self.failure.name}@{self.salt}" if several else self.failure.name
 
 
 def read_log(path: Path) -> tuple[int, float]:
@@ -92,10 +101,20 @@ def read_log(path: Path) -> tuple[int, float]:
     return len(lines), sum(float(line["duration_s"]) for line in lines)
 
 
+FLAKY_TRIES = 10  # a flaky failure "still fails" when one of this many fresh draws fails
+
+
 def still_fails(case: Case, model: Path) -> bool:
     env = {k: v for k, v in os.environ.items() if k != "BENCH_CHECK_LOG"}
-    proc = subprocess.run(case.check(str(model)), capture_output=True, text=True, env=env, check=False)
-    return proc.returncode != 0 and "BENCH-FAIL" in proc.stdout
+    tries = 1
+    if case.failure.kind == "flaky":  # fresh draws: a private log counts the repeats (checks/flaky.py)
+        env["BENCH_CHECK_LOG"] = str(model.parent / "still_fails.log")
+        tries = FLAKY_TRIES
+    for _ in range(tries):
+        proc = subprocess.run(case.check(str(model)), capture_output=True, text=True, env=env, check=False)
+        if proc.returncode != 0 and "BENCH-FAIL" in proc.stdout:
+            return True
+    return False
 
 
 def tool_argv(case: Case, tool: str, mode: str, model: Path) -> list[str]:
@@ -104,6 +123,9 @@ def tool_argv(case: Case, tool: str, mode: str, model: Path) -> list[str]:
         common += ["--load-inputs", str(case.inputs)]
     if tool == "onnx-reducer":
         head = [str(BIN / "onnx-reducer"), "reduce", str(model), *common, "--summary-json", "summary.json", "-q"]
+        if mode == "auto+confirm":  # auto with --confirm-flaky
+            head[head.index("auto+confirm")] = "auto"
+            head.append("--confirm-flaky")
     else:
         head = [str(BIN / "polygraphy"), "debug", "reduce", str(model), *common]
     return [*head, "--check", *case.check(ITER_ARTIFACT)]
@@ -114,7 +136,7 @@ def execute(case: Case, tool: str, mode: str, model: Path, workdir: Path, timeou
     workdir.mkdir(parents=True)
     log = workdir / "checks.log"
     env = dict(os.environ, BENCH_CHECK_LOG=str(log), PATH=f"{BIN}:{os.environ.get('PATH', '')}")
-    run = Run(case.model, case.failure.name, tool, mode, expected=case.failure.expected)
+    run = Run(case.model, case.name, tool, mode, expected=case.failure.expected)
     started = time.monotonic()
     with open(workdir / "tool.log", "w") as out:
         try:
@@ -138,7 +160,9 @@ def execute(case: Case, tool: str, mode: str, model: Path, workdir: Path, timeou
         run.still_fails = still_fails(case, reduced)
     summary = workdir / "summary.json"
     if summary.exists():
-        iterations = [i for i in json.loads(summary.read_text())["iterations"] if not i["cached"]]
+        saved = json.loads(summary.read_text())
+        run.fails_percent = (saved.get("flaky") or {}).get("fails_percent")
+        iterations = [i for i in saved["iterations"] if not i["cached"]]
         if iterations:
             run.internal_overhead_s = sum(i["overhead_s"] for i in iterations) / len(iterations)
     for leftover in workdir.glob("*.weights"):
@@ -164,6 +188,8 @@ def skip_reason(model: str, tool: str, mode: str, args: argparse.Namespace) -> s
         needed = tool == "polygraphy" and mode == "bisect" and "polygraphy/bisect+linear" in args.runs
         if not needed:
             return "skipped: not in --runs"
+    if mode == "auto+confirm" and not args.confirm:
+        return "skipped: without --confirm"
     if mode == "linear" and model in BIG_MODELS:
         return "skipped: too slow (O(N) checks)"
     if model in BIG_MODELS and tool == "onnx-reducer" and mode != "auto" and args.quick:
@@ -176,21 +202,21 @@ def skip_reason(model: str, tool: str, mode: str, args: argparse.Namespace) -> s
 def run_case(case: Case, args: argparse.Namespace) -> list[Run]:
     runs: list[Run] = []
     by_mode: dict[tuple[str, str], Run] = {}
-    folder = args.out / "runs" / case.model / case.failure.name.replace("/", "_").replace(":", "_")
+    folder = args.out / "runs" / case.model / case.name.replace("/", "_").replace(":", "_").replace("@", "_s")
     for tool, mode in RUNS:
         reason = skip_reason(case.model, tool, mode, args)
         if reason:
-            runs.append(Run(case.model, case.failure.name, tool, mode, status=reason, expected=case.failure.expected))
+            runs.append(Run(case.model, case.name, tool, mode, status=reason, expected=case.failure.expected))
             continue
         workdir = folder / f"{tool}-{mode}"
         if mode == "bisect+linear":
             first = by_mode.get((tool, "bisect"))
             if first is None or first.status != "ok":
-                runs.append(Run(case.model, case.failure.name, tool, mode, status="n/a: bisect did not finish"))
+                runs.append(Run(case.model, case.name, tool, mode, status="n/a: bisect did not finish"))
                 continue
             if case.model in BIG_MODELS and (first.nodes or 0) > LINEAR_LIMIT:
                 status = f"skipped: linear on the {first.nodes}-node bisect result is O(N) checks"
-                runs.append(Run(case.model, case.failure.name, tool, mode, status=status))
+                runs.append(Run(case.model, case.name, tool, mode, status=status))
                 continue
             second = execute(case, tool, "linear", folder / f"{tool}-bisect" / "reduced.onnx", workdir, args.timeout)
             run = combine(first, second)
@@ -200,7 +226,8 @@ def run_case(case: Case, args: argparse.Namespace) -> list[Run]:
         runs.append(run)
         print(
             f"  {tool:12s} {mode:14s} {run.status:10s} checks={run.checks:4d} nodes={run.nodes} "
-            f"fails={run.still_fails} wall={run.wall_s:7.1f}s overhead/iter={_fmt(run.overhead_s, 3)}s",
+            f"fails={run.still_fails} wall={run.wall_s:7.1f}s overhead/iter={_fmt(run.overhead_s, 3)}s"
+            + (f" flaky ~{run.fails_percent}%" if run.fails_percent is not None else ""),
             flush=True,
         )
     return runs
@@ -228,8 +255,11 @@ def build_cases(args: argparse.Namespace) -> list[Case]:
             golden = inputs = None
             if failure.needs_golden:
                 golden, inputs = write_golden(path, path.parent)
-            salt = flaky_salt(failure, path) if failure.kind == "flaky" else None
-            cases.append(Case(model, path, failure, golden, inputs, salt))
+            if failure.kind != "flaky":
+                cases.append(Case(model, path, failure, golden, inputs, None))
+                continue
+            for salt in flaky_salts(failure, path, args.salts):
+                cases.append(Case(model, path, failure, golden, inputs, salt, args.salts))
     return cases
 
 
@@ -318,7 +348,12 @@ def merged(path: Path, new: list[Run]) -> list[Run]:
     runs = [r for r in kept if (r.model, r.failure) not in fresh] + new
     order = {(m, f.name): i for i, (m, f) in enumerate((m, f) for m, fs in FAILURES.items() for f in fs)}
     tools = {key: i for i, key in enumerate(RUNS)}
-    return sorted(runs, key=lambda r: (order.get((r.model, r.failure), 999), tools.get((r.tool, r.mode), 99)))
+
+    def key(r: Run) -> tuple[int, str, int]:
+        name, _, salt = r.failure.partition("@")
+        return order.get((r.model, name), 999), salt, tools.get((r.tool, r.mode), 99)
+
+    return sorted(runs, key=key)
 
 
 def main() -> None:
@@ -335,13 +370,19 @@ def main() -> None:
         help="only these runs, e.g. onnx-reducer/auto polygraphy/bisect+linear (default: all)",
     )
     parser.add_argument("--merge", action="store_true", help="replace only these pairs in an existing results.json")
+    parser.add_argument(
+        "--salts", type=int, default=1, help="run each flaky failure with this many salts (independent draws)"
+    )
+    parser.add_argument(
+        "--confirm", action="store_true", help="also run onnx-reducer auto with --confirm-flaky (flaky checks)"
+    )
     parser.add_argument("--out", type=Path, default=BENCH / "out")
     args = parser.parse_args()
     args.out = args.out.resolve()
     started = time.monotonic()
     runs: list[Run] = []
     for case in build_cases(args):
-        print(f"{case.model} / {case.failure.name}", flush=True)
+        print(f"{case.model} / {case.name}", flush=True)
         runs += run_case(case, args)
     if args.merge:
         runs = merged(args.out / "results.json", runs)

@@ -65,21 +65,26 @@ def safe_child_env(extra: Mapping[str, str] | None = None, base: Mapping[str, st
     return env
 
 
-def child_env() -> dict[str, str]:
-    """``safe_child_env`` with the project importable from the child's private working directory
-    (``python -m checks.child`` runs there) and one OpenMP thread unless the user set it."""
-    env = safe_child_env()
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``safe_child_env`` (plus ``extra``: a slot's device) with the project importable from the
+    child's private working directory (``python -m checks.child`` runs there) and one OpenMP
+    thread unless the user set it."""
+    env = safe_child_env(extra)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
 
 def run_isolated(
-    payload: Mapping[str, Any], timeout_s: float, memory_limit_bytes: int | None = None
+    payload: Mapping[str, Any],
+    timeout_s: float,
+    memory_limit_bytes: int | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> tuple[Verdict, str]:
     """Run ``payload['entry']`` in a child process; never raises for what happens in the child.
     Above ``memory_limit_bytes`` of resident memory (``checks.memory``) the child and everything
-    it started are killed: a ``crash`` with signature ``memory-limit``."""
+    it started are killed: a ``crash`` with signature ``memory-limit``. ``extra_env``: trusted
+    variables added to the child's allow-listed environment (a slot's ``CUDA_VISIBLE_DEVICES``)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="onnx-reducer-check-") as tmp:
         result_path = Path(tmp) / "result.json"
@@ -93,7 +98,7 @@ def run_isolated(
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 cwd=tmp,
-                env=child_env(),
+                env=child_env(extra_env),
             )
         except OSError as exc:
             return Verdict(VerdictKind.INFRA_ERROR, "", f"cannot start the check process: {exc}"), str(exc)
@@ -138,6 +143,7 @@ class IsolatedSpecCheck:
     spec: CheckSpec
     golden: Path | None = None
     entry: str = SPEC_ENTRY
+    extra_env: Mapping[str, str] = field(default_factory=dict, compare=False)  # a slot's device
 
     @property
     def identity(self) -> str:
@@ -151,7 +157,7 @@ class IsolatedSpecCheck:
             "model": str(Path(model_path).resolve()),
             "golden": str(self.golden.resolve()) if self.golden is not None else None,
         }
-        return run_isolated(payload, self.spec.timeout, self.spec.memory_limit)
+        return run_isolated(payload, self.spec.timeout, self.spec.memory_limit, self.extra_env)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from reducer_core.verdict import Verdict
 
 KINDS = ("compare", "golden", "error", "op-present", "command")
+INTERACTIVE_KIND = "interactive"  # the service only: verdicts from a person on the job's page
 FAIL_IF = ("any", "all", "majority")
 RUNTIMES = ("onnxruntime", "tensorrt")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
@@ -222,16 +223,37 @@ class _SpecLoader(yaml.SafeLoader):
 
 def parse_check_spec(text: str) -> CheckSpec:
     """Parse and validate a YAML or JSON check spec (JSON is YAML). Raises ``CheckSpecError``."""
+    return check_spec_from_dict(_load_document(text))
+
+
+def _load_document(text: str) -> Any:
     loader = _SpecLoader(text)
     try:
-        document = loader.get_single_data()
+        return loader.get_single_data()
     except yaml.YAMLError as exc:
         raise CheckSpecError(f"check spec: not valid YAML/JSON: {_clip(str(exc), 300)}") from exc
     except RecursionError as exc:
         raise CheckSpecError(f"check spec: nested too deeply (at most {MAX_NESTING} levels)") from exc
     finally:
         loader.dispose()
-    return check_spec_from_dict(document)
+
+
+def is_interactive_spec(text: str) -> bool:
+    """Whether ``text`` is the service's ``kind: interactive`` (a person gives every verdict on the
+    job's page; no other field). Raises ``CheckSpecError`` for an interactive spec with more fields;
+    any other text is for ``parse_check_spec``."""
+    try:
+        document = _load_document(text)
+    except CheckSpecError:
+        return False
+    if not isinstance(document, Mapping) or document.get("kind") != INTERACTIVE_KIND:
+        return False
+    extra = sorted(str(k) for k in document if k != "kind")
+    if extra:
+        raise CheckSpecError(
+            f"{extra[0]}: kind 'interactive' takes no other field (a person answers every check on the job's page)"
+        )
+    return True
 
 
 @functools.lru_cache(maxsize=1024)

@@ -6,6 +6,7 @@ the fallback to reduction) is the session's pure part: ``reducer_core.localizati
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from checks.isolated import run_isolated
@@ -17,8 +18,11 @@ from reducer_core.localization import MISMATCH_KINDS, LayerwiseResult
 LAYERWISE_ENTRY = "checks.kinds:layerwise"
 
 
-def layerwise_run(workspace: Workspace, spec: CheckSpec, golden: Path | None) -> LayerwiseResult:
-    """The layerwise run's verdict and its mismatching tensors ``(kind, tensor)`` in node order."""
+def layerwise_run(
+    workspace: Workspace, spec: CheckSpec, golden: Path | None, extra_env: Mapping[str, str] | None = None
+) -> LayerwiseResult:
+    """The layerwise run's verdict and its mismatching tensors ``(kind, tensor)`` in node order.
+    ``extra_env``: added to the child's environment (a slot's ``CUDA_VISIBLE_DEVICES``)."""
     with tempfile.TemporaryDirectory(prefix="onnx-reducer-layerwise-", dir=workspace.options.work_dir) as tmp:
         path = Path(tmp) / "layerwise.onnx"
         workspace.write(Candidate(workspace.index.all_nodes()), path)
@@ -28,7 +32,7 @@ def layerwise_run(workspace: Workspace, spec: CheckSpec, golden: Path | None) ->
             "model": str(path),
             "golden": str(golden.resolve()) if golden is not None else None,
         }
-        verdict, output = run_isolated(payload, spec.timeout, spec.memory_limit)
+        verdict, output = run_isolated(payload, spec.timeout, spec.memory_limit, extra_env)
     found = []
     for line in output.splitlines():
         kind, sep, tensor = line.partition("\t")

@@ -9,6 +9,7 @@ work itself (``next_requests`` / ``deliver``) and keeps ``state()`` to resume it
 
     session = ReductionSession.start(workspace, SessionCheck(check, spec, golden), config)
     result = session.run(hooks)          # hooks: write_iteration, run_check, on_record, ...
+    result = session.run_in_slots(hooks, 4)   # hooks: prepare, finish, on_record, ... (engine.parallel)
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from checks.spec import CheckSpec, ModelCheck
 from engine.localize import layerwise_run
+from engine.parallel import Job, drive_parallel
 from engine.workspace import ReduceOptions, Workspace
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
@@ -40,19 +42,21 @@ from reducer_core.session import (
     SilentListener,
     drive,
 )
-from reducer_core.verdict import Verdict, VerdictKind
+from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 
 @dataclass(frozen=True)
 class SessionCheck:
     """The check of a session: the runnable ``check``, the ``spec`` it was built from (None for a
     ``--check`` command or interactive mode) and the golden values it reads (``golden_sha256``:
-    their digest, computed from the file when not given)."""
+    their digest, computed from the file when not given). ``task``: what a verdict is about
+    (``reduce``: a subgraph; ``precision``: the whole model with a set of nodes kept fp32)."""
 
     check: ModelCheck
     spec: CheckSpec | None = None
     golden: Path | None = None
     golden_sha256: str | None = None
+    task: str = "reduce"
 
     def __post_init__(self) -> None:
         if self.golden is not None and self.golden_sha256 is None:
@@ -62,7 +66,8 @@ class SessionCheck:
     def identity(self) -> str:
         """What decides a verdict besides the model: the spec (or the command), and the golden values."""
         base = self.spec.identity if self.spec is not None else self.check.identity
-        return base + (f" golden=sha256:{self.golden_sha256}" if self.golden_sha256 else "")
+        base += f" golden=sha256:{self.golden_sha256}" if self.golden_sha256 else ""
+        return base + (f" task={self.task}" if self.task != "reduce" else "")
 
 
 def file_sha256(path: Path) -> str:
@@ -80,8 +85,9 @@ def verdict_identity(check: SessionCheck, options: ReduceOptions) -> str:
 
 
 def resolve_config(config: SessionConfig, spec: CheckSpec | None) -> SessionConfig:
-    """Localise compare/golden specs only (``config.localize`` False: the user said no)."""
-    if spec is None:
+    """Localise compare/golden specs only (``config.localize`` False: the user said no); a
+    ``Goal.PASS`` session (precision) never localises."""
+    if spec is None or config.goal is Goal.PASS:
         return dataclasses.replace(config, localize=False, not_localized="")
     if not spec.is_accuracy:
         return dataclasses.replace(config, localize=False, not_localized="not a compare/golden check")
@@ -105,6 +111,18 @@ class SessionHooks(SilentListener):
     def should_stop(self) -> bool:
         """Polled before each request once the original failed (it may also raise to stop)."""
         return False
+
+
+class SlotSessionHooks(SessionHooks):
+    """The hooks of ``ReductionSession.run_in_slots`` (``engine.parallel.SlotHooks``): ``prepare``
+    (main thread) gets a request ready in a slot and returns the work its thread runs (usually
+    ``ReductionSession.job``); ``finish`` (main thread) follows that work, before delivery."""
+
+    def prepare(self, request: Request, slot: int) -> Job:
+        raise NotImplementedError
+
+    def finish(self, request: Request, slot: int, answer: Answer, output: str) -> None:
+        pass
 
 
 class _Relay:
@@ -190,10 +208,10 @@ class ReductionSession:
         self.workspace.write(candidate, path)
         return self.workspace.weight_locations(candidate)
 
-    def run_layerwise(self) -> LayerwiseResult:
+    def run_layerwise(self, extra_env: Mapping[str, str] | None = None) -> LayerwiseResult:
         """The answer to a ``LayerwiseRequest`` (only asked for with a compare/golden spec)."""
         assert self.check.spec is not None
-        return layerwise_run(self.workspace, self.check.spec, self.check.golden)
+        return layerwise_run(self.workspace, self.check.spec, self.check.golden, extra_env)
 
     def execute(self, request: Request, hooks: SessionHooks) -> Answer:
         """Do ``request``'s work with ``hooks``: the answer to deliver."""
@@ -205,12 +223,42 @@ class ReductionSession:
             return Verdict(VerdictKind.INFRA_ERROR, "", str(exc))
         return hooks.run_check(request, path)
 
+    def job(
+        self,
+        request: Request,
+        write: Callable[[CheckRequest], Path],
+        check: ModelCheck,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> Job:
+        """For a parallel driver: write ``request``'s candidate now (``write`` returns the path) and
+        return the work that answers it in a slot's thread (``check`` on that path, or the layerwise
+        run with ``extra_env``); a candidate that cannot be written is an infrastructure error,
+        answered at once. The layerwise run writes the full model in the slot's thread: nothing
+        else runs then (the machine speculates neither during it nor before it)."""
+        if isinstance(request, LayerwiseRequest):
+            return lambda: (self.run_layerwise(extra_env), "")
+        try:
+            path = write(request)
+        except MissingTypeError as exc:
+            verdict = Verdict(VerdictKind.INFRA_ERROR, "", str(exc))
+            return lambda: (verdict, verdict.detail)
+        return lambda: check.run(path)
+
     def run(self, hooks: SessionHooks) -> ReductionResult:
         """Run the session to its end (or until ``hooks.should_stop``), one check at a time."""
+        return self._run_with(
+            hooks, lambda: drive(self.machine, lambda request: self.execute(request, hooks), hooks.should_stop)
+        )
+
+    def run_in_slots(self, hooks: SlotSessionHooks, slots: int) -> ReductionResult:
+        """Run the session with up to ``slots`` checks at once (``engine.parallel.drive_parallel``)."""
+        return self._run_with(hooks, lambda: drive_parallel(self.machine, slots, hooks))
+
+    def _run_with(self, hooks: SessionListener, driver: Callable[[], bool]) -> ReductionResult:
         started = time.monotonic()
         previous, self._relay.target = self._relay.target, hooks
         try:
-            stopped = drive(self.machine, lambda request: self.execute(request, hooks), hooks.should_stop)
+            stopped = driver()
         finally:
             self._relay.target = previous
         result = self.machine.result

@@ -97,12 +97,13 @@ class Workspace:
         node and their values are known (from --load-inputs or one fallback inference run)."""
         return extract(self.index, candidate, self._frozen_values(candidate), self.ir_cap)
 
-    def write(self, candidate: Candidate, path: Path) -> None:
-        """Write the iteration model: O(candidate) concatenation of pre-serialized nodes."""
+    def write(self, candidate: Candidate, path: Path, suffix: bytes = b"") -> None:
+        """Write the iteration model: O(candidate) concatenation of pre-serialized nodes.
+        ``suffix``: serialised ``ModelProto`` fields merged into it (appended bytes)."""
         if self._pieces is None or self._pieces.index is not self.index:
             self._pieces = SerializedPieces(self.index)
         data = extract_bytes(self._pieces, candidate, self._frozen_values(candidate), self.ir_cap)
-        modelio.write_iteration_bytes(data, path, self.sources)
+        modelio.write_iteration_bytes(data + suffix, path, self.sources)
 
     def weight_locations(self, candidate: Candidate) -> list[str]:
         """The weight files (external-data locations) the candidate's model points into: those of

@@ -3,12 +3,14 @@ imports the worker), the pub/sub channel that wakes SSE followers, and event pay
 
 from __future__ import annotations
 
-from typing import Protocol, TypedDict
+from typing import NotRequired, Protocol, TypedDict
 
 RUN_JOB_TASK = "onnx_reducer.run_job"
 QUEUE_CPU = "cpu"
 QUEUE_GPU = "gpu"
 QUEUES = (QUEUE_CPU, QUEUE_GPU)
+# interactive jobs (a person gives the verdicts through the api): no worker serves this queue
+QUEUE_INTERACTIVE = "interactive"
 
 
 def queue_for(needs_gpu: bool) -> str:
@@ -45,6 +47,7 @@ class IterationPayload(TypedDict):
     duration_s: float
     best_size: int
     fingerprint: str
+    cached: NotRequired[str]  # "job" or "farm": answered from that cache, no check ran
 
 
 class JobEndPayload(TypedDict, total=False):
@@ -54,3 +57,12 @@ class JobEndPayload(TypedDict, total=False):
     checks_run: int
     error_code: str | None
     error_message: str | None
+
+
+class VerdictNeededPayload(TypedDict):
+    """An interactive job asks a person about ``iteration``'s model (downloadable at ``artifact``)."""
+
+    iteration: int
+    phase: str
+    nodes: int
+    artifact: str

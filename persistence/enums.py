@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from typing import Any
 
 
 class JobStatus(enum.StrEnum):
@@ -28,6 +30,19 @@ class ArtifactKind(enum.StrEnum):
     MIN_BAD = "min-bad"
     MIN_GOOD = "min-good"
     GOLDEN = "golden"  # the golden values uploaded with the job (a golden zip or Polygraphy JSON)
+    MIXED = "mixed"  # a precision job's mixed-precision model; meta["keep_fp32"]: the nodes kept fp32
+
+
+class JobTask(enum.StrEnum):
+    """What a job does: ``reduce`` (the default) a failing model, or find which nodes must stay fp32
+    (``precision``). Kept in the job's options as ``task`` (absent: ``reduce``)."""
+
+    REDUCE = "reduce"
+    PRECISION = "precision"
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> JobTask:
+        return cls(str(options.get("task", cls.REDUCE.value)))
 
 
 class EventKind(enum.StrEnum):
@@ -38,6 +53,7 @@ class EventKind(enum.StrEnum):
     SUCCEEDED = "job.succeeded"
     FAILED = "job.failed"
     CANCELLED = "job.cancelled"
+    VERDICT_NEEDED = "verdict.needed"  # an interactive job's check waits for a person's verdict
 
     @property
     def terminal(self) -> bool:

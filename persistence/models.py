@@ -72,7 +72,8 @@ class Job(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
     session_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # ReductionSession.state()
     event_seq: Mapped[int] = mapped_column(default=0)
-    cache_hits: Mapped[int] = mapped_column(default=0, server_default="0")
+    cache_hits: Mapped[int] = mapped_column(default=0, server_default="0")  # every cached answer
+    farm_hits: Mapped[int] = mapped_column(default=0, server_default="0")  # those from the farm's verdicts
     # when a message for this job was last sent to the broker; None: none is on its way (a worker
     # that could not serve the job left it for a capable one), see worker/presence.py
     dispatched_at: Mapped[datetime | None] = mapped_column(default=utcnow)
@@ -99,6 +100,8 @@ class Iteration(Base):
     duration_s: Mapped[float | None] = mapped_column(Float, default=None)
     output_tail: Mapped[str | None] = mapped_column(Text, default=None)
     artifact_id: Mapped[str | None] = mapped_column(ForeignKey("artifacts.id", ondelete="SET NULL"), default=None)
+    # None: the check ran; "job": answered from the job's own verdicts; "farm": from the farm's
+    cached: Mapped[str | None] = mapped_column(String(8), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(default=None, index=True)
 
@@ -171,3 +174,22 @@ class Worker(Base):
     jobs_done: Mapped[int] = mapped_column(default=0)
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
+class FarmVerdict(Base):
+    """A verdict shared across jobs (``worker/farm_cache.py``): ``scope`` digests everything a
+    verdict depends on besides the candidate (model, check, options, runtime), ``fingerprint`` is
+    the candidate's. One row per team; other teams read it only when the operator allows it."""
+
+    __tablename__ = "farm_verdicts"
+    __table_args__ = (
+        Unique("team_id", "scope", "fingerprint", name="uq_farm_verdicts_team_scope_fingerprint"),
+        Index("ix_farm_verdicts_scope", "scope"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
+    scope: Mapped[str] = mapped_column(String(64))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    verdict: Mapped[dict[str, Any]] = mapped_column()
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

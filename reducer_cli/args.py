@@ -179,6 +179,13 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         "time. minimize: delta debugging, ends 1-minimal. auto (default): optimistic descent, "
         "then minimize; fewest checks for the smallest result.",
     )
+    parser.add_argument(
+        "--confirm-flaky",
+        action="store_true",
+        help="The check may be flaky: re-check once each candidate that makes an answer of 2-3 nodes "
+        "look minimal (a flaky single culprit whose one-node candidate happened to pass shows no other "
+        "inconsistency). Inconsistent verdicts are re-checked without it. [onnx-reducer]",
+    )
     passes = parser.add_mutually_exclusive_group()
     passes.add_argument(
         "--no-reduce-inputs",
@@ -227,6 +234,7 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         default="polygraphy_artifacts",
         help="Folder holding good/ and bad/ (default: polygraphy_artifacts).",
     )
+    _add_parallel_args(parser)
     it.add_argument("--load-debug-replay", default=None, help="Resume: verdicts recorded by --save-debug-replay.")
     it.add_argument(
         "--save-debug-replay",
@@ -286,6 +294,28 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
     _add_polygraphy_compat_args(parser)
     _add_spec_args(parser)
     _add_check_args(parser)
+
+
+def _add_parallel_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Parallel checks [onnx-reducer]")
+    group.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Run up to N checks at once (default 1, or one per --devices entry): the check the reduction "
+        "waits for plus speculative ones it is likely to need next. Same answer as one at a time with a "
+        "deterministic check. Each slot writes its iteration artifact into its own folder, "
+        "onnx_reducer_slots/slotI/ (mirroring the working folder), and runs a --check command there.",
+    )
+    group.add_argument(
+        "--devices",
+        default=None,
+        metavar="LIST",
+        help="Comma-separated GPUs, one per slot: slot I's check runs with CUDA_VISIBLE_DEVICES set to the "
+        "I-th entry (e.g. --devices 0,1,2,3; repeat one to share it: 0,0,1,1). Without --jobs, one slot per entry.",
+    )
 
 
 def _add_polygraphy_compat_args(parser: argparse.ArgumentParser) -> None:
@@ -372,6 +402,93 @@ def _add_polygraphy_compat_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_precision_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="The ONNX model (fp32) whose fp16 conversion fails the check.")
+    parser.add_argument("-o", "--output", required=True, help="Where to write the mixed-precision model.")
+    parser.add_argument(
+        "--check-spec",
+        required=True,
+        metavar="SPEC",
+        help="A check spec that runs the model in fp16 on onnxruntime and fails on the fp16 model, e.g. kind "
+        "compare with target {runtime: onnxruntime, precision: fp16} (see docs/check-specs.md).",
+    )
+    parser.add_argument("--golden", default=None, metavar="GOLDEN", help="Golden values feeding the spec's check.")
+    parser.add_argument(
+        "--summary-json", default=None, help="Write the summary (keep_fp32: the node names, and every check) here."
+    )
+    parser.add_argument(
+        "--mode", choices=MODES, default="auto", help="The search over the nodes kept in fp32 (reduce's modes)."
+    )
+    parser.add_argument(
+        "--iter-artifact",
+        dest="iter_artifact",
+        default="polygraphy_debug.onnx",
+        help="Where each iteration's model is written: the whole model, naming the nodes kept in fp32 in its "
+        "metadata (onnx_reducer.keep_fp32).",
+    )
+    parser.add_argument(
+        "--no-remove-intermediate",
+        dest="remove_intermediate",
+        action="store_false",
+        help="Keep the iteration model after the search ends.",
+    )
+    parser.add_argument("--load-debug-replay", default=None, help="Resume: verdicts recorded by --save-debug-replay.")
+    parser.add_argument(
+        "--save-debug-replay",
+        default="onnx_reducer_precision_replay.json",
+        help="Where verdicts are saved after every check (default: onnx_reducer_precision_replay.json).",
+    )
+    parser.add_argument("--check-timeout", type=float, default=None, metavar="SECONDS", help="Kill a check after this.")
+    parser.add_argument(
+        "--check-memory-limit", type=_memory_size, default=None, metavar="SIZE", help="Kill a check above this RSS."
+    )
+    parser.add_argument(
+        "--model-input-shapes",
+        dest="input_shapes",
+        nargs="+",
+        default=[],
+        metavar="NAME:[D0,...]",
+        help="Fix input shapes, then infer intermediate shapes.",
+    )
+    parser.add_argument("--external-data-dir", default=None, help="Folder holding the model's external data.")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="More log output.")
+    parser.add_argument("-q", "--quiet", action="count", default=0, help="Less log output.")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="No live progress line.")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--show-output", action="store_true", help="Show the check's output for passing iterations too.")
+    shown.add_argument("--hide-fail-output", action="store_true", help="Do not show the check's output on failures.")
+    parser.set_defaults(  # what `reduce`'s shared code reads and `precision` does not offer
+        check=None,
+        fail_codes=None,
+        ignore_fail_codes=None,
+        fail_regex=None,
+        pin_signature=Pinning.KIND,
+        localize=False,
+        min_good=None,
+        reduce_inputs=True,
+        reduce_outputs=True,
+        iteration_info=None,
+        artifacts=None,
+        artifacts_dir="polygraphy_artifacts",
+        shape_inference=True,
+        force_fallback_shape_inference=False,
+        load_inputs=[],
+        seed=1,
+        link_weights=False,
+        silent=False,
+        verbosity=None,
+        log_format=[],
+        log_file=None,
+        save_external_data=None,
+        external_data_size_threshold=None,
+        all_tensors_to_one_file=True,
+        ignore_external_data=False,
+        fp_to_fp16=False,
+        val_range=[],
+        data_loader_script=None,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="onnx-reducer",
@@ -392,6 +509,14 @@ def build_parser() -> argparse.ArgumentParser:
         "inputs plus every tensor's value, sample by sample, in one file (written as it goes).",
     )
     _add_golden_args(golden)
+    precision = sub.add_parser(
+        "precision",
+        help="Find the fewest nodes that must stay fp32 for the fp16 model to pass a check spec.",
+        description="Search the smallest set of nodes that must stay fp32 (the rest converted to fp16 by "
+        "onnxconverter-common) for the model to pass the check spec; write that mixed-precision model and "
+        "print the node names.",
+    )
+    _add_precision_args(precision)
     inspect = sub.add_parser("inspect", help="Print a model's inputs, outputs and nodes ('Op: <OpType>').")
     inspect.add_argument("model")
     inspect.add_argument("--mode", default="basic", help="Accepted for Polygraphy compatibility.")

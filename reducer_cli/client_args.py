@@ -81,6 +81,13 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     submit.add_argument("--check-spec", required=True, metavar="SPEC", help="Check spec file (YAML or JSON).")
     submit.add_argument("--golden", default=None, metavar="G", help="Golden values (`onnx-reducer golden`).")
     submit.add_argument("--mode", choices=MODES, default=None, help="Reduction mode (server default: auto).")
+    submit.add_argument(
+        "--task",
+        choices=("reduce", "precision"),
+        default=None,
+        help="reduce (the server's default), or precision: the fewest nodes that must stay fp32 for the fp16 "
+        "model to pass the spec (with --wait, downloads mixed.onnx).",
+    )
     submit.add_argument("--model-path", default=None, help="The model inside a bundle that holds several.")
     submit.add_argument(
         "--no-reduce-inputs", dest="reduce_inputs", action="store_false", default=None, help="As for reduce."
@@ -112,7 +119,8 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         action="append",
         default=None,
         metavar="NAME",
-        help="min-bad, min-good, original, golden or iteration-N (repeatable; default: min-bad and min-good).",
+        help="min-bad, min-good, mixed, original, golden or iteration-N (repeatable; default: min-bad and min-good, "
+        "or mixed for a precision job).",
     )
     cancel = _command(sub, common, "cancel", "Cancel a job.")
     cancel.add_argument("job", help="Job id or URL.")

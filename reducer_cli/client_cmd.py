@@ -39,6 +39,7 @@ from reducer_client import (
 )
 
 RESULTS = ("min-bad", "min-good")
+PRECISION_RESULTS = ("mixed",)
 _JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 _JOB_IN_URL = re.compile(r"/jobs/([A-Za-z0-9_-]{1,100})/?$")
 
@@ -147,8 +148,13 @@ def _wait_and_download(client: ReducerClient, ns: argparse.Namespace, summary: S
     summary.with_job(job)
     _report_end(job)
     if job.status == "succeeded":
-        _download(client, job.id, RESULTS, Path(ns.output_dir or "."), summary)
+        _download(client, job.id, results_of(job), Path(ns.output_dir or "."), summary)
     return exit_for_job(job)
+
+
+def results_of(job: Job) -> tuple[str, ...]:
+    """What a finished job's results are: min-bad and min-good, or a precision job's mixed model."""
+    return PRECISION_RESULTS if job.task == "precision" else RESULTS
 
 
 def _download(client: ReducerClient, job_id: str, names: tuple[str, ...], folder: Path, summary: Summary) -> None:
@@ -185,6 +191,7 @@ def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
         pin_signature=ns.pin_signature,
         idempotency_key=ns.idempotency_key,
         progress=bar,
+        task=ns.task,
     )
     bar.done()
     summary.job_id, summary.status, summary.replayed = sent.job_id, sent.status, sent.replayed
@@ -225,7 +232,7 @@ def _download_cmd(client: ReducerClient, ns: argparse.Namespace, summary: Summar
     if job.status != "succeeded":
         log(f"[E] job {job.id} is {job.status}: it has no reduced model to download.")
         return exit_for_job(job)
-    _download(client, job.id, RESULTS, Path(ns.output_dir), summary)
+    _download(client, job.id, results_of(job), Path(ns.output_dir), summary)
     return EXIT_OK
 
 

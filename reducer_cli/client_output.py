@@ -61,10 +61,11 @@ def event_line(event: Event) -> str | None:
     data = event.data
     if event.kind == "iteration":
         outcome = "FAIL (reproduces)" if data.get("reproduces") else str(data.get("verdict", "?")).upper()
+        seconds = float(data.get("duration_s") or 0)
+        cost = f"cached ({data['cached']})" if data.get("cached") else f"check {seconds:7.2f}s"
         return (
             f"[I] iteration {data.get('number', '?'):>4} | {data.get('phase', ''):<15} | candidate "
-            f"{data.get('nodes', '?'):>6} nodes | {outcome:<18} | check {float(data.get('duration_s') or 0):7.2f}s "
-            f"| best {data.get('best_size', '?')}"
+            f"{data.get('nodes', '?'):>6} nodes | {outcome:<18} | {cost:<14} | best {data.get('best_size', '?')}"
         )
     if event.kind == "job.queued":
         return "[I] queued" + (" again (retry)" if data.get("retry") else "")
@@ -79,10 +80,16 @@ def job_lines(job: Job) -> list[str]:
     lines = [
         f"job {job.id}: {job.status}",
         f"model: {job.model_filename}  mode: {job.mode}  check: {job.check_kind}  nodes: {nodes}",
-        f"checks run: {job.progress.checks_run}  best size: {job.progress.best_size}  attempts: {job.attempts}",
+        f"checks run: {job.progress.checks_run}  cache hits: {job.progress.cache_hits} "
+        f"(farm: {job.progress.farm_cache_hits})  best size: {job.progress.best_size}  attempts: {job.attempts}",
     ]
     if job.progress.eta_s is not None:
         lines.append(f"estimated time left: {job.progress.eta_s:.0f}s")
+    flaky = job.flaky
+    if flaky is not None and flaky.get("status") == "flaky":
+        lines.append(f"flaky: fails ~{flaky.get('fails_percent')} % of runs ({flaky.get('rechecks')} re-checks)")
+    if job.keep_fp32 is not None:
+        lines.append(f"must stay fp32: {', '.join(job.keep_fp32) or 'none (the fp16 model passes)'}")
     if job.error is not None:
         lines.append(f"error: {job.error.code}: {job.error.message or ''}".rstrip(": "))
     return lines
@@ -102,6 +109,9 @@ class Summary:
     nodes_before: int | None = None
     nodes_after: int | None = None
     checks_run: int | None = None
+    keep_fp32: list[str] | None = None  # a precision job's answer
+    cache_hits: int | None = None
+    farm_cache_hits: int | None = None
     files: list[str] = field(default_factory=list)
     jobs: list[dict[str, Any]] | None = None  # `onnx-reducer jobs` only
 
@@ -109,6 +119,8 @@ class Summary:
         self.job_id, self.status = job.id, job.status
         self.nodes_before, self.nodes_after = job.nodes_before, job.nodes_after
         self.checks_run = job.progress.checks_run
+        self.keep_fp32 = job.keep_fp32
+        self.cache_hits, self.farm_cache_hits = job.progress.cache_hits, job.progress.farm_cache_hits
         if job.error is not None:
             self.error = {"code": job.error.code, "message": job.error.message}
         return self

@@ -13,31 +13,75 @@ from reducer_cli.client_args import CLIENT_COMMANDS
 from reducer_cli.progress import ProgressReporter, reporter_from_args
 from reducer_core.errors import (
     CheckInfraError,
+    GoalUnreachableError,
     InvalidModelError,
     OriginalDidNotFailError,
     ReducerError,
     UsageError,
 )
+from reducer_core.verdict import Goal
 
 
 def _reduce(ns: argparse.Namespace) -> int:
     from engine.workspace import load_workspace
-    from reducer_cli.reduce_cmd import CommandLineRun, build_check, options_from_args, write_summary_json
+    from reducer_cli.reduce_cmd import (
+        CommandLineRun,
+        build_check,
+        options_from_args,
+        plan_from_args,
+        speculative_checks,
+        write_summary_json,
+    )
 
     log = _reporter(ns)
     if not ns.output and not ns.min_good:
         raise UsageError("Give -o/--output (where to write the reduced model) and/or --min-good.")
+    plan = plan_from_args(ns)
     check = build_check(ns)
+    if plan.parallel and ns.check is None and getattr(ns, "check_spec", None) is None:
+        raise UsageError(
+            f"--jobs {plan.jobs}: interactive mode (no --check) asks about one model at a time; give "
+            "--check COMMAND or --check-spec SPEC to run several checks at once."
+        )
     workspace = load_workspace(options_from_args(ns), log)
-    run = CommandLineRun.start(ns, workspace, check, log)
+    run = CommandLineRun.start(ns, workspace, check, log, plan)
     log.info(f"Reducing {ns.model}: {len(workspace.index)} nodes, mode={ns.mode}, check: {check.check.identity}")
     try:
         result = run.run()
         log.summary(result)
+        if plan.parallel:
+            log.info(f"slots: {plan.jobs}  checks run ahead of the reduction: {speculative_checks(result)}")
         run.write_results(result)
         run.discard_skip_current_replay()
         if ns.summary_json:
             write_summary_json(ns.summary_json, result, workspace.index, run.summary_extra(result))
+    finally:
+        run.cleanup()
+    return cli_args.EXIT_OK
+
+
+def _precision(ns: argparse.Namespace) -> int:
+    from engine.workspace import load_workspace
+    from reducer_cli.precision_cmd import PrecisionRun, build_precision_check
+    from reducer_cli.reduce_cmd import options_from_args
+
+    log = _reporter(ns)
+    log.goal = Goal.PASS
+    check = build_precision_check(ns)
+    workspace = load_workspace(options_from_args(ns), log)
+    try:
+        run = PrecisionRun.begin(ns, workspace, check, log)
+    except BaseException:
+        workspace.close()
+        raise
+    log.info(f"Finding the nodes of {ns.model} that must stay fp32: {len(workspace.index)} nodes, mode={ns.mode}")
+    try:
+        result = run.run()
+        run.summary(result)
+        run.write_results(result)
+        run.discard_skip_current_replay()
+        if ns.summary_json:
+            run.write_summary(ns.summary_json, result)
     finally:
         run.cleanup()
     return cli_args.EXIT_OK
@@ -71,10 +115,11 @@ def _reporter(ns: argparse.Namespace) -> ProgressReporter:
 
 def run(argv: Sequence[str]) -> int:
     ns = cli_args.build_parser().parse_args(list(argv))
-    handlers = {"reduce": _reduce, "inspect": _inspect, "golden": _golden, **service_cmd.HANDLERS}
+    handlers = {"reduce": _reduce, "precision": _precision, "inspect": _inspect, "golden": _golden}
+    handlers |= service_cmd.HANDLERS
     handlers |= dict.fromkeys(CLIENT_COMMANDS, _client_command)
     with contextlib.ExitStack() as stack:
-        if ns.command == "reduce":
+        if ns.command in ("reduce", "precision"):
             log_file = stack.enter_context(open(ns.log_file, "a")) if ns.log_file else None
             ns.reporter = reporter_from_args(ns, log_file)
         return _run_handler(handlers[ns.command], ns, _reporter(ns))
@@ -102,6 +147,9 @@ def _run_handler(handler: Callable[[argparse.Namespace], int], ns: argparse.Name
         return handler(ns)
     except OriginalDidNotFailError as exc:
         log.error(f"{exc} {_original_passed_advice(ns)}")
+        return cli_args.EXIT_ORIGINAL_PASSED
+    except GoalUnreachableError as exc:
+        log.error(str(exc))
         return cli_args.EXIT_ORIGINAL_PASSED
     except CheckInfraError as exc:
         log.error(f"{exc}{_infra_advice(exc)}")

@@ -8,7 +8,7 @@ import time
 from typing import TextIO
 
 from reducer_core.records import IterationRecord, ReductionResult
-from reducer_core.verdict import Verdict, VerdictKind
+from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 QUIET_VERBOSITIES = {"WARNING", "ERROR", "CRITICAL"}
 
@@ -35,6 +35,7 @@ class ProgressReporter:
         self.log_file = log_file
         self.total_nodes = 0
         self.original: Verdict | None = None
+        self.goal = Goal.FAILURE  # Goal.PASS: `precision`, where a pass is what counts
 
     def _emit(self, line: str) -> None:
         if self.timestamps:
@@ -66,6 +67,8 @@ class ProgressReporter:
         """The verdict as the reduction counted it; a failure that signature pinning did not count
         says so, with its signature."""
         verdict = record.verdict
+        if self.goal is Goal.PASS:
+            return "PASS (passes)" if record.reproduces else verdict.kind.value.upper()
         if record.reproduces:
             return (
                 "FAIL (reproduces)"
@@ -118,4 +121,5 @@ def summary_lines(result: ReductionResult) -> list[str]:
         f"pinned out: {result.pinned_out}",
         f"time: {result.elapsed_s:.2f}s total, {result.check_time_s:.2f}s in checks",
         f"original failure: {result.original.kind.value} [{result.original.signature or 'no signature'}]",
+        *([result.flakiness.message()] if result.flakiness is not None else []),
     ]

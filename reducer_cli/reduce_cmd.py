@@ -2,12 +2,14 @@
 
 It writes each candidate to ``--iter-artifact`` (weights by reference), runs the check, sorts
 artifacts, saves the replay after every verdict, logs every iteration, and writes the minimal
-failing (and passing) models at the end."""
+failing (and passing) models at the end. With ``--jobs N`` (``reducer_cli.slots``) up to N checks
+run at once, each slot with its own folder (where its artifact is written) and device."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -18,19 +20,23 @@ import onnx
 from checks.command import CommandCheck, tail
 from checks.interactive import InteractiveCheck
 from checks.memory import parse_size
-from checks.spec import CheckSpec, load_check_spec
+from checks.slots import for_slot
+from checks.spec import CheckSpec, ModelCheck, load_check_spec
 from checks.spec import build_check as build_spec_check
 from engine.data_loader import parse_val_ranges
-from engine.session import ReductionSession, SessionCheck, SessionHooks
+from engine.parallel import Job
+from engine.session import ReductionSession, SessionCheck, SlotSessionHooks
 from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.progress import ProgressReporter
+from reducer_cli.slots import SlotFolders, SlotPlan, slot_plan, slot_relative, top_level_names
 from reducer_core import modelio
+from reducer_core.cache import cache_key
 from reducer_core.candidate import Candidate
 from reducer_core.errors import UsageError
 from reducer_core.graph import GraphIndex
 from reducer_core.prepare import parse_shape_arg
 from reducer_core.records import IterationRecord, Localization, ReductionResult
-from reducer_core.session import CheckRequest, SessionConfig
+from reducer_core.session import Answer, CheckRequest, Request, SessionConfig
 from reducer_core.verdict import Verdict, VerdictKind
 
 
@@ -114,27 +120,56 @@ def config_from_args(args: argparse.Namespace) -> SessionConfig:
         pin_signature=args.pin_signature,
         localize=args.localize,
         min_good=bool(args.min_good),
+        confirm_flaky=bool(getattr(args, "confirm_flaky", False)),
     )
 
 
-class CommandLineRun(SessionHooks):
-    """The command line's side of a ``ReductionSession``: the iteration artifact, ``--iter-info``,
-    the debug replay after every check, ``--artifacts``, the check's output, the log."""
+def plan_from_args(args: argparse.Namespace) -> SlotPlan:
+    """``--jobs``/``--devices``, validated; with more than one slot, the paths each slot writes
+    must be relative (``reducer_cli.slots``)."""
+    plan = slot_plan(args.jobs, args.devices)
+    if plan.parallel:
+        slot_relative("--iter-artifact", args.iter_artifact)
+        if args.iteration_info:
+            slot_relative("--iter-info", args.iteration_info)
+        for artifact in args.artifacts or ():
+            slot_relative("--artifacts", artifact)
+    return plan
 
-    def __init__(self, args: argparse.Namespace, session: ReductionSession, log: ProgressReporter) -> None:
+
+class CommandLineRun(SlotSessionHooks):
+    """The command line's side of a ``ReductionSession``: the iteration artifact, ``--iter-info``,
+    the debug replay after every check, ``--artifacts``, the check's output, the log. With more
+    than one slot (``--jobs``) each slot has its own folder and its own copy of the check."""
+
+    def __init__(
+        self, args: argparse.Namespace, session: ReductionSession, log: ProgressReporter, plan: SlotPlan | None = None
+    ) -> None:
         self.args = args
         self.session = session
         self.ws = session.workspace
-        self.check = session.check.check
+        self.plan = plan or SlotPlan()
+        self.check: ModelCheck = session.check.check
+        if self.plan.devices:
+            self.check = for_slot(self.check, None, self.plan.env(1))
         self.log = log
         self.iter_path = Path(args.iter_artifact)
         self.failure_rate: float | None = None
+        self.slots: SlotFolders | None = None
+        self.slot_checks: dict[int, ModelCheck] = {}
+        self._rate_check: ModelCheck = self.check
+        self.flakiness_said = ""  # the flakiness status the log announced
 
     @classmethod
     def start(
-        cls, args: argparse.Namespace, workspace: Workspace, check: SessionCheck, log: ProgressReporter
+        cls,
+        args: argparse.Namespace,
+        workspace: Workspace,
+        check: SessionCheck,
+        log: ProgressReporter,
+        plan: SlotPlan | None = None,
     ) -> CommandLineRun:
-        return cls(args, ReductionSession.start(workspace, check, config_from_args(args)), log)
+        return cls(args, ReductionSession.start(workspace, check, config_from_args(args)), log, plan)
 
     def run(self) -> ReductionResult:
         if self.args.load_debug_replay:
@@ -143,21 +178,61 @@ class CommandLineRun(SessionHooks):
                 f"Loaded {loaded} verdict(s) from {self.args.load_debug_replay}; they will not be re-checked."
             )
         self.log.total_nodes = len(self.ws.index)
-        return self.session.run(self)
+        if not self.plan.parallel:
+            return self.session.run(self)
+        self._create_slots()
+        return self.session.run_in_slots(self, self.plan.jobs)
 
-    # -- hooks -----------------------------------------------------------------------------------
+    # -- hooks (one check at a time) -------------------------------------------------------------
 
     def write_iteration(self, request: CheckRequest) -> Path:
         self.session.write(request.candidate, self.iter_path)
-        self._write_iteration_info(request.number, request.candidate)
-        self._save_replay(skip_current=request.candidate)
+        self._write_iteration_info(request.number, request.candidate, self.args.iteration_info)
+        self._save_replay(skip_current=request)
         return self.iter_path
 
     def run_check(self, request: CheckRequest, model: Path) -> Verdict:
         verdict, output = self.check.run(model)
         self._show_output(verdict, output)
-        self._sort_artifacts(request.number, verdict)
+        self._sort_artifacts(request.number, verdict, self.iter_path, Path.cwd())
         return verdict
+
+    # -- hooks (slots: engine.parallel) ----------------------------------------------------------
+
+    def prepare(self, request: Request, slot: int) -> Job:
+        write = functools.partial(self._write_in_slot, slot=slot)
+        return self.session.job(request, write, self.slot_checks[slot], self.plan.env(slot))
+
+    def finish(self, request: Request, slot: int, answer: Answer, output: str) -> None:
+        if not isinstance(request, CheckRequest) or not isinstance(answer, Verdict):
+            return
+        if request.phase == "original":
+            self._rate_check = self.slot_checks[slot]
+        self._show_output(answer, output, f" (slot {slot}, iteration {request.number})")
+        assert self.slots is not None
+        self._sort_artifacts(request.number, answer, self.slots.path(slot, self.iter_path), self.slots.folder(slot))
+
+    def _create_slots(self) -> None:
+        relative = [self.iter_path] + [Path(p) for p in (self.args.iteration_info, *(self.args.artifacts or ())) if p]
+        private = top_level_names(relative) | top_level_names([Path(loc) for loc in self.ws.sources.files])
+        slots = SlotFolders(Path.cwd(), self.plan.jobs, private)
+        slots.create()
+        self.slots = slots  # only now ours to remove (create refuses a folder it did not make)
+        for slot in range(1, self.plan.jobs + 1):
+            self.slot_checks[slot] = for_slot(self.session.check.check, slots.folder(slot), self.plan.env(slot))
+        devices = f" on devices {','.join(self.plan.devices)}" if self.plan.devices else ""
+        self.log.info(f"Running up to {self.plan.jobs} checks at once{devices}, in {slots.root.name}/slot1..")
+
+    def _write_in_slot(self, request: CheckRequest, slot: int) -> Path:
+        assert self.slots is not None
+        path = self.slots.path(slot, self.iter_path)
+        self.session.write(request.candidate, path)
+        if self.args.iteration_info:
+            info = self.slots.path(slot, Path(self.args.iteration_info))
+            self._write_iteration_info(request.number, request.candidate, str(info))
+        if not request.speculative:  # the check the flow waits for (see _save_replay)
+            self._save_replay(skip_current=request)
+        return path
 
     def on_record(self, record: IterationRecord) -> None:
         if not record.cached:
@@ -165,25 +240,37 @@ class CommandLineRun(SessionHooks):
             if record.phase == "original":
                 self._report_failure_rate()
         self.log.iteration(record)
+        self._report_flakiness()
+
+    def _report_flakiness(self) -> None:
+        """Say once, as soon as it is known, that the check is flaky (or that inconsistent
+        verdicts repeated exactly: the check is not monotone)."""
+        report = self.session.machine.flakiness.report()
+        if report is None or report.status.value == self.flakiness_said:
+            return
+        if report.flaky or report.status.value == "repeatable":
+            self.flakiness_said = report.status.value
+            self.log.warning(report.message())
 
     def on_localization(self, localization: Localization) -> None:
         self.log.info(f"Localisation: path={localization.path}: {localization.reason} ({localization.checks} check(s))")
 
     # -- around each check ---------------------------------------------------------------------
 
-    def _show_output(self, verdict: Verdict, output: str) -> None:
+    def _show_output(self, verdict: Verdict, output: str, where: str = "") -> None:
         failed = verdict.kind is not VerdictKind.PASS
         if output.strip() and (self.args.show_output or (failed and not self.args.hide_fail_output)):
-            self.log.info("==== check output ====\n" + tail(output))
+            self.log.info(f"==== check output{where} ====\n" + tail(output))
 
-    def _write_iteration_info(self, iteration: int, candidate: Candidate) -> None:
-        if self.args.iteration_info:
+    def _write_iteration_info(self, iteration: int, candidate: Candidate, path: str | None) -> None:
+        if path:
             info = {"iteration": iteration, "nodes": len(candidate)}
-            Path(self.args.iteration_info).write_text(json.dumps(info))
+            Path(path).write_text(json.dumps(info))
 
-    def _save_replay(self, skip_current: Candidate | None = None) -> None:
-        """Save the verdicts; with ``skip_current``, also a ``_skip_current`` replay that counts
-        the check about to run as the original failure (resume past a check that kills the tool)."""
+    def _save_replay(self, skip_current: CheckRequest | None = None) -> None:
+        """Save the verdicts (those checked ahead of the flow included); with ``skip_current``,
+        also a ``_skip_current`` replay that counts the check about to run as the original failure
+        (resume past a check that kills the tool; with slots, the check the flow waits for)."""
         if not self.args.save_debug_replay:
             return
         path = Path(self.args.save_debug_replay)
@@ -192,19 +279,20 @@ class CommandLineRun(SessionHooks):
             original = self.session.original
             if original is None:
                 return
-            data["verdicts"][skip_current.fingerprint] = original.to_json()
+            data["verdicts"][cache_key(skip_current.candidate, skip_current.repeat)] = original.to_json()
             path = path.with_name(f"{path.stem}_skip_current{path.suffix}")
         _atomic_write(path, json.dumps(data, indent=1, sort_keys=True))
 
-    def _sort_artifacts(self, iteration: int, verdict: Verdict) -> None:
+    def _sort_artifacts(self, iteration: int, verdict: Verdict, iter_path: Path, where: Path) -> None:
+        """Sort ``--artifacts`` (relative to ``where``: the working folder, or the slot's)."""
         if not self.args.artifacts:
             return
         failed = verdict.is_failure
         folder = Path(self.args.artifacts_dir) / ("bad" if failed else "good")
         folder.mkdir(parents=True, exist_ok=True)
-        for artifact in map(Path, self.args.artifacts):
+        for artifact in (where / name for name in self.args.artifacts):
             target = folder / f"{artifact.stem}_iter{iteration}{artifact.suffix}"
-            if artifact.resolve() == self.iter_path.resolve():
+            if artifact.resolve() == iter_path.resolve():
                 modelio.write_iteration_model(
                     onnx.load(str(artifact), load_external_data=False), target, self.ws.sources
                 )
@@ -212,7 +300,7 @@ class CommandLineRun(SessionHooks):
                 shutil.move(str(artifact), target)
 
     def _report_failure_rate(self) -> None:
-        rate = getattr(self.check, "last_rate", None)
+        rate = getattr(self._rate_check, "last_rate", None)
         if not rate or not rate[1]:
             return
         failed, runs = rate
@@ -226,8 +314,13 @@ class CommandLineRun(SessionHooks):
     # -- the end ---------------------------------------------------------------------------------
 
     def summary_extra(self, result: ReductionResult) -> dict[str, object]:
-        """Fields of ``--summary-json`` beyond the engine's: localisation path, failure rate."""
-        extra: dict[str, object] = {}
+        """Fields of ``--summary-json`` beyond the engine's: slots, speculative checks,
+        localisation path, failure rate."""
+        extra: dict[str, object] = {
+            "jobs": self.plan.jobs,
+            "devices": list(self.plan.devices) or None,
+            "speculative_checks": speculative_checks(result),
+        }
         if result.localization is not None:
             extra["localization"] = result.localization.to_json()
         if self.failure_rate is not None:
@@ -262,7 +355,14 @@ class CommandLineRun(SessionHooks):
         if self.args.remove_intermediate:
             self.iter_path.unlink(missing_ok=True)
             modelio.remove_links(self.iter_path.resolve().parent, self.ws.sources)
+            if self.slots is not None:
+                self.slots.remove()
         self.ws.close()
+
+
+def speculative_checks(result: ReductionResult) -> int:
+    """Checks run ahead of the flow (``--jobs`` above 1): recorded in phase ``ahead``."""
+    return sum(1 for record in result.iterations if record.phase == "ahead" and not record.cached)
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -283,6 +383,7 @@ def write_summary_json(
         "checks_run": result.checks_run,
         "cache_hits": result.cache_hits,
         "pinned_out": result.pinned_out,
+        "flaky": result.flakiness.to_json() if result.flakiness is not None else None,
         "elapsed_s": result.elapsed_s,
         "check_time_s": result.check_time_s,
         "original": result.original.to_json(),

@@ -178,10 +178,12 @@ class ReducerClient:
         pin_signature: bool | None = None,
         idempotency_key: str | None = None,
         progress: Progress | None = None,
+        task: str | None = None,
     ) -> Submission:
         """Upload ``model`` (an ``.onnx`` file, a ``.tar``/``.zip`` bundle, or an ``.onnx`` whose
         external-data files lie next to it: those are bundled on the fly; or a prepared
-        ``UploadSource``, see ``model_source``) with a check spec (YAML or JSON text). Streamed from
+        ``UploadSource``, see ``model_source``) with a check spec (YAML or JSON text); ``task``:
+        ``reduce`` (the server's default) or ``precision`` (which nodes must stay fp32). Streamed from
         disk; ``progress(sent, total)`` sees the file bytes go out. Retries reuse one
         ``Idempotency-Key`` (a new one unless given), so at most one job is created."""
         key = idempotency_key or uuid.uuid4().hex
@@ -189,7 +191,7 @@ class ReducerClient:
         if golden is not None:
             files["golden"] = FileSource(golden)
         options = {"reduce_inputs": reduce_inputs, "reduce_outputs": reduce_outputs, "pin_signature": pin_signature}
-        fields = {"check_spec": check_spec, "mode": mode, "model_path": model_path}
+        fields = {"check_spec": check_spec, "mode": mode, "model_path": model_path, "task": task}
         fields |= {name: str(value).lower() for name, value in options.items() if value is not None}
         body = MultipartBody({k: v for k, v in fields.items() if v is not None}, files)
         headers = {

@@ -25,6 +25,8 @@ class Progress:
     check_time_s: float
     mean_check_s: float | None
     eta_s: float | None
+    cache_hits: int = 0  # verdicts answered without a check
+    farm_cache_hits: int = 0  # of those, from earlier jobs' verdicts (the farm cache)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Progress:
@@ -35,6 +37,8 @@ class Progress:
             check_time_s=float(data.get("check_time_s") or 0.0),
             mean_check_s=_float_or_none(data.get("mean_check_s")),
             eta_s=_float_or_none(data.get("eta_s")),
+            cache_hits=int(data.get("cache_hits") or 0),
+            farm_cache_hits=int(data.get("farm_cache_hits") or 0),
         )
 
 
@@ -62,6 +66,9 @@ class Job:
     finished_at: str | None
     links: dict[str, str]
     raw: dict[str, Any]
+    flaky: dict[str, Any] | None = None  # the check's estimated failure rate, when it proved flaky
+    task: str = "reduce"  # or "precision": which nodes must stay fp32
+    keep_fp32: list[str] | None = None  # a succeeded precision job's answer
 
     @property
     def finished(self) -> bool:
@@ -86,6 +93,9 @@ class Job:
             finished_at=data.get("finished_at"),
             links=dict(data.get("links") or {}),
             raw=data,
+            flaky=data["flaky"] if isinstance(data.get("flaky"), dict) else None,
+            task=str(data.get("task") or "reduce"),
+            keep_fp32=[str(n) for n in data["keep_fp32"]] if isinstance(data.get("keep_fp32"), list) else None,
         )
 
 

@@ -1,4 +1,5 @@
-"""The verdict cache: no candidate (same node set, same check) is checked twice in one reduction.
+"""The verdict cache: no candidate (same node set, same check) is checked twice in one reduction,
+except on purpose: a flaky check's re-checks are runs 1, 2, ... of the candidate, cached apart.
 
 It doubles as the debug replay: saved as JSON after every verdict, loaded to resume a stopped
 reduction without re-running the checks that had finished."""
@@ -15,6 +16,12 @@ from reducer_core.verdict import Verdict, VerdictKind
 REPLAY_VERSION = 1
 
 
+def cache_key(candidate: Candidate, repeat: int = 0) -> str:
+    """The first run of a candidate is keyed by its fingerprint alone (as saved replays are); the
+    re-checks of a flaky check by ``<fingerprint>~<repeat>``."""
+    return candidate.fingerprint if repeat == 0 else f"{candidate.fingerprint}~{repeat}"
+
+
 class VerdictCache:
     def __init__(self, graph: str, check: str) -> None:
         self.graph = graph
@@ -29,20 +36,25 @@ class VerdictCache:
         """Whether a verdict is known (not a cache hit: ``get`` counts those)."""
         return candidate.fingerprint in self._verdicts
 
-    def get(self, candidate: Candidate) -> Verdict | None:
-        verdict = self._verdicts.get(candidate.fingerprint)
+    def has(self, candidate: Candidate, repeat: int = 0) -> bool:
+        """Whether the verdict of run ``repeat`` of ``candidate`` is known."""
+        return cache_key(candidate, repeat) in self._verdicts
+
+    def get(self, candidate: Candidate, repeat: int = 0) -> Verdict | None:
+        verdict = self._verdicts.get(cache_key(candidate, repeat))
         if verdict is not None:
             self.hits += 1
         return verdict
 
-    def peek(self, candidate: Candidate) -> Verdict | None:
+    def peek(self, candidate: Candidate, repeat: int = 0) -> Verdict | None:
         """The known verdict, not counted as a cache hit (a look ahead, not an answer)."""
-        return self._verdicts.get(candidate.fingerprint)
+        return self._verdicts.get(cache_key(candidate, repeat))
 
-    def put(self, candidate: Candidate, verdict: Verdict) -> None:
-        """Remember a verdict about the model; infrastructure errors are not such verdicts."""
+    def put(self, candidate: Candidate, verdict: Verdict, repeat: int = 0) -> None:
+        """Remember a verdict about the model; infrastructure errors are not such verdicts.
+        ``repeat`` numbers the runs of a candidate a flaky check re-checks (0: the first)."""
         if verdict.kind is not VerdictKind.INFRA_ERROR:
-            self._verdicts[candidate.fingerprint] = verdict
+            self._verdicts[cache_key(candidate, repeat)] = verdict
 
     def to_json(self) -> dict[str, Any]:
         return {

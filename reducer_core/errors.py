@@ -5,6 +5,7 @@ ReducerError                      base: anything the engine refuses to do
 │   └── UnsafeExternalDataError   external data points outside the model's folder
 ├── MissingTypeError              a boundary tensor has no known dtype (shape inference needed)
 ├── OriginalDidNotFailError       the unreduced model passes the check: nothing to reduce
+├── GoalUnreachableError          the check fails even with every node kept (precision: not an fp16 problem)
 ├── ReplayMismatchError           a saved state or replay belongs to another model/check/mode
 └── UsageError                    options that contradict each other
 """
@@ -28,6 +29,11 @@ class MissingTypeError(ReducerError):
 
 class OriginalDidNotFailError(ReducerError):
     """The original model passed the check, so there is no failure to reduce."""
+
+
+class GoalUnreachableError(ReducerError):
+    """A ``Goal.PASS`` session's whole set does not pass: no subset can (for ``precision``: the
+    failure is not a precision problem, it stays with every node in fp32)."""
 
 
 class CheckInfraError(ReducerError):

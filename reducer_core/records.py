@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from reducer_core.candidate import Candidate
-from reducer_core.verdict import Verdict
+from reducer_core.flakiness import FlakinessReport
+from reducer_core.verdict import Goal, Verdict
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,16 @@ class ReductionResult:
     elapsed_s: float = 0.0
     stopped_early: bool = False
     localization: Localization | None = None
+    flakiness: FlakinessReport | None = None  # None: no inconsistent verdicts were seen
+    goal: Goal = Goal.FAILURE
 
     @property
     def pinned_out(self) -> int:
         """Distinct candidates whose verdict signature pinning changed: they failed, but not like
-        the original, so they did not count (``Verdict.changed_by_pinning``)."""
+        the original, so they did not count (``Verdict.changed_by_pinning``). None for
+        ``Goal.PASS``, where only a pass counts."""
+        if self.goal is Goal.PASS:
+            return 0
         changed = {
             r.candidate.fingerprint
             for r in self.iterations

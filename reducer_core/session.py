@@ -25,14 +25,15 @@ from typing import Any, ClassVar, Protocol
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
-from reducer_core.errors import CheckInfraError, OriginalDidNotFailError, ReplayMismatchError
+from reducer_core.errors import CheckInfraError, GoalUnreachableError, OriginalDidNotFailError, ReplayMismatchError
+from reducer_core.flakiness import CONFIRM_LIMIT, PROBE_BUDGET, Evidence, FlakinessTracker, Status
 from reducer_core.graph import GraphIndex
 from reducer_core.localization import LayerwiseResult, find_suspect, min_good_probes
 from reducer_core.records import IterationRecord, Localization, ReductionResult
 from reducer_core.strategies import SearchSpace, Strategy
 from reducer_core.strategies.base import Observation
 from reducer_core.strategies.speculation import CulpritModel, gambles_allowed, speculate
-from reducer_core.verdict import Pinning, Verdict, VerdictKind
+from reducer_core.verdict import Goal, Pinning, Verdict, VerdictKind
 
 STATE_FORMAT = "onnx-reducer-session"
 STATE_VERSION = 1
@@ -42,7 +43,13 @@ STATE_VERSION = 1
 class SessionConfig:
     """What a session does. ``localize``: run the accuracy flowchart first (compare/golden checks);
     ``not_localized``: why not, when a spec check does not (reported as the localisation's reason);
-    ``min_good``: spend up to two checks on a passing model next to the result when none was seen."""
+    ``min_good``: spend up to two checks on a passing model next to the result when none was seen.
+    ``confirm_flaky``: the check may be flaky; re-check once what makes an answer of 2 to
+    ``CONFIRM_LIMIT`` nodes look minimal, although nothing was inconsistent (off by default: a
+    deterministic check never has a candidate checked twice).
+    ``goal``: ``Goal.PASS`` looks for the smallest node set with which the check passes (the nodes
+    kept in fp32 of ``onnx-reducer precision``): the empty set is the original (it must not pass),
+    the whole set must pass, and neither localisation nor min-good probes apply."""
 
     mode: str = "auto"
     reduce_inputs: bool = True
@@ -52,15 +59,21 @@ class SessionConfig:
     min_good: bool = False
     infra_retries: int = 2
     not_localized: str = field(default="", compare=False)
+    confirm_flaky: bool = False
+    goal: Goal = Goal.FAILURE
 
     def space(self, index: GraphIndex) -> SearchSpace:
-        return SearchSpace(index, index.all_nodes(), self.reduce_inputs, self.reduce_outputs)
+        subgraphs = self.goal is Goal.FAILURE
+        return SearchSpace(index, index.all_nodes(), self.reduce_inputs, self.reduce_outputs, subgraphs)
 
     def to_json(self) -> dict[str, Any]:
-        """The fields that decide which checks run (and so must match on resume)."""
-        skip = {"infra_retries", "not_localized"}
+        """The fields that decide which checks run (and so must match on resume); ``goal`` and
+        ``confirm_flaky`` only when not the default (sessions saved before them resume unchanged)."""
+        skip = {"infra_retries", "not_localized", "goal"} | ({"confirm_flaky"} if not self.confirm_flaky else set())
         saved = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         saved["pin_signature"] = _pinning_json(Pinning.of(self.pin_signature))
+        if self.goal is not Goal.FAILURE:
+            saved["goal"] = self.goal.value
         return saved
 
 
@@ -72,20 +85,23 @@ def _pinning_json(pinning: Pinning) -> bool | str:
 
 @dataclass(frozen=True)
 class CheckRequest:
-    """Check ``candidate``. ``attempt`` counts infrastructure-error retries (0 first); ``number`` is
-    the iteration number (the driver's ``--iter-info``/artifact name), not part of the id.
+    """Check ``candidate``. ``attempt`` counts infrastructure-error retries (0 first); ``repeat``
+    numbers the runs of a candidate that a flaky check re-checks (0 first, ``reducer_core.flakiness``);
+    ``number`` is the iteration number (the driver's ``--iter-info``/artifact name), not part of the id.
     ``speculative``: asked ahead of the flow (a spare slot), not yet needed by it."""
 
     candidate: Candidate
     phase: str
     attempt: int = 0
     number: int = field(default=0, compare=False)
+    repeat: int = 0
     speculative: bool = field(default=False, compare=False)
     kind: ClassVar[str] = "check"
 
     @property
     def id(self) -> str:
-        return f"check:{self.candidate.fingerprint}:{self.attempt}"
+        run = f"r{self.repeat}:" if self.repeat else ""
+        return f"check:{self.candidate.fingerprint}:{run}{self.attempt}"
 
 
 @dataclass(frozen=True)
@@ -107,6 +123,7 @@ Answer = Verdict | LayerwiseResult
 class _CheckStep:
     candidate: Candidate
     phase: str
+    repeat: int = 0
 
 
 @dataclass(frozen=True)
@@ -174,6 +191,8 @@ class ReductionMachine:
         if config.not_localized and not config.localize:
             self.localization = Localization("reduction", config.not_localized, 0)
         self._found: Candidate | None = None
+        self.flakiness = FlakinessTracker()
+        self._verified: Strategy | None = None  # the search again, once the check proved flaky
         self._probed_good: Candidate | None = None
         self._flow: _Flow = self._run()
         self._step: _Step | None = None
@@ -214,9 +233,9 @@ class ReductionMachine:
             self._take_layerwise(result)
         elif not isinstance(result, Verdict):
             raise TypeError("a check request is answered with a Verdict")
-        elif self._waits_for(request.candidate):
+        elif self._waits_for(request.candidate, request.repeat):
             self._take_verdict(request, result, overhead_s)
-        elif request.candidate not in self.cache:
+        elif not self.cache.has(request.candidate, request.repeat):
             self._take_ahead(request, result, overhead_s)
 
     @property
@@ -225,11 +244,14 @@ class ReductionMachine:
 
     @property
     def best_bad(self) -> Candidate:
-        return self._found if self._found is not None else self.strategy.best_bad
+        if self._found is not None:
+            return self._found
+        return self.strategy.best_bad if self._verified is None else self._verified.best_bad
 
     @property
     def min_good(self) -> Candidate | None:
-        good = self.strategy.best_good if self._found is None else None
+        search = self.strategy if self._verified is None else self._verified
+        good = search.best_good if self._found is None else None
         return good if good is not None else self._probed_good
 
     @property
@@ -246,6 +268,8 @@ class ReductionMachine:
             checks_run=self.checks_run,
             cache_hits=self.cache.hits,
             localization=self.localization,
+            flakiness=self.flakiness.report(),
+            goal=self.config.goal,
         )
 
     # -- state -----------------------------------------------------------------------------------
@@ -261,7 +285,14 @@ class ReductionMachine:
             "counters": {"checks_run": self.checks_run, "cache_hits": self.cache.hits, "issued": self.issued},
             "ahead": sorted(self._ahead),
             "attempt": self._attempt,  # infrastructure retries of the step the flow waits at
+            "flaky": self._flaky_json(),
         }
+
+    def _flaky_json(self) -> dict[str, Any] | None:
+        """What is known about flakiness, for readers of the state (the service's job status);
+        a resumed session rebuilds it by replaying the flow, not from here."""
+        report = self.flakiness.report()
+        return report.to_json() if report is not None else None
 
     @classmethod
     def from_state(
@@ -296,6 +327,9 @@ class ReductionMachine:
     # -- the flow --------------------------------------------------------------------------------
 
     def _run(self) -> _Flow:
+        if self.config.goal is Goal.PASS:
+            yield from self._run_to_pass()
+            return
         start = Candidate(self.strategy.space.start)
         original = yield _CheckStep(start, "original")
         assert isinstance(original, Verdict)
@@ -311,6 +345,26 @@ class ReductionMachine:
             yield from self._reduce(original)
         if self.config.min_good and self.min_good is None:
             self._probed_good = yield from self._probe_min_good()
+
+    def _run_to_pass(self) -> _Flow:
+        """``Goal.PASS``: the empty set (the original: every node converted) must not pass, the
+        whole set must pass; then the strategy shrinks the whole set while the check passes."""
+        nothing = Candidate(frozenset())
+        original = yield _CheckStep(nothing, "original")
+        assert isinstance(original, Verdict)
+        self.original = original
+        if original.kind is VerdictKind.PASS:
+            self._found = nothing  # nothing needs the treatment: the answer is the empty set
+            return
+        everything = Candidate(self.strategy.space.start)
+        verdict = yield _CheckStep(everything, "all-kept")
+        assert isinstance(verdict, Verdict)
+        if verdict.kind is not VerdictKind.PASS:
+            raise GoalUnreachableError(
+                f"The check does not pass even with all {len(everything)} nodes kept (verdict: "
+                f"{verdict.kind.value}{', ' + verdict.detail if verdict.detail else ''})."
+            )  # the callers say what it means for their treatment (not a precision problem)
+        yield from self._reduce(original)
 
     def _localize(self, original: Verdict) -> Generator[_Step, Answer, Candidate | None]:
         layerwise = yield _LayerwiseStep()
@@ -334,10 +388,73 @@ class ReductionMachine:
     def _reduce(self, original: Verdict) -> _Flow:
         strategy = self.strategy
         while (candidate := strategy.propose()) is not None:
-            verdict = yield _CheckStep(candidate, strategy.phase)
+            failed, passed = yield from self._observe(candidate, strategy.phase)
+            strategy.observe(candidate, failed, passed)
+            if self.flakiness.flaky:
+                break  # what the search did next was steered by passes that may be false
+        if self.config.confirm_flaky and self.flakiness.status is Status.UNKNOWN:
+            yield from self._confirm_small_answer()
+        if self.flakiness.flaky:
+            yield from self._reduce_verified()
+
+    def _confirm_small_answer(self) -> Generator[_Step, Answer, None]:
+        """An answer of 2 to ``CONFIRM_LIMIT`` nodes: re-check once each candidate inside it that
+        passed (at most ``CONFIRM_LIMIT``; ``SessionConfig.confirm_flaky``). A flaky single culprit
+        ends here when the one-node candidate happened to pass and nothing else was inconsistent;
+        a deterministic check pays these re-checks and nothing else."""
+        best = self.strategy.best_bad
+        if not 2 <= len(best) <= CONFIRM_LIMIT:
+            return
+        for candidate in self.flakiness.passing_inside(best)[:CONFIRM_LIMIT]:
+            verdict = yield _CheckStep(candidate, "flaky-confirm", 1)
             assert isinstance(verdict, Verdict)
-            failed = verdict.reproduces(original, self.config.pin_signature)
-            strategy.observe(candidate, failed, verdict.kind is VerdictKind.PASS)
+            self._record_run(candidate, 1, verdict)
+            if self.flakiness.flaky:
+                return
+
+    def _reduce_verified(self) -> _Flow:
+        """A flaky check: search again inside the smallest failing candidate (failures are
+        trusted), with every pass verified by repeats, so the result is 1-minimal for it."""
+        space = self.strategy.space
+        start = self.flakiness.smallest_failing(self.best_bad)
+        inside = SearchSpace(space.index, start.nodes, space.reduce_inputs, space.reduce_outputs)
+        verified = self._verified = Strategy(inside, self.config.mode)
+        while (candidate := verified.propose()) is not None:
+            failed, passed = yield from self._observe(candidate, f"{verified.phase}-verified")
+            verified.observe(candidate, failed, passed)
+
+    def _observe(self, candidate: Candidate, phase: str) -> Generator[_Step, Answer, Observation]:
+        """Check ``candidate``; a flaky check re-checks it until it fails or has passed
+        ``flakiness.repeats()`` runs in a row. An inconsistency is probed on the way."""
+        repeat = 0  # the first run may be known (cached) already
+        while True:
+            verdict = yield _CheckStep(candidate, phase, repeat)
+            was_flaky = self.flakiness.flaky
+            suspect = self._record_run(candidate, repeat, verdict)
+            if suspect is not None:
+                yield from self._probe(suspect.passing)
+            if self.flakiness.flaky and not was_flaky and self._verified is None:
+                return self.flakiness.settled(candidate) or (False, False)  # the search starts over
+            settled = self.flakiness.settled(candidate)
+            if settled is not None:
+                return settled
+            repeat = self.flakiness.runs(candidate)
+
+    def _record_run(self, candidate: Candidate, repeat: int, verdict: Answer) -> Evidence | None:
+        assert isinstance(verdict, Verdict)
+        return self.flakiness.record(candidate, repeat, self._reproduces(verdict), self._clean_miss(verdict))
+
+    def _probe(self, passing: Candidate) -> Generator[_Step, Answer, None]:
+        """Re-check a candidate that passed although it contains a failing one, up to
+        ``PROBE_BUDGET`` times: a failure shows the check is flaky, passes that it repeats."""
+        for _ in range(PROBE_BUDGET):
+            repeat = self.flakiness.runs(passing)
+            verdict = yield _CheckStep(passing, "flaky-probe", repeat)
+            assert isinstance(verdict, Verdict)
+            self._record_run(passing, repeat, verdict)
+            if self.flakiness.flaky:
+                return
+        self.flakiness.refute()
 
     def _probe_min_good(self) -> Generator[_Step, Answer, Candidate | None]:
         for candidate in min_good_probes(self.strategy.space, self.best_bad):
@@ -368,9 +485,9 @@ class ReductionMachine:
         """Answer every step whose answer is known already (cache; a replayed layerwise result)."""
         while True:
             step = self._step
-            if isinstance(step, _CheckStep) and step.candidate.fingerprint in self._ahead:
+            if isinstance(step, _CheckStep) and step.repeat == 0 and step.candidate.fingerprint in self._ahead:
                 self._consume_ahead(step)
-            elif isinstance(step, _CheckStep) and (cached := self.cache.get(step.candidate)) is not None:
+            elif isinstance(step, _CheckStep) and (cached := self.cache.get(step.candidate, step.repeat)) is not None:
                 self._answer(step, self.issued, cached, cached=True, overhead_s=0.0)
             elif isinstance(step, _LayerwiseStep) and self.layerwise is not None:
                 self._feed(self.layerwise)
@@ -382,10 +499,11 @@ class ReductionMachine:
         if isinstance(step, _LayerwiseStep):
             return LayerwiseRequest()
         self.issued += 1
-        return CheckRequest(step.candidate, step.phase, self._attempt, number=self.issued)
+        return CheckRequest(step.candidate, step.phase, self._attempt, number=self.issued, repeat=step.repeat)
 
-    def _waits_for(self, candidate: Candidate) -> bool:
-        return isinstance(self._step, _CheckStep) and self._step.candidate == candidate
+    def _waits_for(self, candidate: Candidate, repeat: int = 0) -> bool:
+        step = self._step
+        return isinstance(step, _CheckStep) and step.candidate == candidate and step.repeat == repeat
 
     def _take_verdict(self, request: CheckRequest, verdict: Verdict, overhead_s: float) -> None:
         step = self._step
@@ -397,7 +515,7 @@ class ReductionMachine:
             self._retry_or_stop(request, verdict)
             return
         self.checks_run += 1
-        self.cache.put(step.candidate, verdict)
+        self.cache.put(step.candidate, verdict, step.repeat)
         self._answer(step, request.number, verdict, cached=False, overhead_s=overhead_s)
         self._settle()
 
@@ -406,7 +524,9 @@ class ReductionMachine:
         self.checks_run += 1
         if verdict.kind is VerdictKind.INFRA_ERROR:
             return  # no verdict about the model: asked again if the flow ever needs it
-        self.cache.put(request.candidate, verdict)
+        self.cache.put(request.candidate, verdict, request.repeat)
+        if request.repeat:
+            return  # a flaky check's re-check, delivered late: kept for later
         reproduces = self._reproduces(verdict)
         self._ahead.add(request.candidate.fingerprint)
         self._ahead_facts.append((request.candidate.nodes, reproduces))
@@ -426,10 +546,12 @@ class ReductionMachine:
         proposal, or for the original's verdict when the reduction comes next (speculating that
         the original fails, as it must for a reduction to happen)."""
         step = self._step
-        if not isinstance(step, _CheckStep) or self._found is not None:
+        if not isinstance(step, _CheckStep) or self._found is not None or step.repeat:
             return False
-        if self.original is None:
-            return not self.config.localize
+        if self.flakiness.flaky:
+            return False  # a speculative verdict is one run: not worth a slot once passes need repeats
+        if self.original is None:  # a Goal.PASS session checks the whole set next, not the strategy's proposal
+            return not self.config.localize and self.config.goal is Goal.FAILURE
         return step.candidate == self.strategy.propose()
 
     def _speculate(self, k: int, in_flight: Collection[str], wanted: list[Request]) -> list[Request]:
@@ -449,7 +571,7 @@ class ReductionMachine:
         verdict = self.cache.peek(candidate)
         if verdict is None:
             return None
-        return self._reproduces(verdict), verdict.kind is VerdictKind.PASS
+        return self._reproduces(verdict), self._clean_miss(verdict)
 
     def _take_layerwise(self, result: LayerwiseResult) -> None:
         if not isinstance(self._step, _LayerwiseStep):
@@ -474,10 +596,19 @@ class ReductionMachine:
         self._announce_localization()
 
     def _reproduces(self, verdict: Verdict) -> bool:
-        """Whether ``verdict`` is the original failure (any failure, before the original's verdict)."""
+        """Whether ``verdict`` is what the session looks for: the original failure (a clean pass
+        for ``Goal.PASS``); before the original's verdict, any failure."""
+        if self.config.goal is Goal.PASS:
+            return verdict.kind is VerdictKind.PASS
         if self.original is None:
             return verdict.is_failure
         return verdict.reproduces(self.original, self.config.pin_signature)
+
+    def _clean_miss(self, verdict: Verdict) -> bool:
+        """The clean opposite of what the session looks for (a min-good candidate): a pass, or
+        for ``Goal.PASS`` a plain failure (not a crash or a timeout)."""
+        wanted = VerdictKind.FAIL if self.config.goal is Goal.PASS else VerdictKind.PASS
+        return verdict.kind is wanted
 
     def _retry_or_stop(self, request: CheckRequest, verdict: Verdict) -> None:
         """An infrastructure error is no verdict about the model: ask again, up to ``infra_retries``
@@ -503,9 +634,9 @@ class ReductionMachine:
 
 
 def _fingerprint_of(request_id: str) -> str:
-    """The candidate fingerprint of a check request id (``check:{fingerprint}:{attempt}``)."""
+    """The candidate fingerprint of a check request id (``check:{fingerprint}:[r{repeat}:]{attempt}``)."""
     parts = request_id.split(":")
-    return parts[1] if len(parts) == 3 and parts[0] == CheckRequest.kind else request_id
+    return parts[1] if len(parts) >= 3 and parts[0] == CheckRequest.kind else request_id
 
 
 def _infra_message(request: CheckRequest, verdict: Verdict, retries: int) -> str:

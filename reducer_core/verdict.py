@@ -49,6 +49,16 @@ _COMMAND_PREFIXES = ("exit=", "regex=")
 _OP_PRESENT_PREFIX = "op-present:"
 
 
+class Goal(enum.StrEnum):
+    """What a session looks for. ``failure``: the smallest subgraph that still fails the check
+    (``reduce``). ``pass``: the smallest set of nodes whose special treatment makes the check pass
+    (``precision``: the nodes kept in fp32); its candidates are node sets, not subgraphs, and a
+    candidate counts when its verdict is a clean pass."""
+
+    FAILURE = "failure"
+    PASS = "pass"
+
+
 class VerdictKind(enum.StrEnum):
     FAIL = "fail"
     PASS = "pass"

@@ -1,6 +1,7 @@
 """Refresh the web page's screenshots in docs/screenshots/ (shown in the README): the jobs list, a
-running job and a finished job's graph comparison. Runs the embedded service and headless Chromium
-from the browser tests' harness; nothing is fetched from outside.
+running job, the workers page, a finished job's graph comparison and an interactive job's
+question. Runs the embedded service and headless Chromium from the browser tests' harness;
+nothing is fetched from outside.
 
     make screenshots        (or: PYTHONPATH=. .venv/bin/python scripts/web_screenshots.py [OUT_DIR])
 """
@@ -77,6 +78,12 @@ def main(out: Path) -> None:
             browser.wait(lambda d: browser.text("job-eta") != "–", "an ETA")
             time.sleep(0.5)
             capture(browser, out / "running-job.png", "view-job", "chart-legend")
+
+            browser.driver.get(f"{service.url}/#/workers")
+            busy = '#workers-body [data-state="busy"]'
+            browser.wait(lambda d: d.find_elements("css selector", busy), "a busy worker")
+            browser.wait(lambda d: "iteration" in browser.text("workers-body"), "its check")
+            capture(browser, out / "workers.png", "view-workers")
             client.post(f"/v1/jobs/{running}/cancel")
 
             browser.driver.get(f"{service.url}/#/jobs/{finished}")
@@ -84,6 +91,13 @@ def main(out: Path) -> None:
             time.sleep(0.5)
             capture(browser, out / "graphs.png", "job-summary", "graphs-help")
             wait_job(client, running)
+
+            interactive = submit(client, example, "kind: interactive", "no-check-script.onnx")
+            client.post(f"/v1/jobs/{interactive}/verdict", json={"iteration": 1, "verdict": "fail"}).raise_for_status()
+            browser.driver.get(f"{service.url}/#/jobs/{interactive}")
+            browser.wait(lambda d: "iteration 2 " in browser.text("verdict-heading"), "the question")
+            time.sleep(0.3)
+            capture(browser, out / "interactive.png", "view-job", "verdict-panel")
 
 
 if __name__ == "__main__":

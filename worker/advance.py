@@ -20,19 +20,22 @@ from typing import Any
 
 from engine.session import ReductionSession
 from engine.workspace import Workspace
-from persistence.enums import ArtifactKind, EventKind, JobStatus
+from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
 from persistence.models import Iteration, Job, utcnow
+from persistence.reduction import store_results
 from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
 from persistence.repositories.units import NewUnit, UnitRepository
 from persistence.store import StoredBlob
 from reducer_core.candidate import Candidate
 from reducer_core.errors import CheckInfraError, OriginalDidNotFailError
+from reducer_core.localization import LayerwiseResult
 from reducer_core.records import IterationRecord, Localization
 from reducer_core.session import Answer, CheckRequest, LayerwiseRequest, Request, SilentListener
 from worker.context import RunnerContext
 from worker.endings import end_payload, ending_of, finish_locked
+from worker.farm_cache import FarmLink
+from worker.precision_job import precision_payload, store_precision_results
 from worker.prepared import PreparedJob
-from worker.results import store_results
 
 log = logging.getLogger("onnx_reducer.worker")
 
@@ -61,11 +64,10 @@ class Advanced:
 class _Collector(SilentListener):
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
-        self.records: list[IterationRecord] = []
+        self.records: list[IterationRecord] = []  # checked and cached alike, in order
 
     def on_record(self, record: IterationRecord) -> None:
-        if not record.cached:
-            self.records.append(record)
+        self.records.append(record)
 
     def on_localization(self, localization: Localization) -> None:
         log.info("job %s: localisation path=%s: %s", self.job_id, localization.path, localization.reason)
@@ -100,13 +102,17 @@ def advance(
     """One step of the job's session (``job`` row-locked by the caller's transaction)."""
     collector = _Collector(job.id)
     reduction = prepared.session(job.session_state, collector)
+    farm = FarmLink.open(ctx, session, job, reduction)  # seeds the session's cache (cached answers, no check)
     failure: Exception | None = None
-    if delivery is not None:
-        try:
+    try:
+        if delivery is not None:
             reduction.deliver(delivery.request, delivery.answer)
-        except (OriginalDidNotFailError, CheckInfraError) as exc:
-            failure = exc
-    seq = _record(session, job, reduction, collector.records, delivery)
+            _share(farm, delivery)
+        else:
+            reduction.next_requests(0)  # starts the flow: what the cache answers is recorded now
+    except (OriginalDidNotFailError, CheckInfraError) as exc:
+        failure = exc
+    seq = _record(session, job, reduction, collector.records, delivery, farm)
     JobRepository.progress(job, session_state=reduction.state(), checks_run=reduction.machine.checks_run)
     if failure is not None:
         status, code, message = ending_of(failure, ctx, job.id)
@@ -114,6 +120,14 @@ def advance(
     if reduction.done:
         return Advanced(_succeed(ctx, session, job, reduction, prepared.workspace, prepared), ended=True)
     return Advanced(seq, _queue_next(ctx, session, job, reduction))
+
+
+def _share(farm: FarmLink, delivery: Delivery) -> None:
+    """The verdict this worker's check gave, kept for later jobs of the farm."""
+    if isinstance(delivery.answer, LayerwiseResult):
+        farm.share_layerwise(delivery.answer)
+    elif isinstance(delivery.request, CheckRequest):
+        farm.share(delivery.request.candidate, delivery.answer)
 
 
 def _queue_next(ctx: RunnerContext, session: Any, job: Job, reduction: ReductionSession) -> int:
@@ -134,11 +148,21 @@ def _queue_next(ctx: RunnerContext, session: Any, job: Job, reduction: Reduction
 
 
 def _record(
-    session: Any, job: Job, reduction: ReductionSession, records: list[IterationRecord], delivery: Delivery | None
+    session: Any,
+    job: Job,
+    reduction: ReductionSession,
+    records: list[IterationRecord],
+    delivery: Delivery | None,
+    farm: FarmLink,
 ) -> int:
-    """The iteration rows and events of the verdicts just taken in (one per delivered check)."""
+    """The iteration rows and events of the verdicts just taken in (one per delivered check, one
+    per answer from the job's or the farm's cache)."""
     seq = 0
     for record in records:
+        if record.cached:
+            reduction.machine.issued += 1  # its own iteration number, after every one handed out
+            seq = farm.record_hit(record, reduction.machine.issued)
+            continue
         verdict = record.verdict
         row = Iteration(
             job_id=job.id,
@@ -188,16 +212,21 @@ def _succeed(
     ctx: RunnerContext, session: Any, job: Job, reduction: ReductionSession, workspace: Workspace, prepared: PreparedJob
 ) -> int:
     result = reduction.result
-    stored = store_results(ctx.layout.store, workspace, result, prepared.work_dir)
+    precision = prepared.task is JobTask.PRECISION
+    if precision:
+        stored = store_precision_results(ctx.layout.store, reduction, result, prepared.work_dir)
+    else:
+        stored = store_results(ctx.layout.store, workspace, result, prepared.work_dir)
     for kind, (blob, meta) in stored.items():
         ArtifactRepository(session).put(job.id, kind, kind.value, blob, meta)
     job.nodes_after = len(result.min_bad)
     job.best_size = len(result.min_bad)
-    job.cache_hits = result.cache_hits
     UnitRepository(session).cancel_active(job.id)
     JobRepository(session).finish(job, JobStatus.SUCCEEDED)
     labels = [workspace.index.label(n) for n in sorted(result.min_bad.nodes)][:50]
     payload = end_payload(job) | {"min_bad_nodes": labels}
+    if precision:
+        payload |= precision_payload(reduction, result)
     if result.localization is not None:
         payload["localization"] = result.localization.to_json()
     return EventRepository(session).append(job.id, EventKind.SUCCEEDED, payload).seq

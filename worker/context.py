@@ -44,6 +44,10 @@ class RunnerContext:
     queues: tuple[str, ...] = QUEUES  # the queues whose work this process takes
     capabilities: Capabilities | None = None  # what this worker offers (None: it takes any job)
     on_work: Callable[[str], None] = field(default=lambda job_id: None)  # the job whose work it takes now
+    # what this worker runs checks on (set by ``WorkerNode``); None: unknown, verdicts not shared
+    runtime: Capabilities | None = None
+    farm_verdict_cache: bool = True
+    share_verdicts_across_teams: bool = False
 
 
 def context_from_settings(settings: WorkerSettings, notify: Notifier = no_notify) -> RunnerContext:
@@ -60,4 +64,6 @@ def context_from_settings(settings: WorkerSettings, notify: Notifier = no_notify
         team_max_running_checks=settings.team_max_running_checks,
         team_shares=parse_shares(settings.team_shares),
         worker_seen_s=max(3 * settings.worker_heartbeat_s, 5.0),
+        farm_verdict_cache=settings.farm_verdict_cache,
+        share_verdicts_across_teams=settings.share_verdicts_across_teams,
     )

@@ -10,6 +10,7 @@ With ``jobs_in_child`` (what ``onnx-reducer serve`` uses) each ``run_job`` runs 
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import subprocess
@@ -79,8 +80,10 @@ class LocalRunner:
         self.ctx.db.dispose()
 
     def _run_in_child(self, job_id: str, ctx: RunnerContext) -> ClaimResult:
-        """``run_job`` in ``python -m worker.local_child`` (the settings on its stdin)."""
-        command = [sys.executable, "-m", "worker.local_child", job_id]
+        """``run_job`` in ``python -m worker.local_child`` (the settings on its stdin, this worker's
+        runtime as an argument: the child does not probe it again)."""
+        runtime = json.dumps(self.node.identity.capabilities.to_json())
+        command = [sys.executable, "-m", "worker.local_child", job_id, runtime]
         child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         slot = threading.current_thread().name
         self.children[slot] = child

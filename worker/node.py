@@ -54,6 +54,7 @@ class WorkerNode:
             capabilities=detect_capabilities(gpus),
         )
         ctx.capabilities = self.identity.capabilities
+        ctx.runtime = self.identity.capabilities  # the runtime its jobs' verdicts are shared under
         self.activity = Activity()
         self.handler = JobHandler(ctx, self.identity, self.activity)
         self.presence = WorkerPresence(

@@ -20,28 +20,18 @@ from typing import Any
 from checks.spec import CheckSpec, ModelCheck, parse_check_spec
 from engine.session import ReductionSession, SessionCheck
 from engine.workspace import ReduceOptions, Workspace, load_workspace
-from persistence.enums import ArtifactKind
+from persistence.enums import ArtifactKind, JobTask
 from persistence.models import Job
+from persistence.reduction import job_config
 from persistence.repositories import ArtifactRepository
 from persistence.store import ArtifactStore
 from reducer_core.session import SessionConfig, SessionListener
 from worker.checking import job_check
 from worker.context import RunnerContext
+from worker.precision_job import start_precision
 
 log = logging.getLogger("onnx_reducer.worker")
 KEEP_JOBS = 3
-
-
-def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
-    """A job's session options: the command line's defaults; min-good always wanted (it is stored)."""
-    return SessionConfig(
-        mode=mode,
-        reduce_inputs=bool(options.get("reduce_inputs", True)),
-        reduce_outputs=bool(options.get("reduce_outputs", True)),
-        pin_signature=bool(options.get("pin_signature", True)),
-        localize=True,
-        min_good=True,
-    )
 
 
 @dataclass(frozen=True)
@@ -53,6 +43,7 @@ class JobInput:
     config: SessionConfig
     model_path: str
     golden: tuple[str, str, str] | None  # (storage key, sha256, format)
+    task: JobTask = JobTask.REDUCE
 
     @classmethod
     def of(cls, session: Any, job: Job) -> JobInput:
@@ -63,6 +54,7 @@ class JobInput:
             config=job_config(job.mode, dict(job.options)),
             model_path=job.model_path,
             golden=(golden.storage_key, golden.sha256, str(golden.meta.get("format", "zip"))) if golden else None,
+            task=JobTask.of(job.options),
         )
 
 
@@ -83,9 +75,13 @@ class PreparedJob:
     check: ModelCheck
     session_check: SessionCheck
     work_dir: Path
+    task: JobTask = JobTask.REDUCE
 
     def session(self, state: dict[str, Any] | None, listener: SessionListener | None = None) -> ReductionSession:
-        """The job's session at the position ``state`` was saved in (replayed; no check runs)."""
+        """The job's session at the position ``state`` was saved in (replayed; no check runs); a
+        precision job's is a ``PrecisionSession`` (``worker/precision_job.py``)."""
+        if self.task is JobTask.PRECISION:
+            return start_precision(self.workspace, self.session_check, self.config.mode, state, listener)
         return ReductionSession.start(self.workspace, self.session_check, self.config, state, listener)
 
     def close(self) -> None:
@@ -109,7 +105,7 @@ def prepare(job: JobInput, ctx: RunnerContext) -> PreparedJob:
         workspace.close()
         raise
     return PreparedJob(
-        job.job_id, spec, job.config, workspace, check, SessionCheck(check, spec, golden, sha256), work_dir
+        job.job_id, spec, job.config, workspace, check, SessionCheck(check, spec, golden, sha256), work_dir, job.task
     )
 
 

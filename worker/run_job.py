@@ -28,12 +28,11 @@ from persistence.repositories.units import UnitRepository, Work
 from worker.context import RunnerContext
 from worker.endings import end_event, end_payload, finish_locked
 from worker.job_start import start_job
-from worker.prepared import job_config
 from worker.unit_run import UnitRun, UnitTicket, cleanup_if_ended
 
 log = logging.getLogger("onnx_reducer.worker")
 
-__all__ = ["job_config", "run_job"]
+__all__ = ["run_job"]
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,11 @@ class WorkerSettings(ServiceSettings):
     blob_sweep_interval_s: float = Field(default=3600.0, gt=0)
     # unset: JOB_TIME_LIMIT_S + 1 h (a running check's model is unreferenced until its verdict)
     blob_sweep_age_s: float | None = Field(default=None, ge=0)
+    # the farm verdict cache: a job answers the candidates another job of its team already checked
+    # (same model, check and runtime) without a check, and shares its own verdicts
+    farm_verdict_cache: bool = True
+    # ...and reads the verdicts of every team, not only its own (a verdict tells about a model)
+    share_verdicts_across_teams: bool = False
 
     @property
     def visibility_timeout_s(self) -> int:

@@ -1,5 +1,6 @@
 """``GET /v1/jobs/{id}/artifacts/{name}``: min-bad, min-good, original, golden (the golden values
-uploaded with the job) or iteration-N, as an attachment. Iteration models reference the job's
+uploaded with the job), mixed (a precision job's mixed-precision model) or iteration-N, as an
+attachment. Iteration models reference the job's
 weights; when they have any, the download is a tar of the model and those weight files (assembled
 on the fly, nothing copied in the store).
 
@@ -33,6 +34,7 @@ _KINDS = {
     "min-good": ArtifactKind.MIN_GOOD,
     "original": ArtifactKind.ORIGINAL,
     "golden": ArtifactKind.GOLDEN,
+    "mixed": ArtifactKind.MIXED,
 }
 _ENDED_EARLY = (JobStatus.CANCELLED.value, JobStatus.FAILED.value)
 

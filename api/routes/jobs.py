@@ -1,10 +1,10 @@
-"""Jobs: submit (202 + Location), list, show, iterations, cancel."""
+"""Jobs: submit (202 + Location), list, show, iterations, cancel, retry, an interactive job's verdict."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Annotated
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -16,15 +16,29 @@ from api.deps import ServicesDep, TeamDep
 from api.farm import WorkerView, load_workers, waiting_reason
 from api.intake import JobIntake
 from api.intake_pool import busy
+from api.interactive import answer, cancel_now, fail_to_start, iteration_link, start_interactive
 from api.problems import ProblemError, not_found
 from api.queue_info import with_dispatch
-from api.schemas import MAX_SEQ, IterationList, JobCreated, JobList, JobOut, iteration_from_row, job_from_row
+from api.schemas import (
+    MAX_SEQ,
+    AwaitingVerdict,
+    IterationList,
+    JobCreated,
+    JobList,
+    JobOut,
+    VerdictIn,
+    iteration_from_row,
+    job_from_row,
+    utc,
+)
 from api.services import Services
 from api.uploads import UploadAbortedError
-from persistence.enums import EventKind, JobStatus
+from persistence.contracts import QUEUE_INTERACTIVE
+from persistence.enums import EventKind, JobStatus, JobTask
 from persistence.models import Job
 from persistence.repositories import (
     RETRYABLE_ERRORS,
+    ArtifactRepository,
     CancelOutcome,
     EventRepository,
     IterationRepository,
@@ -44,7 +58,11 @@ _UPLOAD_DOC = {
                     "required": ["model", "check_spec"],
                     "properties": {
                         "model": {"type": "string", "format": "binary", "description": ".onnx, or .tar/.zip bundle"},
-                        "check_spec": {"type": "string", "description": "check spec as YAML or JSON text"},
+                        "check_spec": {
+                            "type": "string",
+                            "description": "check spec as YAML or JSON text; `kind: interactive`: a person gives "
+                            "every verdict (see awaiting_verdict and POST /v1/jobs/{id}/verdict)",
+                        },
                         "golden": {
                             "type": "string",
                             "format": "binary",
@@ -52,6 +70,14 @@ _UPLOAD_DOC = {
                             "boundary inputs of every candidate; required by kind 'golden'",
                         },
                         "mode": {"type": "string", "enum": ["auto", "bisect", "linear", "minimize"]},
+                        "task": {
+                            "type": "string",
+                            "enum": ["reduce", "precision"],
+                            "description": "reduce (default): the smallest failing subgraph; precision: the "
+                            "fewest nodes that must stay fp32 for the fp16 model to pass the check spec (its "
+                            "target runs onnxruntime in fp16); the answer is the job's keep_fp32 and its "
+                            "'mixed' artifact",
+                        },
                         "model_path": {"type": "string", "description": "the model inside a bundle"},
                         "reduce_inputs": {"type": "boolean"},
                         "reduce_outputs": {"type": "boolean"},
@@ -79,12 +105,26 @@ async def submit_job(
     except UploadAbortedError:
         log.info("client disconnected during an upload; nothing was stored")
         return JSONResponse({"status": 400}, status_code=400)  # nobody is left to read it
-    if intake.created:
+    if intake.created and intake.queue == QUEUE_INTERACTIVE:
+        await _start_interactive(services, intake.job_id)
+    elif intake.created:
         try:
             services.enqueue(intake.job_id, intake.queue)
         except Exception:
             log.exception("enqueue of %s failed; worker recovery will pick it up", intake.job_id)
     return _accepted(intake.job_id, intake.status, replayed=not intake.created)
+
+
+async def _start_interactive(services: Services, job_id: str) -> None:
+    """An interactive job's first check, prepared here (no worker runs it); a model that cannot be
+    prepared ends the job failed, saying why."""
+    try:
+        seqs = await anyio.to_thread.run_sync(start_interactive, services, job_id)
+    except Exception as exc:
+        log.exception("interactive job %s could not start", job_id)
+        seqs = await anyio.to_thread.run_sync(fail_to_start, services, job_id, exc)
+    for seq in seqs:
+        services.notify(job_id, seq)
 
 
 def _accepted(job_id: str, status: str, replayed: bool) -> JSONResponse:
@@ -108,7 +148,8 @@ def list_jobs(
     with services.db.session() as session:
         page = JobRepository(session).page(team.id, status, limit, after)
         workers = _workers_for(session, services, page.jobs)
-        items = [_job_out(session, job, workers) for job in page.jobs]
+        answers = _precision_answers(session, page.jobs)
+        items = [_job_out(session, job, workers, answers) for job in page.jobs]
     return JobList(items=items, next_cursor=encode_cursor(page.next_key) if page.next_key else None)
 
 
@@ -120,13 +161,46 @@ def load_job(services: Services, team_id: str, job_id: str) -> Job:
     return job
 
 
-def _job_out(session: Session, job: Job, workers: Sequence[WorkerView] | None = None) -> JobOut:
+def _job_out(
+    session: Session,
+    job: Job,
+    workers: Sequence[WorkerView] | None = None,
+    answers: Mapping[str, list[str]] | None = None,
+    flaky: dict[str, Any] | None = None,
+) -> JobOut:
     """``workers``: the farm, to say why a queued job waits (``_workers_for``). The mean check time
     comes from the job's own counters (every finished iteration adds its duration to
-    ``check_time_s`` and is numbered ``iterations_done``): no query per job."""
+    ``check_time_s`` and is numbered ``iterations_done``; ``cache_hits`` of them ran no check): no
+    query per job. ``answers``: the page's precision answers (``_precision_answers``), looked up
+    for this job alone when absent; a running interactive job's awaited check is one query."""
     reason = waiting_reason(job, workers) if workers is not None else None
-    mean = job.check_time_s / job.iterations_done if job.iterations_done else None
-    return job_from_row(job, mean, reason)
+    checked = job.iterations_done - job.cache_hits
+    mean = job.check_time_s / checked if checked > 0 else None
+    if answers is None:
+        answers = _precision_answers(session, [job])
+    return job_from_row(job, mean, reason, keep_fp32=answers.get(job.id), flaky=flaky, awaiting=_awaiting(session, job))
+
+
+def _precision_answers(session: Session, jobs: Sequence[Job]) -> dict[str, list[str]]:
+    """keep_fp32 of the succeeded precision jobs among ``jobs`` (one query, none without such jobs)."""
+    done = [
+        job.id
+        for job in jobs
+        if job.status == JobStatus.SUCCEEDED.value and JobTask.of(job.options) is JobTask.PRECISION
+    ]
+    return ArtifactRepository(session).keep_fp32(done) if done else {}
+
+
+def _awaiting(session: Session, job: Job) -> AwaitingVerdict | None:
+    if job.queue != QUEUE_INTERACTIVE or job.status != JobStatus.RUNNING.value:
+        return None
+    row = IterationRepository(session).pending_of(job.id)
+    if row is None:
+        return None
+    link = iteration_link(job.id, row.number)
+    return AwaitingVerdict(
+        iteration=row.number, phase=row.phase, nodes=row.node_count, artifact=link, asked_at=utc(row.created_at)
+    )
 
 
 def _workers_for(session: Session, services: Services, jobs: Sequence[Job]) -> Sequence[WorkerView] | None:
@@ -141,7 +215,8 @@ def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
         job = JobRepository(session).for_team(team_id, job_id)
         if job is None:
             raise not_found(f"Job '{job_id}'")
-        out = _job_out(session, job, _workers_for(session, services, [job]))
+        flaky = JobRepository(session).flakiness(job_id) if job.checks_run else None
+        out = _job_out(session, job, _workers_for(session, services, [job]), flaky=flaky)
         return with_dispatch(session, job, out, services.settings).model_dump_json().encode()
 
 
@@ -179,6 +254,8 @@ def cancel_job(job_id: str, services: ServicesDep, team: TeamDep, response: Resp
         outcome = jobs.request_cancel(job.id)
         if outcome is CancelOutcome.CANCELLED:
             seq = EventRepository(session).append(job.id, EventKind.CANCELLED, {"status": "cancelled"}).seq
+        elif outcome is CancelOutcome.REQUESTED and job.queue == QUEUE_INTERACTIVE:
+            seq = cancel_now(session, job)
         session.refresh(job)
         if outcome is CancelOutcome.ALREADY_ENDED and job.status != JobStatus.CANCELLED.value:
             raise ProblemError(409, "Job already finished", f"Job '{job_id}' has already {job.status}.")
@@ -200,6 +277,13 @@ def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
         job = jobs.for_team(team.id, job_id)
         if job is None:
             raise not_found(f"Job '{job_id}'")
+        if job.queue == QUEUE_INTERACTIVE:
+            raise ProblemError(
+                409,
+                "Job cannot be retried",
+                f"Job '{job_id}' is interactive: no worker runs it, so there is nothing to resume. Start a new job "
+                "with the same model (a failed answer step leaves its question open: answer it again instead).",
+            )
         if not jobs.retry(job.id):
             retryable = ", ".join(c.value for c in RETRYABLE_ERRORS)
             why = f"failed with error code {job.error_code}" if job.error_code else str(job.status)
@@ -219,3 +303,24 @@ def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
     except Exception:
         log.exception("enqueue of %s failed; worker recovery will pick it up", job_id)
     return out
+
+
+@router.post("/{job_id}/verdict", response_model=JobOut)
+async def post_verdict(job_id: str, body: VerdictIn, services: ServicesDep, team: TeamDep) -> Response:
+    """An interactive job's verdict on the iteration it awaits (``awaiting_verdict``): ``fail`` when
+    that iteration's model reproduces the failure, ``pass`` when it does not. The job then awaits
+    the next iteration, or ends. 409: the job is not interactive, has ended, or awaits another
+    iteration (a stale or repeated answer)."""
+    job = await anyio.to_thread.run_sync(load_job, services, team.id, job_id)
+    if job.queue != QUEUE_INTERACTIVE:
+        raise ProblemError(
+            409,
+            "Job not interactive",
+            f"Job '{job_id}' has an automatic check ({job.check_kind}); its verdicts come from its checks. "
+            "Only jobs started with the check spec 'kind: interactive' take verdicts.",
+        )
+    seqs = await anyio.to_thread.run_sync(answer, services, team.id, job_id, body.iteration, body.verdict)
+    for seq in seqs:
+        services.notify(job_id, seq)
+    body_json = await anyio.to_thread.run_sync(_job_json, services, team.id, job_id)
+    return Response(body_json, media_type="application/json")

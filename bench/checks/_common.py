@@ -6,7 +6,9 @@
 - ``finish(...)`` appends one JSON line to the file named by ``$BENCH_CHECK_LOG`` (one line per
   check run, identical for both reducers), prints ``BENCH-FAIL`` when the model fails and exits 1.
   The check's duration runs from the *process start* (read from /proc, so interpreter start-up
-  counts as check time for both tools) to the log write.
+  counts as check time for both tools) to the log write. With ``$BENCH_CHECK_SLEEP`` (seconds)
+  it first sleeps that long: a fixed check time standing in for an engine build
+  (``parallel_bench.py``).
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ def graph_edges(path: str) -> tuple[list[tuple[str, list[str], list[str]]], set[
 
 
 def finish(check: str, failed: bool, nodes: int, reason: str = "") -> None:
+    time.sleep(float(os.environ.get("BENCH_CHECK_SLEEP", "0")))  # parallel_bench.py: an engine build
     age = _process_age()
     duration = age if age is not None else time.monotonic() - _T0
     log = os.environ.get("BENCH_CHECK_LOG")

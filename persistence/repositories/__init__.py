@@ -2,10 +2,12 @@
 
 from persistence.repositories.artifacts import ArtifactRepository
 from persistence.repositories.events import EventRepository
-from persistence.repositories.iterations import IterationRepository
+from persistence.repositories.farm_verdicts import FarmVerdictRepository, SharedVerdict
+from persistence.repositories.iterations import CachedAnswer, IterationRepository
 from persistence.repositories.jobs import (
     RETRYABLE_ERRORS,
     CancelOutcome,
+    CheckTotals,
     ClaimResult,
     DispatchCandidate,
     JobPage,
@@ -19,14 +21,18 @@ from persistence.repositories.workers import WorkerRepository, WorkerStatus
 __all__ = [
     "RETRYABLE_ERRORS",
     "ArtifactRepository",
+    "CachedAnswer",
     "CancelOutcome",
+    "CheckTotals",
     "ClaimResult",
     "DispatchCandidate",
     "EventRepository",
+    "FarmVerdictRepository",
     "IterationRepository",
     "JobPage",
     "JobRepository",
     "QueueDepth",
+    "SharedVerdict",
     "TeamRepository",
     "WorkerRepository",
     "WorkerStatus",

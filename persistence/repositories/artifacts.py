@@ -38,6 +38,15 @@ class ArtifactRepository:
         query = select(Artifact).where(Artifact.job_id == job_id, Artifact.kind == kind.value).order_by(Artifact.name)
         return self.session.scalars(query).all()
 
+    def keep_fp32(self, job_ids: Collection[str]) -> dict[str, list[str]]:
+        """The nodes kept fp32 by each of ``job_ids`` that is a finished precision job (one query)."""
+        if not job_ids:
+            return {}
+        query = select(Artifact.job_id, Artifact.meta).where(
+            Artifact.job_id.in_(list(job_ids)), Artifact.kind == ArtifactKind.MIXED.value
+        )
+        return {job_id: list(meta.get("keep_fp32", [])) for job_id, meta in self.session.execute(query).all()}
+
     def references(self, storage_key: str) -> int:
         return self.session.scalar(select(func.count()).where(Artifact.storage_key == storage_key)) or 0
 

@@ -1,14 +1,30 @@
-"""Iterations: one row per check actually run, written *pending* before the check starts."""
+"""Iterations: one row per check run, written *pending* before the check starts, and one per
+verdict answered without a check (``cached``: from the job's own verdicts or the farm's)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from persistence.models import Iteration, utcnow
+from persistence.models import Iteration, Job, Team, utcnow
+
+
+@dataclass(frozen=True)
+class CachedAnswer:
+    """A verdict answered without a check; ``source``: ``job`` or ``farm``."""
+
+    phase: str
+    fingerprint: str
+    node_count: int
+    verdict: str
+    reproduces: bool
+    signature: str
+    detail: str
+    source: str
 
 
 class IterationRepository:
@@ -30,6 +46,37 @@ class IterationRepository:
         self.session.add(row)
         self.session.flush()
         return row
+
+    def add_cached(self, job_id: str, answer: CachedAnswer, number: int | None = None) -> Iteration:
+        """A finished row for a verdict answered from a cache (no check, no model, no time);
+        ``number``: its iteration number (default: after the last row)."""
+        if number is None:
+            number = (
+                self.session.scalar(select(func.max(Iteration.number)).where(Iteration.job_id == job_id)) or 0
+            ) + 1
+        row = Iteration(
+            job_id=job_id,
+            number=number,
+            phase=answer.phase,
+            fingerprint=answer.fingerprint,
+            node_count=answer.node_count,
+            pending=False,
+            verdict=answer.verdict,
+            reproduces=answer.reproduces,
+            signature=answer.signature,
+            detail=answer.detail,
+            duration_s=0.0,
+            cached=answer.source,
+            finished_at=utcnow(),
+        )
+        self.session.add(row)
+        self.session.flush()
+        return row
+
+    def fingerprints(self, job_id: str) -> set[str]:
+        """The candidates the job has a finished row for."""
+        query = select(Iteration.fingerprint).where(Iteration.job_id == job_id, Iteration.pending.is_(False))
+        return set(self.session.scalars(query).all())
 
     def get(self, iteration_id: int) -> Iteration:
         row = self.session.get(Iteration, iteration_id)
@@ -80,6 +127,14 @@ class IterationRepository:
         """The check running now (its row is pending), if any."""
         return self.session.scalar(select(Iteration).where(Iteration.job_id == job_id, Iteration.pending.is_(True)))
 
-    def finished_since(self, moment: datetime) -> int:
-        """Checks finished after ``moment``, over all jobs."""
-        return self.session.scalar(select(func.count()).where(Iteration.finished_at > moment)) or 0
+    def finished_since(self, moment: datetime) -> dict[str, int]:
+        """Checks (not cached answers) finished after ``moment``, per team name."""
+        query = (
+            select(Team.name, func.count())
+            .select_from(Iteration)
+            .join(Job, Job.id == Iteration.job_id)
+            .join(Team, Team.id == Job.team_id)
+            .where(Iteration.finished_at > moment, Iteration.cached.is_(None))
+            .group_by(Team.name)
+        )
+        return {str(team): int(n) for team, n in self.session.execute(query).all()}

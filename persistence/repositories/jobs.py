@@ -51,6 +51,17 @@ class QueueDepth:
 
 
 @dataclass(frozen=True)
+class CheckTotals:
+    """A team's checks run and cache hits over all its jobs (``farm_hits``: those of ``cache_hits``
+    answered from the farm's verdicts)."""
+
+    team: str
+    checks: int
+    cache_hits: int
+    farm_hits: int
+
+
+@dataclass(frozen=True)
 class JobPage:
     jobs: Sequence[Job]
     next_key: tuple[datetime, str] | None
@@ -73,6 +84,12 @@ class JobRepository:
         worker's bulky session state is loaded only if it is read."""
         query = select(Job).where(Job.id == job_id, Job.team_id == team_id).options(*_LIGHT)
         return self.session.scalar(query)
+
+    def flakiness(self, job_id: str) -> dict[str, Any] | None:
+        """The ``flaky`` entry of the job's session state (``reducer_core.flakiness``: the check's
+        estimated failure rate and the evidence), read alone: the whole state is bulky."""
+        value = self.session.scalar(select(Job.session_state["flaky"]).where(Job.id == job_id))
+        return value if isinstance(value, dict) else None
 
     def by_idempotency_key(self, team_id: str, key: str) -> Job | None:
         return self.session.scalar(select(Job).where(Job.team_id == team_id, Job.idempotency_key == key))
@@ -312,12 +329,16 @@ class JobRepository:
         )
         return [QueueDepth(str(team), str(queue), int(n)) for team, queue, n in self.session.execute(query).all()]
 
-    def check_totals(self) -> tuple[int, int]:
-        """Checks run and verdicts answered from the cache, over all jobs."""
-        row = self.session.execute(
-            select(func.coalesce(func.sum(Job.checks_run), 0), func.coalesce(func.sum(Job.cache_hits), 0))
-        ).one()
-        return int(row[0]), int(row[1])
+    def check_totals(self) -> list[CheckTotals]:
+        """Checks run and verdicts answered from a cache (all, and the farm's) per team."""
+        query = (
+            select(Team.name, func.sum(Job.checks_run), func.sum(Job.cache_hits), func.sum(Job.farm_hits))
+            .select_from(Job)
+            .join(Team, Team.id == Job.team_id)
+            .group_by(Team.name)
+        )
+        rows = self.session.execute(query).all()
+        return [CheckTotals(str(team), int(c or 0), int(h or 0), int(f or 0)) for team, c, h, f in rows]
 
     def counts_by_status(self) -> dict[str, int]:
         rows = self.session.execute(select(Job.status, func.count()).group_by(Job.status)).all()
@@ -375,6 +396,7 @@ __all__ = [
     "RETRYABLE_ERRORS",
     "TERMINAL_STATUSES",
     "CancelOutcome",
+    "CheckTotals",
     "ClaimResult",
     "DispatchCandidate",
     "JobPage",

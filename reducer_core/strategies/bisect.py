@@ -93,7 +93,8 @@ def components(space: SearchSpace, nodes: frozenset[int]) -> list[frozenset[int]
 
 def prune_branches(space: SearchSpace, current: Candidate) -> Phase:
     """Keep one connected component when it fails alone; then, on small results, remove sources
-    and sinks one at a time while the failure persists."""
+    and sinks one at a time while the failure persists (any node, in a space of node sets that
+    are not subgraphs: no node holds others together there)."""
     parts = components(space, current.nodes)
     if len(parts) > 1:
         for part in parts:
@@ -105,7 +106,7 @@ def prune_branches(space: SearchSpace, current: Candidate) -> Phase:
     while progressed:
         progressed = False
         nodes = current.nodes
-        edges = [n for n in space.order(nodes) if not (space.index.preds[n] & nodes)]
+        edges = [n for n in space.order(nodes) if not (space.index.preds[n] & nodes) or not space.subgraphs]
         edges += [n for n in reversed(space.order(nodes)) if not (space.index.succs[n] & nodes)]
         for node in dict.fromkeys(edges):
             candidate = space.candidate(nodes - {node}, current.primary)

@@ -11,12 +11,15 @@ from reducer_core.graph import GraphIndex
 @dataclass(frozen=True)
 class SearchSpace:
     """``reduce_inputs=False`` keeps candidates closed upwards (their inputs stay the model's
-    inputs); ``reduce_outputs=False`` keeps them closed downwards (outputs stay model outputs)."""
+    inputs); ``reduce_outputs=False`` keeps them closed downwards (outputs stay model outputs).
+    ``subgraphs=False``: candidates are node sets that are not models of their own (the nodes
+    kept in fp32 of a mixed-precision model), so removing a node never takes its producers along."""
 
     index: GraphIndex
     start: frozenset[int]
     reduce_inputs: bool = True
     reduce_outputs: bool = True
+    subgraphs: bool = True
 
     def normalize(self, nodes: frozenset[int]) -> frozenset[int]:
         """Shrink ``nodes`` until it honours the constraints (removal only, never adds)."""
@@ -51,7 +54,10 @@ class SearchSpace:
 
     def dead_after_removing(self, nodes: frozenset[int], removed: frozenset[int]) -> frozenset[int]:
         """``removed`` plus the nodes that become dead: all their readers in the set were removed.
-        A worklist over the producers of what was removed: linear in the edges it touches."""
+        A worklist over the producers of what was removed: linear in the edges it touches. Without
+        ``subgraphs`` nothing becomes dead: ``removed`` itself."""
+        if not self.subgraphs:
+            return removed & nodes
         gone = set(removed)
         waiting = [p for r in removed for p in self.index.preds[r]]
         while waiting:

@@ -144,6 +144,8 @@ class _Search:
             branch = heapq.heappop(self.heap)
             if self.chosen and not self._worth(branch):
                 return
+            if branch.probability < LIKELY and self.gambles <= 0:
+                return  # nothing left can be taken: every branch left is a gamble, and none are allowed
             self._expand(branch)
 
     def _worth(self, branch: _Branch) -> bool:

@@ -20,9 +20,9 @@ from persistence.enums import ErrorCode
 from reducer_cli import args as cli_args
 from reducer_cli import client_exit
 from reducer_cli.client_cmd import InputError, job_id_of
-from reducer_cli.client_output import UploadBar, event_line
+from reducer_cli.client_output import UploadBar, event_line, job_lines
 from reducer_cli.main import run
-from reducer_client import Event, FileSource, ModelBundleError, Problem, RetryPolicy, TarSource, model_source
+from reducer_client import Event, FileSource, Job, ModelBundleError, Problem, RetryPolicy, TarSource, model_source
 from reducer_client.retry import retry_after_seconds
 from reducer_client.sse import SseParser
 from reducer_client.upload import MultipartBody
@@ -271,8 +271,16 @@ def test_iteration_events_print_one_line_each() -> None:
     )
     line = event_line(event)
     assert line is not None and line.startswith("[I] iteration    3 | bisect")
-    assert "candidate      2 nodes | FAIL (reproduces)" in line
+    assert "candidate      2 nodes | FAIL (reproduces)" in line and "| check    0.25s" in line
     assert event_line(Event(8, "job.succeeded", {})) is None
+
+
+def test_an_iteration_answered_from_a_cache_says_which_instead_of_a_check_time() -> None:
+    data = {"number": 4, "phase": "bisect", "nodes": 2, "verdict": "pass", "reproduces": False, "duration_s": 0.0}
+    line = event_line(Event(9, "iteration", data | {"cached": "farm"}))
+    assert line is not None and "| cached (farm)  | best" in line and "check" not in line
+    job_line = event_line(Event(10, "iteration", data | {"cached": "job"}))
+    assert job_line is not None and "| cached (job)   | best" in job_line
 
 
 def test_wait_options_without_wait_are_bad_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -283,3 +291,18 @@ def test_wait_options_without_wait_are_bad_usage(tmp_path: Path, capsys: pytest.
     assert run(["submit", str(model), "--check-spec", str(spec), "-o", "out", "--server", server]) == 2
     assert run(["submit", str(model), "--check-spec", str(tmp_path / "missing.yaml"), "--server", server]) == 2
     assert "go with --wait" in capsys.readouterr().err
+
+
+def test_a_flaky_jobs_status_says_so_in_the_clients_lines() -> None:
+    body = {
+        "id": "j1",
+        "status": "succeeded",
+        "progress": {"checks_run": 30},
+        "flaky": {"status": "flaky", "fails_percent": 69, "rechecks": 12, "evidence": []},
+    }
+    job = Job.from_json(body)
+    assert job.flaky is not None and job.flaky["fails_percent"] == 69
+    assert "flaky: fails ~69 % of runs (12 re-checks)" in job_lines(job)
+    repeatable = Job.from_json(body | {"flaky": {"status": "repeatable", "fails_percent": None}})
+    assert not any(line.startswith("flaky:") for line in job_lines(repeatable))
+    assert Job.from_json(body | {"flaky": None}).flaky is None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -10,7 +9,6 @@ import signal
 import socket
 import subprocess
 import tarfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -169,68 +167,3 @@ def submit(
     client: httpx.Client, model: bytes, spec: str = OP_PRESENT_MUL, filename: str = "model.onnx", **fields: str
 ) -> httpx.Response:
     return client.post("/v1/jobs", files={"model": (filename, model)}, data={"check_spec": spec, **fields})
-
-
-class TcpProxy:
-    """A TCP forwarder from a local port to ``target``, stopped and started by a test to play a
-    database outage: stopping closes the listener and every open connection (the port refuses)."""
-
-    def __init__(self, target_host: str, target_port: int) -> None:
-        self.target = (target_host, target_port)
-        self.port = free_port()
-        self._listener: socket.socket | None = None
-        self._connections: list[socket.socket] = []
-        self._lock = threading.Lock()
-
-    @property
-    def url_host(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def stop(self) -> None:
-        with self._lock:
-            listener, self._listener = self._listener, None
-            connections, self._connections = self._connections, []
-        if listener is not None:
-            with contextlib.suppress(OSError):
-                listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
-            listener.close()
-        for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-            conn.close()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._connections += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                sink.shutdown(socket.SHUT_WR)

@@ -45,6 +45,8 @@ def test_embedded_serve_reduces_the_reference_example(tmp_path: Path) -> None:
             job = wait_job(client, job_id)
             events = list(read_sse(client, f"/v1/jobs/{job_id}/events"))
             min_bad = client.get(f"/v1/jobs/{job_id}/artifacts/min-bad").content
+            again = wait_job(client, submit(client, model).json()["id"])  # the farm cache knows every verdict
+            again_events = list(read_sse(client, f"/v1/jobs/{again['id']}/events"))
     finally:
         server.stop()
     assert job["status"] == "succeeded", job
@@ -52,8 +54,13 @@ def test_embedded_serve_reduces_the_reference_example(tmp_path: Path) -> None:
     assert (tmp_path / "data" / "onnx-reducer.db").is_file()
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     assert [e.data["number"] for e in events if e.kind == "iteration"] == list(
-        range(1, job["progress"]["checks_run"] + 1)
+        range(1, job["progress"]["checks_run"] + job["progress"]["cache_hits"] + 1)
     )
+    assert again["status"] == "succeeded" and again["progress"]["checks_run"] == 0
+    assert again["nodes_after"] == job["nodes_after"]
+    answered = [e.data for e in again_events if e.kind == "iteration"]
+    assert len(answered) == job["progress"]["checks_run"] + job["progress"]["cache_hits"]
+    assert {data["cached"] for data in answered} <= {"farm", "job"} and answered[0]["cached"] == "farm"
     assert [n.op_type for n in onnx.load_from_string(min_bad).graph.node] == ["Mul"]
     assert min_bad == cli_min_bad(tmp_path, model)
 

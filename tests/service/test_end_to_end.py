@@ -66,7 +66,8 @@ def test_celery_worker_reduces_the_reference_example(
     streamed = [e.data for e in events if e.kind == "iteration"]
     assert [d["number"] for d in streamed] == [it["number"] for it in iterations] == list(range(1, len(iterations) + 1))
     assert [d["fingerprint"] for d in streamed] == [it["fingerprint"] for it in iterations]
-    assert job["progress"]["checks_run"] == len(iterations)
+    assert job["progress"]["checks_run"] == len([it for it in iterations if it["cached"] is None])
+    assert job["progress"]["cache_hits"] == len([it for it in iterations if it["cached"] == "job"])
 
     assert min_bad.status_code == 200
     assert min_bad.headers["content-disposition"].startswith("attachment;")

@@ -90,9 +90,9 @@ def test_workers_are_listed_team_neutrally_with_farm_metrics_and_go_offline_when
         assert done["status"] == "succeeded" and done["waiting_reason"] is None
         text = httpx.get(command_api_url + "/metrics").text
         assert (
-            metric(text, "onnx_reducer_checks_total") == done["progress"]["checks_run"]
+            metric(text, "onnx_reducer_checks_total", team="team-b") == done["progress"]["checks_run"]
         )  # the cancelled one ended unjudged
-        assert (metric(text, "onnx_reducer_checks_per_second") or 0) > 0
+        assert (metric(text, "onnx_reducer_checks_per_second", team="team-b") or 0) > 0
         assert metric(text, "onnx_reducer_queue_depth", team="team-b", queue="cpu") is None
         assert (metric(text, "onnx_reducer_worker_busy_seconds_total", worker=name) or 0) > 0
         assert 0 < (metric(text, "onnx_reducer_worker_utilisation", worker=name) or 0) <= 1

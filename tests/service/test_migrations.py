@@ -18,15 +18,9 @@ from persistence.models import Base
 from tests.service.commands import MIGRATE_COMMAND
 
 TABLES = {
-    "alembic_version",
-    "teams",
-    "api_tokens",
-    "jobs",
-    "iterations",
-    "events",
-    "artifacts",
-    "workers",
+    *("alembic_version", "teams", "api_tokens", "jobs", "iterations", "events", "artifacts", "workers"),
     "check_units",
+    "farm_verdicts",
 }
 
 

@@ -20,7 +20,8 @@ from api.app import create_app
 from api.settings import ApiSettings
 from examples.build_example_model import build_example_model
 from tests.service.conftest import BIN, client_for
-from tests.service.helpers import TcpProxy, free_port, read_sse, start, submit, wait_http
+from tests.service.helpers import free_port, read_sse, start, submit, wait_http
+from tests.service.tcp_proxy import TcpProxy
 
 EXAMPLE = build_example_model().SerializeToString()
 
@@ -44,7 +45,8 @@ def proxy(db_url: str) -> Iterator[tuple[TcpProxy, str]]:
     parts = urlsplit(db_url)
     proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
     proxy.start()
-    netloc = f"{parts.username}@{proxy.url_host}" if parts.username else proxy.url_host
+    host = f"127.0.0.1:{proxy.port}"
+    netloc = f"{parts.username}@{host}" if parts.username else host
     yield proxy, urlunsplit(parts._replace(netloc=netloc))
     proxy.stop()
 

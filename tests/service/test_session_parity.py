@@ -26,16 +26,18 @@ MODEL = overflow_model().SerializeToString()
 
 
 def _cli(folder: Path, golden: bool) -> dict[str, Any]:
-    """The command line's run: the checks it ran (its summary also lists the candidates the
-    verdict cache answered; the service stores no row for those), min-bad and min-good bytes."""
+    """The command line's run: every verdict in order (checked, or answered by the verdict cache),
+    the checks it ran, min-bad and min-good bytes."""
     command = [*CLI, "reduce", "model.onnx", "-o", "min_bad.onnx", "--min-good", "min_good.onnx"]
     command += ["--check-spec", "spec.yaml", "--summary-json", "summary.json", "-q"]
     command += ["--golden", "model.golden"] if golden else []
     subprocess.run(command, cwd=folder, check=True, capture_output=True, timeout=300)
     summary = json.loads((folder / "summary.json").read_text())
     return {
+        "verdicts": [(it["phase"], it["fingerprint"], bool(it["cached"])) for it in summary["iterations"]],
         "checks": [(it["phase"], it["fingerprint"]) for it in summary["iterations"] if not it["cached"]],
         "checks_run": summary["checks_run"],
+        "cache_hits": summary["cache_hits"],
         "localization": summary["localization"]["path"],
         "min_bad": (folder / "min_bad.onnx").read_bytes(),
         "min_good": (folder / "min_good.onnx").read_bytes(),
@@ -48,8 +50,10 @@ def _service(client: Any, job_id: str) -> dict[str, Any]:
     iterations = client.get(f"/v1/jobs/{job_id}/iterations", params={"limit": 1000}).json()["items"]
     end = [e for e in read_sse(client, f"/v1/jobs/{job_id}/events") if e.kind == "job.succeeded"]
     return {
-        "checks": [(it["phase"], it["fingerprint"]) for it in iterations],
+        "verdicts": [(it["phase"], it["fingerprint"], it["cached"] is not None) for it in iterations],
+        "checks": [(it["phase"], it["fingerprint"]) for it in iterations if it["cached"] is None],
         "checks_run": job["progress"]["checks_run"],
+        "cache_hits": job["progress"]["cache_hits"],
         "localization": end[0].data["localization"]["path"],
         "min_bad": client.get(f"/v1/jobs/{job_id}/artifacts/min-bad").content,
         "min_good": client.get(f"/v1/jobs/{job_id}/artifacts/min-good").content,

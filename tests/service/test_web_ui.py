@@ -30,6 +30,7 @@ from selenium.webdriver.support.ui import Select
 
 from api.graph_view import describe_graph
 from examples.build_example_model import build_example_model
+from tests.precision_models import COMPARE_FP16, one_node_overflows
 from tests.service.conftest import client_for
 from tests.service.helpers import chain_model, wait_job
 from tests.service.web_harness import (
@@ -545,3 +546,24 @@ def test_the_golden_values_file_is_uploaded_with_the_job(service: Service, brows
         golden = client.get(f"/v1/jobs/{job_id}/artifacts/golden")
     assert golden.status_code == 200, golden.text
     assert golden.content == (tmp_path / "example.golden").read_bytes()
+
+
+def test_a_precision_job_from_the_form_shows_the_nodes_to_keep_in_fp32(service: Service, browser: Browser) -> None:
+    """The "Task" select sends `task: precision`; the job page names the nodes that must stay fp32 and
+    offers the mixed-precision model instead of min-bad / min-good."""
+    browser.console()  # drained: what earlier pages logged (the offline /redoc's blocked CDN logo) is theirs
+    browser.open(service.url + "/#/new")
+    browser.sign_in(service.token)
+    browser.drop_file("drop-zone", "overflow.onnx", one_node_overflows().SerializeToString())
+    Select(browser.find("task")).select_by_value("precision")
+    _use_yaml(browser, COMPARE_FP16.strip())
+    browser.find("submit-job").click()
+    job_id = _job_id(browser)
+    _wait_status(browser, "succeeded")
+    browser.wait(lambda d: browser.text("job-keep-fp32") == "scale_up", "the nodes kept in fp32")
+    assert browser.find("download-mixed").is_displayed()
+    assert not browser.find("download-min-bad").is_displayed()
+    with client_for(service.url, service.token) as client:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+    assert job["task"] == "precision" and job["keep_fp32"] == ["scale_up"]
+    assert not _severe(browser)

@@ -19,6 +19,8 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 DYNAMIC = {
     "status": ["queued", "running", "succeeded", "failed", "cancelled"],
     "verdict": ["fail", "pass", "timeout", "crash", "infra-error", "pending"],
+    "iter.cached": ["farm", "job"],
+    "workers.state": ["idle", "busy", "offline"],
 }
 # Keys chosen by a variable in a script (not as a literal t("...") argument).
 CHOSEN = {

@@ -1,6 +1,6 @@
 // onnx-reducer web page: plain ES modules, no build step, no framework, nothing loaded from
 // elsewhere. It talks only to the public /v1 API with the team token (`Authorization: Bearer`).
-// Views: #/jobs (the list), #/new (start a job), #/jobs/ID (one job, live).
+// Views: #/jobs (the list), #/new (start a job), #/jobs/ID (one job, live), #/workers (the farm).
 
 import { ApiError, forgetToken, getToken, getJson, storeToken } from "./api.js";
 import { detectLanguage, setLanguage, setRich, t } from "./i18n.js";
@@ -8,6 +8,7 @@ import { bindJob, closeJob, openJob, rerenderJob } from "./job.js";
 import { bindJobs, closeJobs, openJobs, rerenderJobs } from "./jobs.js";
 import { bindNew, openNew } from "./newjob.js";
 import { $, clearError, session } from "./ui.js";
+import { closeWorkers, openWorkers, rerenderWorkers } from "./workers.js";
 
 const JOB_ROUTE = /^#\/jobs\/([A-Za-z0-9_-]{1,100})$/;
 
@@ -80,11 +81,11 @@ function bindSignIn() {
 
 // -- routing -------------------------------------------------------------------------------------
 
-const views = { jobs: "view-jobs", new: "view-new", job: "view-job" };
+const views = { jobs: "view-jobs", new: "view-new", job: "view-job", workers: "view-workers" };
 
 function show(name) {
   for (const [key, id] of Object.entries(views)) $(id).hidden = key !== name;
-  for (const [key, link] of [["new", $("nav-new")], ["jobs", $("nav-jobs")]]) {
+  for (const [key, link] of [["new", $("nav-new")], ["jobs", $("nav-jobs")], ["workers", $("nav-workers")]]) {
     if (key === name) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
@@ -93,9 +94,14 @@ function show(name) {
 function route() {
   closeJob();
   closeJobs();
+  closeWorkers();
   const hash = location.hash || "#/jobs";
   const match = hash.match(JOB_ROUTE);
-  if (hash === "#/new") {
+  if (hash === "#/workers") {
+    show("workers");
+    document.title = `${t("workers.heading")} · onnx-reducer`;
+    openWorkers();
+  } else if (hash === "#/new") {
     show("new");
     document.title = `${t("new.heading")} · onnx-reducer`;
     openNew();
@@ -116,6 +122,7 @@ async function changeLanguage(lang) {
   renderSession();
   const hash = location.hash || "#/jobs";
   if (JOB_ROUTE.test(hash)) rerenderJob();
+  else if (hash === "#/workers") rerenderWorkers();
   else if (hash === "#/new") openNew();
   else rerenderJobs();
 }

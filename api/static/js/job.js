@@ -1,6 +1,7 @@
 // One job: its facts, the live chart and iteration table (from the event stream, which replays the
-// job's history first), cancel with a confirmation, downloads, and when it ends the min-bad and
-// min-good graphs side by side with a summary in plain words.
+// job's history first), the checks in flight, cancel with a confirmation, downloads, and when it
+// ends the min-bad and min-good graphs side by side with a summary in plain words. An interactive
+// job (check spec `kind: interactive`) asks here for a verdict on each iteration's model.
 
 import { ApiError, NoTokenError, api, getJson, saveResponse } from "./api.js";
 import { drawChart, drawLegend } from "./chart.js";
@@ -39,6 +40,9 @@ export function openJob(id) {
     graphsLoaded: false,
     graphs: null,
     clock: null,
+    awaiting: null, // the iteration an interactive job asks about: {iteration, phase, nodes, artifact}
+    answering: false,
+    flights: new Map(), // checks started (check_started events) and not yet finished, by iteration
   };
   current = state;
   document.title = `${t("job.heading")} ${id} · onnx-reducer`;
@@ -49,6 +53,8 @@ export function openJob(id) {
   $("graphs").hidden = true;
   $("job-summary").hidden = true;
   $("stream-state").textContent = "";
+  $("verdict-panel").hidden = true;
+  $("verdict-state").textContent = "";
   drawLegend($("chart-legend"));
   drawChart($("chart"), [], null);
   const hint = signInHint();
@@ -95,6 +101,8 @@ async function refresh(state) {
     const job = await getJson(jobPath(state), { signal: state.controller.signal });
     if (current !== state) return false;
     state.job = job;
+    state.awaiting = job.awaiting_verdict || null;
+    state.flights.clear();
     if (TERMINAL.has(job.status)) state.ended = true;
     render(state);
     return true;
@@ -136,10 +144,80 @@ export function rerenderJob() {
   if (current.graphs) showGraphs(current, current.graphs);
 }
 
-function inFlight(job) {
-  const progress = job.progress || {};
-  const value = progress.in_flight ?? progress.checks_in_flight ?? job.in_flight ?? job.checks_in_flight;
-  return typeof value === "number" ? value : Array.isArray(value) ? value.length : 0;
+/** The checks running now: the job's `checks_in_flight` (when the server reports them), those
+ * started since (check_started events), and the check an interactive job awaits a verdict for. */
+function flights(state) {
+  const job = state.job;
+  const listed = Array.isArray(job.checks_in_flight) ? job.checks_in_flight : [];
+  const byNumber = new Map(listed.map((f) => [f.iteration, f]));
+  for (const [number, flight] of state.flights) byNumber.set(number, flight);
+  if (state.awaiting && !TERMINAL.has(job.status)) {
+    byNumber.set(state.awaiting.iteration, { ...state.awaiting, worker: null, you: true, started_at: state.awaiting.asked_at });
+  }
+  for (const number of state.rows.keys()) byNumber.delete(number);
+  return [...byNumber.values()].sort((a, b) => a.iteration - b.iteration);
+}
+
+function inFlight(state) {
+  const count = flights(state).length;
+  const value = state.job.progress?.in_flight;
+  return typeof value === "number" ? Math.max(value, count) : count;
+}
+
+function renderFlights(state) {
+  const list = TERMINAL.has(state.job.status) ? [] : flights(state);
+  const items = list.map((flight) => {
+    const item = document.createElement("li");
+    item.dataset.iteration = String(flight.iteration);
+    const worker = flight.you ? t("flight.you") : flight.worker || t("flight.unknown");
+    let text = t("flight.item", { number: flight.iteration, phase: flight.phase, nodes: flight.nodes, worker });
+    const since = secondsBetween(flight.started_at, null);
+    if (since !== null) text += ` · ${t("flight.since", { time: formatSeconds(since) })}`;
+    item.textContent = text;
+    return item;
+  });
+  $("job-flight-list").replaceChildren(...items);
+  $("job-flight-label").textContent = t("flight.label", { n: list.length });
+  $("job-flight").hidden = list.length === 0;
+  $("job-flight-label").hidden = list.length === 0;
+}
+
+function renderVerdict(state) {
+  const awaiting = state.job.status === "running" ? state.awaiting : null;
+  $("verdict-panel").hidden = !awaiting;
+  if (!awaiting) return;
+  setRich($("verdict-heading"), t("answer.heading", { number: awaiting.iteration, nodes: awaiting.nodes }));
+  for (const id of ["verdict-fail", "verdict-pass", "verdict-download"]) $(id).disabled = state.answering;
+}
+
+async function answer(verdict) {
+  const state = current;
+  if (!state || !state.awaiting || state.answering) return;
+  const number = state.awaiting.iteration;
+  state.answering = true;
+  renderVerdict(state);
+  $("verdict-state").textContent = t("answer.sending");
+  clearError();
+  try {
+    const body = JSON.stringify({ iteration: number, verdict });
+    const job = await getJson(jobPath(state, "/verdict"), {
+      method: "POST", headers: { "Content-Type": "application/json" }, body,
+    });
+    if (current !== state) return;
+    const label = t(verdict === "fail" ? "answer.fail" : "answer.pass");
+    $("verdict-state").textContent = t("answer.answered", { number, verdict: label });
+    state.job = job;
+    state.awaiting = job.awaiting_verdict || null;
+    if (TERMINAL.has(job.status)) state.ended = true;
+    state.answering = false;
+    render(state);
+    if (state.awaiting) $("verdict-heading").focus();
+  } catch (err) {
+    state.answering = false;
+    $("verdict-state").textContent = "";
+    showError(err);
+    if (current === state) refresh(state);
+  }
 }
 
 function localization(job) {
@@ -163,7 +241,8 @@ function flakiness(job) {
 function bestSoFar(state) {
   let best = null;
   for (const { data } of state.rows.values()) {
-    if (data.reproduces && (!best || data.nodes < best.nodes)) best = data;
+    // a cached answer has no model of its own: the best so far is a checked one (as the server's)
+    if (data.reproduces && !data.cached && (!best || data.nodes < best.nodes)) best = data;
   }
   return best;
 }
@@ -186,9 +265,7 @@ function render(state) {
   fact("job-nodes-before", job.nodes_before ?? "–");
   fact("job-nodes-after", job.nodes_after ?? "–");
   fact("job-best", job.progress.best_size ?? "–");
-  const flying = inFlight(job);
-  const checks = job.progress.checks_run;
-  fact("job-checks", flying ? t("job.checks_in_flight", { n: checks, k: flying }) : String(checks));
+  fact("job-checks", flyingChecks(state));
   fact("job-per-check", formatSeconds(job.progress.mean_check_s));
   fact("job-eta", job.status === "running" ? formatSeconds(job.progress.eta_s) : "–");
   fact("job-started", formatDate(job.started_at));
@@ -196,14 +273,18 @@ function render(state) {
   optionalFact("job-waiting", job.status === "queued" ? job.waiting_reason || "" : "");
   optionalFact("job-localization", localization(job));
   optionalFact("job-flaky", flakiness(job));
+  optionalFact("job-keep-fp32", keptFp32(job));
   if (job.error) {
     fact("job-error", `${job.error.code}${job.error.message ? `: ${job.error.message}` : ""}`);
     $("job-error").hidden = false;
   } else {
     $("job-error").hidden = true;
   }
+  renderFlights(state);
+  renderVerdict(state);
   renderButtons(state);
   renderSummary(state);
+  if (isPrecision(job)) return; // no min-bad / min-good graphs: the answer is a node list
   if (job.status === "succeeded" && !state.graphsLoaded) loadGraphs(state, true);
   if ((job.status === "cancelled" || job.status === "failed") && !state.graphsLoaded && bestSoFar(state)) {
     loadGraphs(state, false);
@@ -215,8 +296,23 @@ function renderClock(state) {
   fact("job-duration", formatSeconds(secondsBetween(state.job.started_at, state.job.finished_at)));
 }
 
+/** A precision job finds the nodes that must stay fp32; its model is the "mixed" artifact. */
+function isPrecision(job) {
+  return job.task === "precision";
+}
+
+function keptFp32(job) {
+  if (!isPrecision(job) || job.status !== "succeeded" || !job.keep_fp32) return "";
+  return job.keep_fp32.length ? job.keep_fp32.join(", ") : t("job.keep_fp32.none");
+}
+
 function renderButtons(state) {
   const status = state.job.status;
+  const precision = isPrecision(state.job);
+  $("download-min-bad").hidden = precision;
+  $("download-min-good").hidden = precision;
+  $("download-mixed").hidden = !precision;
+  $("download-mixed").disabled = status !== "succeeded";
   const best = bestSoFar(state);
   const early = status === "cancelled" || status === "failed";
   const minBad = $("download-min-bad");
@@ -269,13 +365,30 @@ function onEvent(state, event) {
   if (event.type === "iteration") {
     addRow(state, data);
     queueChart(state);
+    state.flights.delete(data.number);
+    if (state.awaiting && state.awaiting.iteration === data.number) state.awaiting = null;
     if (state.job) {
-      state.job.progress.checks_run = Math.max(state.job.progress.checks_run, data.number);
+      renderFlights(state);
+      renderVerdict(state);
+    }
+    if (state.job) {
+      // an iteration answered from a cache ran no check: the checks are the others
+      const cached = [...state.rows.values()].filter((r) => r.data.cached).length;
+      if (!data.cached) state.job.progress.checks_run = Math.max(state.job.progress.checks_run, data.number - cached);
       if (data.best_size !== null && data.best_size !== undefined) state.job.progress.best_size = data.best_size;
-      fact("job-checks", String(state.job.progress.checks_run));
+      fact("job-checks", flyingChecks(state));
       fact("job-best", state.job.progress.best_size ?? "–");
     }
     if (!state.ended) scheduleRefresh(state);
+  } else if (["verdict.needed", "check_started", "check.started"].includes(event.type)) {
+    if (state.ended || state.rows.has(data.iteration)) return;
+    if (event.type === "verdict.needed") state.awaiting = data;
+    else state.flights.set(data.iteration, data);
+    if (state.job) {
+      fact("job-checks", flyingChecks(state));
+      renderFlights(state);
+      renderVerdict(state);
+    }
   } else if (event.type === "job.started" || event.type === "job.queued") {
     if (state.job && !state.ended) {
       state.job.status = event.type === "job.started" ? "running" : "queued";
@@ -288,6 +401,14 @@ function onEvent(state, event) {
     state.refreshTimer = null;
     refresh(state);
   }
+}
+
+function flyingChecks(state) {
+  const flying = inFlight(state);
+  const checks = state.job.progress.checks_run;
+  const hits = state.job.progress.cache_hits || 0;
+  const counted = hits ? t("job.checks_cached", { n: checks, k: hits }) : String(checks);
+  return flying ? t("job.checks_in_flight", { n: counted, k: flying }) : counted;
 }
 
 function queueChart(state) {
@@ -314,13 +435,17 @@ function addRow(state, data) {
   verdict.className = `verdict v-${data.verdict}`;
   verdict.textContent = t(`verdict.${data.verdict}`) + (data.reproduces ? ` · ${t("iter.reproduces")}` : "");
   cell(row, verdict, t("iter.verdict"));
-  cell(row, formatSeconds(data.duration_s), t("iter.duration"), "num");
-  const model = document.createElement("button");
-  model.type = "button";
-  model.className = "link";
-  model.textContent = t("iter.download", { number: data.number });
-  model.addEventListener("click", () => download(`iteration-${data.number}`, model));
-  cell(row, model, t("iter.model"));
+  cell(row, data.cached ? t(`iter.cached.${data.cached}`) : formatSeconds(data.duration_s), t("iter.duration"), "num");
+  if (data.cached) {
+    cell(row, "–", t("iter.model")); // answered from a cache: no check ran, no model was written
+  } else {
+    const model = document.createElement("button");
+    model.type = "button";
+    model.className = "link";
+    model.textContent = t("iter.download", { number: data.number });
+    model.addEventListener("click", () => download(`iteration-${data.number}`, model));
+    cell(row, model, t("iter.model"));
+  }
   const output = document.createElement("button");
   output.type = "button";
   output.className = "link";
@@ -536,4 +661,10 @@ export function bindJob() {
     cancel();
   });
   dialog.addEventListener("close", () => $("cancel-job").focus());
+  for (const button of document.querySelectorAll("[data-verdict]")) {
+    button.addEventListener("click", () => answer(button.dataset.verdict));
+  }
+  $("verdict-download").addEventListener("click", () => {
+    if (current && current.awaiting) download(`iteration-${current.awaiting.iteration}`, $("verdict-download"));
+  });
 }

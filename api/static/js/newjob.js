@@ -121,6 +121,7 @@ async function submit(event) {
   const body = new FormData();
   body.append("check_spec", spec);
   body.append("mode", $("mode").value);
+  body.append("task", $("task").value);
   const modelPath = $("model-path").value.trim();
   if (modelPath) body.append("model_path", modelPath);
   for (const name of OPTION_FIELDS) body.append(name, $(name).checked ? "true" : "false");

@@ -35,6 +35,7 @@ function runtime(prefix) {
 /** The spec text for the form's current values. */
 export function specFromForm() {
   const kind = $("check-kind").value;
+  if (kind === "interactive") return "kind: interactive\n"; // a person gives the verdicts: no other field
   const lines = [`kind: ${kind}`];
   if (kind === "compare") lines.push(`reference: ${runtime("ref")}`);
   if (["compare", "golden", "error"].includes(kind)) lines.push(`target: ${runtime("target")}`);

@@ -1,5 +1,7 @@
-"""Store the final models: self-contained min-bad / min-good, as a tar bundle when the weights
-exceed protobuf's limit and had to stay in a separate data file."""
+"""What the worker and the api's interactive jobs share about a job's reduction session: its
+options (``job_config``) and storing its final models (``store_results``: self-contained min-bad /
+min-good, as a tar bundle when the weights exceed protobuf's limit and had to stay in a separate
+data file)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,19 @@ from persistence.enums import ArtifactKind
 from persistence.store import ArtifactStore, StoredBlob
 from reducer_core.candidate import Candidate
 from reducer_core.records import ReductionResult
+from reducer_core.session import SessionConfig
+
+
+def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
+    """A job's session options: the command line's defaults; min-good always wanted (it is stored)."""
+    return SessionConfig(
+        mode=mode,
+        reduce_inputs=bool(options.get("reduce_inputs", True)),
+        reduce_outputs=bool(options.get("reduce_outputs", True)),
+        pin_signature=bool(options.get("pin_signature", True)),
+        localize=True,
+        min_good=True,
+    )
 
 
 def store_results(

@@ -1,0 +1,308 @@
+"""Interactive jobs (check spec ``kind: interactive``): a person gives every verdict on the job's
+page, as the command line's interactive mode asks on its terminal. Such a job never goes to a
+worker (its queue, ``interactive``, has none): the api prepares each check itself, writing the
+iteration's model to the artifact store and leaving its iteration row pending, and the job shows
+``awaiting_verdict`` until someone downloads that model and posts ``fail`` (it reproduces the
+failure) or ``pass`` to ``POST /v1/jobs/{id}/verdict``.
+
+A verdict goes to the job's ``ReductionSession``, rebuilt from the job's ``session_state`` (as a
+resumed worker rebuilds it), is recorded as a worker records one (iteration row, artifact, state,
+event), and the next check is prepared; when the session ends, min-bad and min-good are stored as a
+worker stores them (``persistence.reduction``).
+
+Each step is one transaction that starts by taking the pending iteration (a conditional update), so
+of two posts for the same iteration one wins and the other answers 409, and a step that fails
+leaves the check pending for another answer. The model work runs in a thread (at most
+``MAX_STEPS`` at once), never on the event loop."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from api.problems import ProblemError
+from api.services import Services
+from checks.interactive import InteractiveCheck
+from engine.session import ReductionSession, SessionCheck
+from engine.workspace import ReduceOptions, Workspace, load_workspace
+from persistence.contracts import VerdictNeededPayload
+from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
+from persistence.models import Iteration, Job, utcnow
+from persistence.reduction import job_config, store_results
+from persistence.repositories import ArtifactRepository, EventRepository, IterationRepository, JobRepository
+from reducer_core.errors import OriginalDidNotFailError, ReducerError
+from reducer_core.records import IterationRecord
+from reducer_core.session import CheckRequest, SilentListener
+from reducer_core.verdict import Verdict, VerdictKind
+
+log = logging.getLogger("onnx_reducer.api")
+MAX_STEPS = 2  # interactive steps (model loads and writes) running at once in this process
+VERDICTS = {"fail": VerdictKind.FAIL, "pass": VerdictKind.PASS}
+ITERATION_MODEL = "iteration.onnx"
+ORIGINAL_PASSED = (
+    "You answered that the original model passes, so there is nothing to reduce. Start a new job and "
+    "answer 'It fails' for the original when it shows the failure."
+)
+_steps = threading.BoundedSemaphore(MAX_STEPS)
+
+
+@dataclass(frozen=True)
+class Awaited:
+    """The check a person is asked about: its iteration row, read in the step's transaction."""
+
+    number: int
+    fingerprint: str
+    asked_at: datetime
+
+
+class _Log:
+    def info(self, message: str) -> None:
+        log.info(message)
+
+    def warning(self, message: str) -> None:
+        log.warning(message)
+
+
+class _Records(SilentListener):
+    """The session's listener: the records of one step, in order."""
+
+    def __init__(self) -> None:
+        self.items: list[IterationRecord] = []
+
+    def on_record(self, record: IterationRecord) -> None:
+        self.items.append(record)
+
+
+def iteration_link(job_id: str, number: int) -> str:
+    return f"/v1/jobs/{job_id}/artifacts/iteration-{number}"
+
+
+def start_interactive(services: Services, job_id: str) -> list[int]:
+    """Prepare the first check of a new interactive job; the event sequence numbers to announce."""
+    with _steps, services.db.session() as session:
+        job = JobRepository(session).get(job_id)
+        if job is None or job.status != JobStatus.RUNNING.value:
+            return []
+        with _Step(services, session, job) as step:
+            return step.advance()
+
+
+def answer(services: Services, team_id: str, job_id: str, iteration: int, verdict: str) -> list[int]:
+    """Deliver ``verdict`` for ``iteration`` and prepare what comes next (in a thread)."""
+    with _steps, services.db.session() as session:
+        job = JobRepository(session).for_team(team_id, job_id)
+        if job is None:
+            return []  # the route checked the team already; a deleted job is simply gone
+        awaited = _take(session, job, iteration)
+        with _Step(services, session, job) as step:
+            return step.deliver(awaited, VERDICTS[verdict])
+
+
+def _take(session: Session, job: Job, iteration: int) -> Awaited:
+    """Take the pending iteration ``iteration`` for this step (the row lock / write lock is held
+    until the step commits); 409 when it is not the check awaiting a verdict."""
+    taken = session.execute(
+        update(Iteration)
+        .where(Iteration.job_id == job.id, Iteration.number == iteration, Iteration.pending.is_(True))
+        .values(finished_at=utcnow())
+        .returning(Iteration.fingerprint, Iteration.created_at)
+    ).first()
+    session.refresh(job)
+    if job.status != JobStatus.RUNNING.value or job.cancel_requested:
+        raise ProblemError(409, "Job not awaiting a verdict", f"Job '{job.id}' has {job.status}; it needs no verdict.")
+    if taken is None:
+        pending = IterationRepository(session).pending_of(job.id)
+        now = f"it awaits iteration {pending.number}" if pending else "no check awaits a verdict right now"
+        raise ProblemError(
+            409,
+            "Stale verdict",
+            f"Iteration {iteration} of job '{job.id}' is not awaiting a verdict (answered already, or not asked "
+            f"yet): {now}. Reload the job and answer the iteration it shows.",
+        )
+    fingerprint, asked = taken
+    return Awaited(iteration, fingerprint, asked if asked.tzinfo else asked.replace(tzinfo=UTC))
+
+
+class _Step:
+    """One interactive step on ``job`` inside the caller's transaction: the job's model loaded, its
+    session rebuilt from ``session_state``; ``advance`` prepares the next check (or ends the job),
+    ``deliver`` first takes a verdict in."""
+
+    def __init__(self, services: Services, session: Session, job: Job) -> None:
+        self.services, self.session, self.job = services, session, job
+        self.store = services.layout.store
+        self.work_dir = services.layout.work_dir(job.id) / "interactive"
+        self.records = _Records()
+        self.events: list[int] = []
+
+    def __enter__(self) -> _Step:
+        options = ReduceOptions(
+            model=self.services.layout.root / self.job.model_path,
+            work_dir=self.work_dir,
+            artifact_stem="iter",
+            link_weights=True,
+        )
+        self.workspace: Workspace = load_workspace(options, _Log())
+        try:
+            check = SessionCheck(InteractiveCheck("the iteration model"))
+            config = job_config(self.job.mode, dict(self.job.options))
+            self.reduction = ReductionSession.start(self.workspace, check, config, self.job.session_state, self.records)
+        except BaseException:
+            self.workspace.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.workspace.close()
+        shutil.rmtree(self.work_dir, ignore_errors=True)  # the next step loads the model afresh
+
+    # -- a verdict ------------------------------------------------------------------------------
+
+    def deliver(self, awaited: Awaited, kind: VerdictKind) -> list[int]:
+        request = self._request()
+        if request is None or request.candidate.fingerprint != awaited.fingerprint:
+            raise ProblemError(
+                409,
+                "Stale verdict",
+                f"Iteration {awaited.number} of job '{self.job.id}' is no longer the check its reduction waits "
+                "for. Reload the job and answer the iteration it shows.",
+            )
+        took = max((utcnow().replace(tzinfo=UTC) - awaited.asked_at).total_seconds(), 0.0)
+        verdict = Verdict(kind, "interactive" if kind is VerdictKind.FAIL else "", "answered on the job's page", took)
+        try:
+            self.reduction.deliver(request, verdict)
+        except OriginalDidNotFailError:
+            self._record(awaited.number)
+            return self._fail(ErrorCode.ORIGINAL_DID_NOT_FAIL, ORIGINAL_PASSED)
+        self._record(awaited.number)
+        return self.advance()
+
+    def _request(self) -> CheckRequest | None:
+        requests = self.reduction.next_requests(1)
+        request = requests[0] if requests else None
+        # a session without a spec never localises, so it asks for checks only
+        return request if isinstance(request, CheckRequest) else None
+
+    def _record(self, number: int) -> None:
+        """The verdict's iteration row, the job's counters and state, an event (what a worker
+        writes for a check); cached records are counted by the state only, as a worker does."""
+        fresh = [r for r in self.records.items if not r.cached]
+        self.records.items.clear()
+        if not fresh:
+            return
+        record = fresh[0]
+        iterations = IterationRepository(self.session)
+        row = iterations.by_number(self.job.id, number)
+        assert row is not None
+        verdict = record.verdict
+        iterations.finish(row, verdict.kind.value, record.reproduces, verdict.signature, verdict.detail)
+        row.phase, row.duration_s, row.output_tail = record.phase, verdict.duration_s, ""
+        JobRepository.progress(
+            self.job,
+            session_state=self.reduction.state(),
+            checks_run=self.reduction.machine.checks_run,
+            iterations_done=row.number,
+            best_size=record.best_size,
+            check_time_s=self.job.check_time_s + verdict.duration_s,
+        )
+        payload = {
+            "number": row.number,
+            "phase": record.phase,
+            "nodes": len(record.candidate),
+            "verdict": verdict.kind.value,
+            "reproduces": record.reproduces,
+            "duration_s": round(verdict.duration_s, 4),
+            "best_size": record.best_size,
+            "fingerprint": record.candidate.fingerprint,
+        }
+        self.events.append(EventRepository(self.session).append(self.job.id, EventKind.ITERATION, payload).seq)
+
+    # -- the next check, or the end --------------------------------------------------------------
+
+    def advance(self) -> list[int]:
+        request = self._request()
+        if request is None:
+            return self._succeed() if self.reduction.done else self.events
+        path = self.work_dir / ITERATION_MODEL
+        locations = self.reduction.write(request.candidate, path)
+        blob = self.store.put_file(path)
+        artifacts = ArtifactRepository(self.session)
+        for location in locations:  # the weight files the download bundles with the model
+            weights = self.store.put_file(self.workspace.sources.files[location])
+            artifacts.put(self.job.id, ArtifactKind.WEIGHTS, location, weights)
+        row = IterationRepository(self.session).start(
+            self.job.id, request.phase, request.candidate.fingerprint, len(request.candidate)
+        )
+        meta = {"weights": locations, "nodes": len(request.candidate)}
+        row.artifact_id = artifacts.put(self.job.id, ArtifactKind.ITERATION, f"iteration-{row.number}", blob, meta).id
+        JobRepository.progress(self.job, session_state=self.reduction.state())
+        payload: VerdictNeededPayload = {
+            "iteration": row.number,
+            "phase": request.phase,
+            "nodes": len(request.candidate),
+            "artifact": iteration_link(self.job.id, row.number),
+        }
+        self.events.append(EventRepository(self.session).append(self.job.id, EventKind.VERDICT_NEEDED, payload).seq)
+        return self.events
+
+    def _succeed(self) -> list[int]:
+        result = self.reduction.result
+        folder = self.work_dir / "results"
+        stored = store_results(self.store, self.workspace, result, folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        for kind, (blob, meta) in stored.items():
+            ArtifactRepository(self.session).put(self.job.id, kind, kind.value, blob, meta)
+        job = self.job
+        job.nodes_after = job.best_size = len(result.min_bad)
+        job.cache_hits = result.cache_hits
+        JobRepository(self.session).finish(job, JobStatus.SUCCEEDED)
+        labels = [self.workspace.index.label(n) for n in sorted(result.min_bad.nodes)][:50]
+        payload = end_payload(job) | {"min_bad_nodes": labels}
+        self.events.append(EventRepository(self.session).append(job.id, EventKind.SUCCEEDED, payload).seq)
+        return self.events
+
+    def _fail(self, code: ErrorCode, message: str) -> list[int]:
+        IterationRepository(self.session).drop_pending(self.job.id)
+        JobRepository(self.session).finish(self.job, JobStatus.FAILED, code, message)
+        self.events.append(
+            EventRepository(self.session).append(self.job.id, EventKind.FAILED, end_payload(self.job)).seq
+        )
+        return self.events
+
+
+def end_payload(job: Job) -> dict[str, Any]:
+    return {
+        "status": job.status,
+        "nodes_before": job.nodes_before,
+        "nodes_after": job.nodes_after,
+        "checks_run": job.checks_run,
+        "error_code": job.error_code,
+        "error_message": job.error_message,
+    }
+
+
+def fail_to_start(services: Services, job_id: str, error: Exception) -> list[int]:
+    """A new interactive job whose first check could not be prepared ends failed, saying why."""
+    code = ErrorCode.INVALID_MODEL if isinstance(error, ReducerError) else ErrorCode.INTERNAL
+    message = str(error) if isinstance(error, ReducerError) else f"{type(error).__name__}: {error}"
+    with services.db.session() as session:
+        job = JobRepository(session).get(job_id)
+        if job is None or JobStatus(job.status).terminal:
+            return []
+        IterationRepository(session).drop_pending(job_id)
+        JobRepository(session).finish(job, JobStatus.FAILED, code, message)
+        return [EventRepository(session).append(job_id, EventKind.FAILED, end_payload(job)).seq]
+
+
+def cancel_now(session: Session, job: Job) -> int:
+    """Nobody works on an interactive job between verdicts: a cancel ends it at once."""
+    IterationRepository(session).drop_pending(job.id)
+    JobRepository(session).finish(job, JobStatus.CANCELLED)
+    return EventRepository(session).append(job.id, EventKind.CANCELLED, end_payload(job)).seq

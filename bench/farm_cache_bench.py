@@ -1,0 +1,100 @@
+"""The farm verdict cache (issue 10): the same accuracy job submitted twice to ``onnx-reducer serve``
+(embedded: SQLite, the in-process runner, one team). The planted fp16 overflows of
+``localize_bench.py`` are reduced with their golden values (localised: original, layerwise run,
+the node alone, min-good) and without (the layerwise run finds no single culprit on some models,
+then the strategy reduces). The second job of each pair should run no check: every verdict, and the
+layerwise run, comes from the first job's.
+
+    python bench/farm_cache_bench.py [--models chain multi_io ...] [--code DIR] [--label NAME]
+
+Results go to ``bench/out/farm_cache-<label>.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import localize_bench  # noqa: E402
+import zoo  # noqa: E402
+from service_localize_bench import OUT, Service, _env  # noqa: E402
+
+
+def submit_and_wait(client: httpx.Client, folder: Path, golden: bool, timeout: float) -> dict[str, Any]:
+    files = {"model": ("planted.onnx", (folder / "planted.onnx").read_bytes())}
+    if golden:
+        files["golden"] = ("planted.golden", (folder / "planted.golden").read_bytes())
+    response = client.post("/v1/jobs", files=files, data={"check_spec": localize_bench.SPEC})
+    response.raise_for_status()
+    job_id = response.json()["id"]
+    started = time.monotonic()
+    while (job := client.get(f"/v1/jobs/{job_id}").json())["status"] not in ("succeeded", "failed", "cancelled"):
+        if time.monotonic() - started > timeout:
+            return {"status": "timeout"}
+        time.sleep(0.2)
+    wall = time.monotonic() - started
+    progress = job["progress"]
+    return {
+        "status": job["status"],
+        "checks": progress["checks_run"],
+        "cache_hits": progress.get("cache_hits"),
+        "farm_cache_hits": progress.get("farm_cache_hits"),
+        "nodes_after": job["nodes_after"],
+        "wall_s": round(wall, 2),
+    }
+
+
+def markdown(rows: list[dict[str, Any]], label: str) -> str:
+    lines = [
+        f"| model ({label}) | golden | 1st job: checks / wall s | 2nd job: checks / farm hits / wall s | same result |",
+        "|---|:---:|---:|---:|:---:|",
+    ]
+    for row in rows:
+        first, second = row["first"], row["second"]
+        lines.append(
+            f"| {row['model']} | {'yes' if row['golden'] else 'no'} | {first.get('checks')} / {first.get('wall_s')} "
+            f"| {second.get('checks')} / {second.get('farm_cache_hits')} / {second.get('wall_s')} "
+            f"| {'yes' if first.get('nodes_after') == second.get('nodes_after') else 'NO'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=["chain", "multi_io"], choices=zoo.ALL_MODELS)
+    parser.add_argument("--code", type=Path, default=None, help="serve this checkout instead of this one")
+    parser.add_argument("--label", default="this", help="names the output files")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    env = _env(args.code.resolve() if args.code else None)
+    rows = []
+    with Service(env) as client:
+        for name in args.models:
+            folder = OUT / "service_localize" / name
+            folder.mkdir(parents=True, exist_ok=True)
+            if not (folder / "planted.golden").exists():
+                (folder / "plant.json").write_text(json.dumps(localize_bench.prepare(name, folder, args.timeout)))
+            for golden in (True, False):
+                first = submit_and_wait(client, folder, golden, args.timeout)
+                second = submit_and_wait(client, folder, golden, args.timeout)
+                row = {"model": name, "golden": golden, "first": first, "second": second}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    (OUT / f"farm_cache-{args.label}.json").write_text(json.dumps(rows, indent=1))
+    table = markdown(rows, args.label)
+    (OUT / f"farm_cache-{args.label}.md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

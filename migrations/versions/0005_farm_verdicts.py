@@ -1,0 +1,54 @@
+"""farm verdict cache: the farm_verdicts table, iterations.cached and jobs.farm_hits
+
+Revision ID: farm_verdicts
+Revises: session_state
+Create Date: 2026-11-23 13:30:00
+
+``farm_verdicts``: verdicts shared across jobs, keyed by team, scope (model, check, options and
+the runtime that ran the check) and candidate fingerprint (``worker/farm_cache.py``).
+``iterations.cached``: a row answered without a check (``job``: from the job's own verdicts,
+``farm``: from the farm's). ``jobs.farm_hits``: how many of a job's cache hits came from the farm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "farm_verdicts"
+down_revision: str | None = "check_units"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "farm_verdicts",
+        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("team_id", sa.String(length=32), nullable=False),
+        sa.Column("scope", sa.String(length=64), nullable=False),
+        sa.Column("fingerprint", sa.String(length=64), nullable=False),
+        sa.Column("verdict", sa.JSON(), nullable=False),
+        sa.Column("job_id", sa.String(length=32), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(["team_id"], ["teams.id"], ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], ondelete="SET NULL"),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("team_id", "scope", "fingerprint", name="uq_farm_verdicts_team_scope_fingerprint"),
+    )
+    op.create_index("ix_farm_verdicts_scope", "farm_verdicts", ["scope"], unique=False)
+    with op.batch_alter_table("iterations") as batch:
+        batch.add_column(sa.Column("cached", sa.String(length=8), nullable=True))
+    with op.batch_alter_table("jobs") as batch:
+        batch.add_column(sa.Column("farm_hits", sa.Integer(), server_default="0", nullable=False))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("farm_hits")
+    with op.batch_alter_table("iterations") as batch:
+        batch.drop_column("cached")
+    op.drop_index("ix_farm_verdicts_scope", table_name="farm_verdicts")
+    op.drop_table("farm_verdicts")

@@ -1,0 +1,243 @@
+"""The web page's interactive jobs and workers page in a real headless Chromium against the
+embedded service (SQLite, the in-process runner) over real HTTP.
+
+An interactive job is started from the form (kind "interactive"); on its page the test acts as the
+person: it downloads each iteration's model with the panel's button, opens it, and clicks "It
+fails" when the model still holds the Mul and "It passes" when not (some answers by keyboard),
+until the job succeeds with the Mul alone. The workers page lists the embedded worker with what
+GET /v1/workers says, turns it busy with the job and its check while a slow job runs (live, no
+reload), and speaks Chinese."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
+
+from examples.build_example_model import build_example_model
+from tests.service.conftest import client_for
+from tests.service.helpers import chain_model
+from tests.service.web_harness import Browser, Service, catalogue, chromium, embedded_service, require_chromium
+
+EN = catalogue("en")
+ZH = catalogue("zh-CN")
+SLOW_CHECK = ["sh", "-c", 'sleep 1.5; if grep -q Mul "$1"; then exit 1; fi', "sh", "{model}"]
+
+
+def plain(text: str, **params: Any) -> str:
+    for name, value in params.items():
+        text = text.replace("{" + name + "}", str(value))
+    return text.replace("`", "")
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    with embedded_service(tmp_path_factory.mktemp("web-ui-interactive"), sse_max_lifetime_s=3600) as service:
+        yield service
+
+
+@pytest.fixture(scope="module")
+def browser(service: Service) -> Iterator[Browser]:
+    try:
+        require_chromium()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    with chromium() as browser:
+        yield browser
+
+
+def _severe(browser: Browser) -> list[dict[str, Any]]:
+    return [m for m in browser.console() if m["level"] == "SEVERE" and m["source"] != "network"]
+
+
+def _status(browser: Browser) -> str:
+    return str(browser.find("job-status").get_attribute("data-status"))
+
+
+def _downloaded_model(browser: Browser, job_id: str, number: int) -> onnx.ModelProto:
+    path: Path = browser.downloads / f"{job_id}-iteration-{number}.onnx"
+    browser.wait(lambda d: path.is_file() and path.stat().st_size > 0, f"the download of iteration {number}", 20)
+    return onnx.load(str(path))
+
+
+def test_the_interactive_flow_completes_a_reduction_by_clicking_verdicts(service: Service, browser: Browser) -> None:
+    browser.open(service.url + "/#/new")
+    browser.sign_in(service.token)
+    browser.drop_file("drop-zone", "model.onnx", build_example_model().SerializeToString())
+    Select(browser.find("check-kind")).select_by_value("interactive")
+    assert browser.find("spec-preview").text == "kind: interactive"
+    assert not browser.find("timeout").is_displayed()
+    browser.find("submit-job").click()
+    browser.wait(lambda d: "#/jobs/" in d.current_url, "the job page")
+    job_id = str(browser.driver.current_url.rsplit("/", 1)[1])
+
+    answers: list[tuple[int, str]] = []
+    for _ in range(40):
+        browser.wait(
+            lambda d: browser.find("verdict-panel").is_displayed() or _status(browser) != "running", "a question"
+        )
+        if _status(browser) != "running":
+            break
+        heading = browser.text("verdict-heading")
+        found = re.search(r"iteration (\d+) ", heading)
+        assert found, heading
+        number = int(found.group(1))
+        model = _downloaded_model_after_click(browser, job_id, number)
+        assert heading == plain(EN["answer.heading"], number=number, nodes=len(model.graph.node))
+        flight = browser.text("job-flight-list")
+        assert plain(EN["flight.you"]) in flight and f"{len(model.graph.node)} nodes" in flight
+        verdict = "fail" if any(n.op_type == "Mul" for n in model.graph.node) else "pass"
+        button = browser.find(f"verdict-{verdict}")
+        if len(answers) % 2:
+            button.send_keys(Keys.ENTER)  # keyboard: the focused button answers with Enter
+        else:
+            button.click()
+        answers.append((number, verdict))
+        _wait_past(browser, number)
+        if _status(browser) == "running":
+            assert browser.js("return document.activeElement.id") == "verdict-heading"
+    browser.wait(lambda d: _status(browser) == "succeeded", "the job to succeed")
+    assert not browser.find("verdict-panel").is_displayed() and not browser.find("job-flight").is_displayed()
+    browser.wait(lambda d: browser.text("job-nodes-after") == "1", "the final node count")
+    browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#graph-min-bad g.gnode.node"), "the min-bad graph")
+    nodes = browser.driver.find_elements(By.CSS_SELECTOR, "#graph-min-bad g.gnode.node")
+    assert [n.get_attribute("data-op") for n in nodes] == ["Mul"]
+
+    with client_for(service.url, service.token) as client:
+        iterations = client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]
+    assert [(i["number"], i["verdict"]) for i in iterations] == answers
+    rows = browser.driver.find_elements(By.CSS_SELECTOR, "#iterations-body tr[data-number]")
+    assert [int(r.get_attribute("data-number")) for r in rows] == [n for n, _ in answers]
+    assert _severe(browser) == []
+
+
+def _wait_past(browser: Browser, number: int) -> None:
+    """Until the page asks about another iteration, or the job ended."""
+    browser.wait(
+        lambda d: _status(browser) != "running" or f"iteration {number} " not in browser.text("verdict-heading"),
+        "the next question",
+    )
+
+
+def _downloaded_model_after_click(browser: Browser, job_id: str, number: int) -> onnx.ModelProto:
+    browser.find("verdict-download").click()
+    return _downloaded_model(browser, job_id, number)
+
+
+def test_an_answer_from_elsewhere_moves_the_page_on(service: Service, browser: Browser) -> None:
+    """Two people on one job: the other's verdict (over the API) reaches this page by its event
+    stream; a cancel ends the job at once (no worker has to notice it)."""
+    with client_for(service.url, service.token) as client:
+        job_id = client.post(
+            "/v1/jobs",
+            files={"model": ("model.onnx", chain_model(6, mul_at=3).SerializeToString())},
+            data={"check_spec": "kind: interactive"},
+        ).json()["id"]
+        browser.open(service.url + f"/#/jobs/{job_id}")
+        browser.sign_in(service.token)
+        browser.wait(lambda d: browser.find("verdict-panel").is_displayed(), "the question")
+        assert browser.text("verdict-heading") == plain(EN["answer.heading"], number=1, nodes=6)
+        assert client.post(f"/v1/jobs/{job_id}/verdict", json={"iteration": 1, "verdict": "fail"}).status_code == 200
+    browser.wait(lambda d: "iteration 2 " in browser.text("verdict-heading"), "the next question, live")
+    assert browser.driver.find_elements(By.CSS_SELECTOR, '#iterations-body tr[data-number="1"]')
+
+    browser.find("cancel-job").click()
+    browser.find("cancel-confirm").click()
+    browser.wait(lambda d: _status(browser) == "cancelled", "the cancel, at once")
+    assert not browser.find("verdict-panel").is_displayed()
+
+
+def test_the_workers_page_shows_the_farm_live(service: Service, browser: Browser) -> None:
+    browser.open(service.url + "/#/workers")
+    browser.sign_in(service.token)
+    with client_for(service.url, service.token) as client:
+        workers = client.get("/v1/workers").json()
+        assert workers["items"], "the embedded service's runner reports as a worker"
+        worker = workers["items"][0]
+        row = f'#workers-body tr[data-worker="{worker["name"]}"]'
+        browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, row), "the worker's row")
+        text = browser.driver.find_element(By.CSS_SELECTOR, row).text
+        assert worker["host"] in text and ", ".join(worker["queues"]) in text
+        if worker["runtimes"]["onnxruntime"]:
+            assert f"onnxruntime {worker['runtimes']['onnxruntime']}" in text
+        assert plain(EN["workers.no_gpu"]) in text or all(g in text for g in worker["gpus"])
+        assert browser.text("workers-summary").startswith(f"{workers['online']} online, ")
+
+        slow = chain_model(8, mul_at=5).SerializeToString()
+        spec = json.dumps({"kind": "command", "command": SLOW_CHECK})
+        job_id = client.post("/v1/jobs", files={"model": ("m.onnx", slow)}, data={"check_spec": spec}).json()["id"]
+        state = f"{row} [data-state]"
+        browser.wait(
+            lambda d: d.find_element(By.CSS_SELECTOR, state).get_attribute("data-state") == "busy", "busy, live", 60
+        )
+        browser.wait(lambda d: "iteration" in d.find_element(By.CSS_SELECTOR, row).text, "the check it runs", 30)
+        link = browser.driver.find_element(By.CSS_SELECTOR, f'{row} a[href="#/jobs/{job_id}"]')
+        assert link.text == job_id
+        assert browser.text("nav-workers") == EN["nav.workers"]
+        assert browser.find("nav-workers").get_attribute("aria-current") == "page"
+
+        Select(browser.find("lang")).select_by_value("zh-CN")
+        browser.wait(lambda d: browser.text("workers-heading") == ZH["workers.heading"], "the Chinese page")
+        browser.wait(lambda d: ZH["workers.state.busy"] in d.find_element(By.CSS_SELECTOR, row).text, "Chinese rows")
+        Select(browser.find("lang")).select_by_value("en")
+        client.post(f"/v1/jobs/{job_id}/cancel")
+        deadline = time.monotonic() + 60
+        while client.get(f"/v1/jobs/{job_id}").json()["status"] != "cancelled" and time.monotonic() < deadline:
+            time.sleep(0.3)
+        browser.wait(
+            lambda d: d.find_element(By.CSS_SELECTOR, state).get_attribute("data-state") == "idle", "idle again", 60
+        )
+    assert _severe(browser) == []
+
+
+OVERFLOW = """const width = document.documentElement.clientWidth;
+    const wide = [...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > width + 1)
+      .map((e) => e.id || e.className || e.tagName).slice(0, 5);
+    return document.documentElement.scrollWidth > width ? wide : [];"""
+
+
+def test_the_question_and_the_workers_fit_420_px(service: Service, browser: Browser) -> None:
+    browser.driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+    )
+    try:
+        with client_for(service.url, service.token) as client:
+            job_id = client.post(
+                "/v1/jobs",
+                files={"model": ("a-rather-long-model-file-name.onnx", build_example_model().SerializeToString())},
+                data={"check_spec": "kind: interactive"},
+            ).json()["id"]
+        browser.open(f"{service.url}/#/jobs/{job_id}")
+        browser.sign_in(service.token)
+        browser.wait(lambda d: browser.find("verdict-panel").is_displayed(), "the question")
+        assert browser.js(OVERFLOW) == []
+        browser.driver.get(f"{service.url}/#/workers")
+        browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#workers-body tr"), "the workers")
+        assert browser.js(OVERFLOW) == []
+    finally:
+        browser.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_two_answers_at_once_on_the_embedded_sqlite(service: Service) -> None:
+    """The race of test_interactive.py (PostgreSQL) on the embedded default's SQLite: one wins."""
+    with client_for(service.url, service.token) as client:
+        model = build_example_model().SerializeToString()
+        job_id = client.post(
+            "/v1/jobs", files={"model": ("m.onnx", model)}, data={"check_spec": "kind: interactive"}
+        ).json()["id"]
+
+        def post(_: int) -> int:
+            return client.post(f"/v1/jobs/{job_id}/verdict", json={"iteration": 1, "verdict": "fail"}).status_code
+
+        with ThreadPoolExecutor(6) as pool:
+            assert sorted(pool.map(post, range(6))) == [200, 409, 409, 409, 409, 409]

@@ -1,0 +1,169 @@
+"""The farm verdict cache: a job answers without a check every candidate that another job already
+checked on the same model, check and runtime, and shares each verdict it gets for later jobs.
+
+A verdict is kept in ``farm_verdicts`` under its team, the candidate's fingerprint and a *scope*
+that digests everything else it depends on: the uploaded model's sha256 (weights included), the
+session's verdict identity (graph fingerprint, check spec, golden values, workspace options) and
+the runtime of the worker that ran it (onnxruntime version and execution providers, TensorRT
+version, GPU models, the worker's check memory limit). A job reads its own team's verdicts, or
+every team's when the operator sets ``SHARE_VERDICTS_ACROSS_TEAMS`` (a verdict tells something
+about a model). Infrastructure errors are never shared (they are no verdict about the model), nor
+are verdicts of checks without a spec (a ``--check`` command line, interactive answers) or of a
+worker whose runtime is unknown.
+
+When a job's session starts (or resumes) the farm's verdicts are merged into its ``VerdictCache``
+(never over a verdict of its own), so the session's machine answers those candidates as cache
+hits: no check runs and no worker time is spent. Every cached answer, from the farm or from the
+job's own verdicts, is stored as an iteration row marked ``cached`` with an event, and counted in
+the job's ``cache_hits`` (``farm_hits``: those from the farm). The layerwise run's result of a
+compare/golden job is shared the same way (a later job localises without running it)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session
+
+from checks.capabilities import Capabilities
+from engine.session import ReductionSession
+from persistence.enums import EventKind
+from persistence.models import Job
+from persistence.repositories import CachedAnswer, EventRepository, FarmVerdictRepository, IterationRepository
+from reducer_core.cache import REPLAY_VERSION, VerdictCache
+from reducer_core.candidate import Candidate
+from reducer_core.localization import LayerwiseResult
+from reducer_core.records import IterationRecord
+from reducer_core.session import ReductionMachine
+from reducer_core.verdict import Verdict, VerdictKind
+from worker.context import RunnerContext
+
+log = logging.getLogger("onnx_reducer.worker")
+FROM_JOB, FROM_FARM = "job", "farm"
+LAYERWISE = "layerwise"  # the fingerprint the layerwise run's result is kept under
+
+
+def runtime_identity(runtime: Capabilities, memory_limit_bytes: int | None) -> str:
+    """What a verdict depends on in the worker that ran it (the order of GPUs and providers aside)."""
+    document = {
+        "onnxruntime": runtime.onnxruntime,
+        "providers": sorted(runtime.providers),
+        "tensorrt": runtime.tensorrt,
+        "gpus": sorted(set(runtime.gpus)),
+        "memory_limit": memory_limit_bytes,
+    }
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
+def farm_scope(model_sha256: str, cache: VerdictCache, runtime: str) -> str:
+    """The key of a session's verdicts in the farm, besides the candidate: model bytes, graph,
+    verdict identity (check and options) and runtime."""
+    document = {"model": model_sha256, "graph": cache.graph, "check": cache.check, "runtime": runtime}
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+def job_scope(ctx: RunnerContext, job: Job, session: ReductionSession) -> str | None:
+    """The farm scope of ``job``'s verdicts; None when they are not shared (farm cache off, an
+    unknown runtime, a check without a spec)."""
+    if not ctx.farm_verdict_cache or ctx.runtime is None or session.check.spec is None:
+        return None
+    runtime = runtime_identity(ctx.runtime, ctx.check_memory_limit_bytes)
+    return farm_scope(job.model_sha256, session.cache, runtime)
+
+
+@dataclass
+class FarmLink:
+    """A job's link to the farm's verdicts inside one transaction of ``worker.advance`` (the job's
+    row locked by it): ``open`` seeds the session's cache, ``share`` keeps a verdict this worker's
+    check gave, ``record_hit`` writes a cached answer's iteration row and event. ``farm_only``:
+    candidates the farm answered that this job has no row of yet, so that their first cached
+    answer counts as a farm hit."""
+
+    db: Session
+    job: Job
+    scope: str | None
+    cache: VerdictCache
+    farm_only: set[str] = field(default_factory=set)
+
+    @classmethod
+    def open(cls, ctx: RunnerContext, db: Session, job: Job, session: ReductionSession) -> FarmLink:
+        """The link, with ``session``'s cache seeded from the farm (before anything is delivered to
+        it: a seeded candidate is then answered as a cache hit when the flow reaches it)."""
+        link = cls(db, job, job_scope(ctx, job, session), session.cache)
+        if link.scope is not None:
+            link._seed(link.scope, session.machine, ctx.share_verdicts_across_teams)
+        return link
+
+    def _seed(self, scope: str, machine: ReductionMachine, across_teams: bool) -> None:
+        shared = FarmVerdictRepository(self.db).known(scope, self.job.team_id, across_teams)
+        layerwise = next((s.verdict for s in shared if s.fingerprint == LAYERWISE), None)
+        shared = [s for s in shared if s.fingerprint != LAYERWISE]
+        if layerwise is not None and machine.layerwise is None:
+            machine.layerwise = LayerwiseResult.from_json(layerwise)  # answers the step: no run
+        cache = machine.cache
+        own = set(cache.to_json()["verdicts"])
+        new = {s.fingerprint: s.verdict for s in shared if s.fingerprint not in own}
+        if new:
+            cache.merge_json(
+                {"tool": "onnx-reducer", "version": REPLAY_VERSION, "graph": cache.graph, "check": cache.check}
+                | {"verdicts": new}
+            )
+        answered = IterationRepository(self.db).fingerprints(self.job.id)
+        self.farm_only = {s.fingerprint for s in shared} - answered
+
+    def share(self, candidate: Candidate, verdict: Verdict) -> None:
+        """Keep a verdict a check of this job gave on this worker, for later jobs (not an
+        infrastructure error)."""
+        if self.scope is None or verdict.kind is VerdictKind.INFRA_ERROR:
+            return
+        FarmVerdictRepository(self.db).add(
+            self.job.team_id, self.scope, candidate.fingerprint, verdict.to_json(), self.job.id
+        )
+
+    def share_layerwise(self, result: LayerwiseResult) -> None:
+        """Keep the layerwise run's result of a compare/golden job (unless it could not run): a later
+        job in the scope localises without running it (not listed as an iteration: it is no
+        candidate's verdict)."""
+        if self.scope is None or result.verdict.kind is VerdictKind.INFRA_ERROR:
+            return
+        FarmVerdictRepository(self.db).add(self.job.team_id, self.scope, LAYERWISE, result.to_json(), self.job.id)
+
+    def record_hit(self, record: IterationRecord, number: int) -> int:
+        """A verdict the session answered from its cache: an iteration row marked ``cached`` (as
+        iteration ``number``), the job's counters and an event; returns the event's sequence number."""
+        fingerprint = record.candidate.fingerprint
+        source = FROM_FARM if fingerprint in self.farm_only else FROM_JOB
+        self.farm_only.discard(fingerprint)
+        verdict = record.verdict
+        answer = CachedAnswer(
+            phase=record.phase,
+            fingerprint=fingerprint,
+            node_count=len(record.candidate),
+            verdict=verdict.kind.value,
+            reproduces=record.reproduces,
+            signature=verdict.signature,
+            detail=verdict.detail,
+            source=source,
+        )
+        job = self.job
+        row = IterationRepository(self.db).add_cached(job.id, answer, number)
+        job.iterations_done, job.best_size = max(job.iterations_done, row.number), record.best_size
+        job.cache_hits += 1
+        job.farm_hits += 1 if source == FROM_FARM else 0
+        payload = {
+            "number": row.number,
+            "phase": record.phase,
+            "nodes": len(record.candidate),
+            "verdict": verdict.kind.value,
+            "reproduces": record.reproduces,
+            "duration_s": 0.0,
+            "best_size": record.best_size,
+            "fingerprint": fingerprint,
+            "cached": source,
+        }
+        return EventRepository(self.db).append(job.id, EventKind.ITERATION, payload).seq
+
+
+__all__ = ["FROM_FARM", "FROM_JOB", "FarmLink", "farm_scope", "job_scope", "runtime_identity"]

@@ -1,0 +1,71 @@
+"""The service's side of a ``task: precision`` job: the session ``run_job`` drives (an
+``engine.precision.PrecisionSession``: the same hooks, verdict rows, state and resume as a
+reduction) and what a finished job stores: the mixed-precision model as its ``mixed`` artifact,
+whose meta (and the job's result, ``keep_fp32``) names the nodes kept in fp32.
+
+The worker plugs these in at three places: starting the session (``worker.prepared``), storing
+the results and the success event's payload (``worker.advance``)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from engine.precision import PrecisionSession
+from engine.session import ReductionSession, SessionCheck
+from engine.workspace import Workspace
+from persistence.bundles import write_bundle
+from persistence.enums import ArtifactKind
+from persistence.store import ArtifactStore, StoredBlob
+from reducer_core.records import ReductionResult
+from reducer_core.session import SessionListener
+
+log = logging.getLogger("onnx_reducer.worker")
+
+
+class _Log:
+    def info(self, message: str) -> None:
+        log.info(message)
+
+    def warning(self, message: str) -> None:
+        log.warning(message)
+
+
+def start_precision(
+    workspace: Workspace,
+    check: SessionCheck,
+    mode: str,
+    state: dict[str, Any] | None,
+    listener: SessionListener | None = None,
+) -> PrecisionSession:
+    """The job's precision session, new or resumed from its stored state."""
+    return PrecisionSession.begin(workspace, check, mode, state, listener)
+
+
+def store_precision_results(
+    store: ArtifactStore, session: ReductionSession, result: ReductionResult, work_dir: Path
+) -> dict[ArtifactKind, tuple[StoredBlob, dict[str, Any]]]:
+    """The mixed-precision model (a tar with its data file beyond protobuf's limit), its meta
+    naming the nodes kept fp32."""
+    assert isinstance(session, PrecisionSession)
+    folder = work_dir / "result-mixed"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    model = folder / "mixed.onnx"
+    data = session.save_mixed(result.min_bad, model, _Log())
+    keep = session.keep_fp32(result.min_bad)
+    meta: dict[str, Any] = {"nodes": len(keep), "keep_fp32": keep, "bundle": data is not None}
+    if data is None:
+        blob = store.put_file(model)
+    else:
+        blob = store.put_file(write_bundle(folder / "mixed.tar", [(model.name, model), (data.name, data)]))
+    shutil.rmtree(folder, ignore_errors=True)
+    return {ArtifactKind.MIXED: (blob, meta)}
+
+
+def precision_payload(session: ReductionSession, result: ReductionResult) -> dict[str, Any]:
+    """What the success event adds for a precision job."""
+    assert isinstance(session, PrecisionSession)
+    return {"task": "precision", "keep_fp32": session.keep_fp32(result.min_bad)}
