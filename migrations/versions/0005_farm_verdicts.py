@@ -1,7 +1,7 @@
 """farm verdict cache: the farm_verdicts table, iterations.cached and jobs.farm_hits
 
 Revision ID: farm_verdicts
-Revises: session_state
+Revises: check_units
 Create Date: 2026-11-23 13:30:00
 
 ``farm_verdicts``: verdicts shared across jobs, keyed by team, scope (model, check, options and
