@@ -13,7 +13,7 @@ import os
 import shutil
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from persistence.models import Job
 from persistence.reduction import job_config
 from persistence.repositories import ArtifactRepository
 from persistence.store import ArtifactStore
+from reducer_core.candidate import Candidate
 from reducer_core.session import SessionConfig, SessionListener
 from worker.checking import job_check
 from worker.context import RunnerContext
@@ -76,6 +77,7 @@ class PreparedJob:
     session_check: SessionCheck
     work_dir: Path
     task: JobTask = JobTask.REDUCE
+    _writer: ReductionSession | None = field(default=None, repr=False)
 
     def session(self, state: dict[str, Any] | None, listener: SessionListener | None = None) -> ReductionSession:
         """The job's session at the position ``state`` was saved in (replayed; no check runs); a
@@ -83,6 +85,16 @@ class PreparedJob:
         if self.task is JobTask.PRECISION:
             return start_precision(self.workspace, self.session_check, self.config.mode, state, listener)
         return ReductionSession.start(self.workspace, self.session_check, self.config, state, listener)
+
+    def write(self, candidate: Candidate, path: Path) -> list[str]:
+        """Write ``candidate``'s model as the job's session does (a precision job: the whole model,
+        naming the nodes kept fp32); the weight files it uses."""
+        if self.task is JobTask.PRECISION:
+            if self._writer is None:
+                self._writer = self.session(None)
+            return self._writer.write(candidate, path)
+        self.workspace.write(candidate, path)
+        return self.workspace.weight_locations(candidate)
 
     def close(self) -> None:
         self.workspace.close()

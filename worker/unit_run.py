@@ -121,8 +121,7 @@ class UnitRun:
             return Delivery(request, result, worker=worker)
         path = prepared.work_dir / ITERATION_MODEL
         try:
-            prepared.workspace.write(request.candidate, path)
-            locations = prepared.workspace.weight_locations(request.candidate)
+            locations = prepared.write(request.candidate, path)
         except MissingTypeError as exc:
             self.duration_s = 0.0
             return Delivery(request, Verdict(VerdictKind.INFRA_ERROR, "", str(exc)), worker=worker)
