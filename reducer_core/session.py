@@ -633,6 +633,15 @@ class ReductionMachine:
             self.listener.on_localization(self.localization)
 
 
+def repeat_of(request_id: str) -> int:
+    """The repeat index of a check request id (``check:{fingerprint}:r{repeat}:{attempt}``; 0
+    for a first run): what a driver that stores only the id needs to rebuild the request."""
+    parts = request_id.split(":")
+    if len(parts) == 4 and parts[0] == CheckRequest.kind and parts[2].startswith("r"):
+        return int(parts[2][1:])
+    return 0
+
+
 def _fingerprint_of(request_id: str) -> str:
     """The candidate fingerprint of a check request id (``check:{fingerprint}:[r{repeat}:]{attempt}``)."""
     parts = request_id.split(":")

@@ -21,7 +21,7 @@ from typing import Any
 from engine.session import ReductionSession
 from engine.workspace import Workspace
 from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
-from persistence.models import Iteration, Job, utcnow
+from persistence.models import CheckUnit, Iteration, Job, utcnow
 from persistence.reduction import store_results
 from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
 from persistence.repositories.units import NewUnit, UnitRepository
@@ -30,7 +30,7 @@ from reducer_core.candidate import Candidate
 from reducer_core.errors import CheckInfraError, OriginalDidNotFailError
 from reducer_core.localization import LayerwiseResult
 from reducer_core.records import IterationRecord, Localization
-from reducer_core.session import Answer, CheckRequest, LayerwiseRequest, Request, SilentListener
+from reducer_core.session import Answer, CheckRequest, LayerwiseRequest, Request, SilentListener, repeat_of
 from worker.context import RunnerContext
 from worker.endings import end_payload, ending_of, finish_locked
 from worker.farm_cache import FarmLink
@@ -73,12 +73,14 @@ class _Collector(SilentListener):
         log.info("job %s: localisation path=%s: %s", self.job_id, localization.path, localization.reason)
 
 
-def request_of(
-    kind: str, candidate: dict[str, Any], phase: str, attempt: int, number: int, speculative: bool
-) -> Request:
-    if kind == LayerwiseRequest.kind:
+def request_of(unit: CheckUnit) -> Request:
+    """The session's request a check unit stands for (its repeat index, for a flaky check's
+    re-check, is part of the request id)."""
+    if unit.kind == LayerwiseRequest.kind:
         return LayerwiseRequest()
-    return CheckRequest(Candidate.from_json(candidate), phase, attempt, number=number, speculative=speculative)
+    candidate = Candidate.from_json(unit.candidate)
+    repeat = repeat_of(unit.request_id)
+    return CheckRequest(candidate, unit.phase, unit.attempt, unit.number, repeat, speculative=unit.speculative)
 
 
 def new_unit(request: Request) -> NewUnit:

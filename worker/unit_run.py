@@ -45,7 +45,7 @@ class UnitTicket:
 
     @classmethod
     def of(cls, unit: CheckUnit) -> UnitTicket:
-        request = request_of(unit.kind, unit.candidate, unit.phase, unit.attempt, unit.number, unit.speculative)
+        request = request_of(unit)
         return cls(unit.id, unit.job_id, request)
 
 
