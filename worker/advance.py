@@ -14,6 +14,7 @@ No worker waits for another's result: the next checks are queued the moment a ve
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,13 +141,25 @@ def _queue_next(ctx: RunnerContext, session: Any, job: Job, reduction: Reduction
     if wanted < 1:
         return 0
     before = reduction.machine.issued
-    requests = reduction.next_requests(wanted, active)
-    numbers = [r.number for r in requests if isinstance(r, CheckRequest)]
-    # a rebuilt session numbers the request it waits for again even when it is in flight: no gap for it
-    reduction.machine.issued = max([before, *numbers])
+    requests = _numbered(reduction.next_requests(wanted, active), before)
+    # a rebuilt session numbers the request it waits for again even when it is in flight: the new
+    # requests are numbered after the last one handed out, so iteration numbers leave no gap
+    reduction.machine.issued = before + sum(isinstance(r, CheckRequest) for r in requests)
     units.add(job.id, [new_unit(r) for r in requests])
     JobRepository.progress(job, session_state=reduction.state())
     return len(requests)
+
+
+def _numbered(requests: list[Request], last: int) -> list[Request]:
+    """``requests`` numbered ``last + 1``, ``last + 2``... (a layerwise request has no number)."""
+    numbered: list[Request] = []
+    for request in requests:
+        if isinstance(request, CheckRequest):
+            last += 1
+            numbered.append(dataclasses.replace(request, number=last))
+        else:
+            numbered.append(request)
+    return numbered
 
 
 def _record(

@@ -115,6 +115,9 @@ def _claim(ctx: RunnerContext, session: Any, item: Work) -> _Taken | None:
         claimed = JobRepository(session).claim(str(item.id), ctx.lease_s, ctx.max_attempts)
         return _Taken(item.job_id, None) if claimed is ClaimResult.CLAIMED else None
     units = UnitRepository(session)
+    cap = ctx.team_max_running_checks
+    if cap and units.team_running_locked(item.team) >= cap:
+        return None
     if not units.claim(int(item.id), ctx.worker, ctx.lease_s):
         return None
     unit = units.get(int(item.id))

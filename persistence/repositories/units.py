@@ -286,6 +286,19 @@ class UnitRepository:
             loads[str(team)] = TeamLoad(int(running.get(team, 0)), max(moments) if moments else None)
         return loads
 
+    def team_running_locked(self, team: str) -> int:
+        """The team's running checks, counted under the team's row lock (held to the end of the
+        transaction), so that two workers claiming for a capped team at once count one another."""
+        self.session.execute(select(Team.id).where(Team.name == team).with_for_update())
+        query = (
+            select(func.count())
+            .select_from(CheckUnit)
+            .join(Job, Job.id == CheckUnit.job_id)
+            .join(Team, Team.id == Job.team_id)
+            .where(CheckUnit.status == RUNNING, Team.name == team)
+        )
+        return int(self.session.scalar(query) or 0)
+
     def live_workers(self, queue: str, seen_within_s: float) -> int:
         """Workers serving ``queue`` with a heartbeat in the last ``seen_within_s``."""
         since = utcnow() - timedelta(seconds=seen_within_s)

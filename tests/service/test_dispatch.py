@@ -237,3 +237,28 @@ def test_the_embedded_server_runs_a_job_on_its_local_worker_slots(tmp_path: Path
     assert job["status"] == "succeeded", job
     assert ops == ["Mul"]
     assert most == 2 and len(workers) == 2, (most, workers)
+
+
+def test_a_teams_running_checks_are_capped_and_the_other_team_uses_the_free_workers(
+    command_api_url: str, processes: Processes, tokens: dict[str, str]
+) -> None:
+    for _ in range(3):
+        processes.worker(TEAM_MAX_RUNNING_CHECKS="1")
+    with (
+        client_for(command_api_url, tokens["team-a"]) as a,
+        client_for(command_api_url, tokens["team-b"]) as b,
+    ):
+        jobs = [(a, submit(a, MODEL, CHECK).json()["id"]), (b, submit(b, MODEL, CHECK).json()["id"])]
+        most_per_job, most_together = [0, 0], 0
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            seen = [client.get(f"/v1/jobs/{job_id}").json() for client, job_id in jobs]
+            flying = [len(job["checks_in_flight"]) for job in seen]
+            most_per_job = [max(m, f) for m, f in zip(most_per_job, flying, strict=True)]
+            most_together = max(most_together, sum(flying))
+            if all(job["status"] in ("succeeded", "failed", "cancelled") for job in seen):
+                break
+            time.sleep(0.15)
+    assert [job["status"] for job in seen] == ["succeeded", "succeeded"], seen
+    assert most_per_job == [1, 1]  # three workers, but one check per team at a time
+    assert most_together == 2

@@ -53,9 +53,9 @@ def test_embedded_serve_reduces_the_reference_example(tmp_path: Path) -> None:
     assert seen_job_process is not None  # the job ran in a child process, not on the api's GIL
     assert (tmp_path / "data" / "onnx-reducer.db").is_file()
     assert [e.id for e in events] == list(range(1, len(events) + 1))
-    assert [e.data["number"] for e in events if e.kind == "iteration"] == list(
-        range(1, job["progress"]["checks_run"] + job["progress"]["cache_hits"] + 1)
-    )
+    # checks run on the server's slots at once: their verdicts may land out of order
+    numbers = sorted(e.data["number"] for e in events if e.kind == "iteration")
+    assert len(numbers) == len(set(numbers)) == job["progress"]["checks_run"] + job["progress"]["cache_hits"]
     assert again["status"] == "succeeded" and again["progress"]["checks_run"] == 0
     assert again["nodes_after"] == job["nodes_after"]
     answered = [e.data for e in again_events if e.kind == "iteration"]
