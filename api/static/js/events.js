@@ -62,7 +62,9 @@ async function readEvents(stream, body, connection, onEvent) {
 export async function follow(path, signal, hooks) {
   const stream = { lastEventId: "", retryMs: 2000 };
   let failures = 0;
-  while (!signal.aborted && !hooks.isOver()) {
+  let first = true; // a job that has already ended is read once: its events are its iterations
+  while (!signal.aborted && (first || !hooks.isOver())) {
+    first = false;
     const connection = new AbortController();
     const stop = () => connection.abort();
     signal.addEventListener("abort", stop, { once: true });
