@@ -102,20 +102,6 @@ def _finished_job(service: Service) -> str:
     return job_id
 
 
-def test_a_finished_job_opened_later_shows_its_iterations(service: Service, browser: Browser) -> None:
-    """A job page opened after the job ended reads its event stream once: the iteration table and
-    the chart are filled (the stream replays every event, then closes)."""
-    job_id = _finished_job(service)
-    with client_for(service.url, service.token) as client:
-        listed = client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]
-    browser.open(f"{service.url}/#/jobs/{job_id}")
-    browser.sign_in(service.token)
-    _wait_status(browser, "succeeded")
-    rows = "#iterations-body tr[data-number]"
-    browser.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) == len(listed), "every iteration listed")
-    assert listed
-
-
 def _use_yaml(browser: Browser, spec: str) -> None:
     browser.find("spec-source-yaml").click()
     field = browser.find("check-spec")
@@ -581,3 +567,17 @@ def test_a_precision_job_from_the_form_shows_the_nodes_to_keep_in_fp32(service: 
         job = client.get(f"/v1/jobs/{job_id}").json()
     assert job["task"] == "precision" and job["keep_fp32"] == ["scale_up"]
     assert not _severe(browser)
+
+
+def test_a_finished_job_opened_later_shows_its_iterations(service: Service, browser: Browser) -> None:
+    """A job page opened after the job ended reads its event stream once: the iteration table and
+    the chart are filled (the stream replays every event, then closes)."""
+    job_id = _finished_job(service)
+    with client_for(service.url, service.token) as client:
+        listed = client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]
+    browser.open(f"{service.url}/#/jobs/{job_id}")
+    browser.sign_in(service.token)
+    _wait_status(browser, "succeeded")
+    rows = "#iterations-body tr[data-number]"
+    browser.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) == len(listed), "every iteration listed")
+    assert listed
