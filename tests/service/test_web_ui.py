@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
@@ -38,9 +37,10 @@ from tests.service.web_harness import (
     CuttableProxy,
     Service,
     catalogue,
-    chromium,
     embedded_service,
-    require_chromium,
+    module_browser,
+    plain,
+    severe,
 )
 
 EXAMPLE = build_example_model().SerializeToString()
@@ -48,13 +48,6 @@ NO_GRAPH = onnx.ModelProto(ir_version=8).SerializeToString()  # parses, but is n
 EN = catalogue("en")
 ZH = catalogue("zh-CN")
 SLOW_CHECK = ["sh", "-c", 'sleep 0.8; if grep -q Mul "$1"; then exit 1; fi', "sh", "{model}"]
-
-
-def plain(text: str, **params: Any) -> str:
-    """A catalogue text as the page shows it: parameters filled in, `code` marks dropped."""
-    for name, value in params.items():
-        text = text.replace("{" + name + "}", str(value))
-    return text.replace("`", "")
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +58,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 @pytest.fixture(scope="module")
 def browser(service: Service) -> Iterator[Browser]:
-    """A missing browser is a failure, not a skip: CI installs it."""
-    try:
-        require_chromium()
-    except FileNotFoundError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    with chromium() as browser:
+    with module_browser() as browser:
         yield browser
-
-
-def _severe(browser: Browser) -> list[dict[str, Any]]:
-    return [m for m in browser.console() if m["level"] == "SEVERE" and m["source"] != "network"]
 
 
 def _wait_status(browser: Browser, status: str) -> None:
@@ -190,7 +174,7 @@ def test_drop_the_example_watch_it_and_compare_the_graphs(service: Service, brow
     expected_state = plain(EN["jobs.state.none_status"], status=EN["status.failed"])
     browser.wait(lambda d: browser.text("jobs-state") == expected_state, "the status filter")
     Select(browser.find("status-filter")).select_by_value("")
-    assert _severe(browser) == []
+    assert severe(browser) == []
 
 
 def test_an_upload_shows_its_progress(service: Service, browser: Browser) -> None:
@@ -245,7 +229,7 @@ def test_server_errors_appear_next_to_their_field(service: Service, browser: Bro
     browser.wait(lambda d: browser.find("check_spec-error").is_displayed(), "the spec's error")
     assert browser.text("check_spec-error") == bad_kind["detail"]
     assert "#/new" in browser.driver.current_url  # no job was created
-    assert _severe(browser) == []
+    assert severe(browser) == []
     browser.find("spec-source-form").click()
 
 
@@ -326,7 +310,7 @@ def test_the_live_page_survives_a_cut_stream_and_cancel_asks_first(service: Serv
         saved = browser.downloads / f"{job_id}-min-bad-iteration-{best['number']}.onnx"
         browser.wait(lambda d: saved.is_file() and saved.stat().st_size > 0, "the best model so far", timeout=20)
         assert len(onnx.load(str(saved)).graph.node) == best["nodes"]
-        assert _severe(browser) == []
+        assert severe(browser) == []
     finally:
         proxy.stop()
 
@@ -566,7 +550,7 @@ def test_a_precision_job_from_the_form_shows_the_nodes_to_keep_in_fp32(service: 
     with client_for(service.url, service.token) as client:
         job = client.get(f"/v1/jobs/{job_id}").json()
     assert job["task"] == "precision" and job["keep_fp32"] == ["scale_up"]
-    assert not _severe(browser)
+    assert not severe(browser)
 
 
 def test_a_finished_job_opened_later_shows_its_iterations(service: Service, browser: Browser) -> None:

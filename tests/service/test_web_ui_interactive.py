@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import onnx
 import pytest
@@ -27,17 +26,19 @@ from selenium.webdriver.support.ui import Select
 from examples.build_example_model import build_example_model
 from tests.service.conftest import client_for
 from tests.service.helpers import chain_model
-from tests.service.web_harness import Browser, Service, catalogue, chromium, embedded_service, require_chromium
+from tests.service.web_harness import (
+    Browser,
+    Service,
+    catalogue,
+    embedded_service,
+    module_browser,
+    plain,
+    severe,
+)
 
 EN = catalogue("en")
 ZH = catalogue("zh-CN")
 SLOW_CHECK = ["sh", "-c", 'sleep 1.5; if grep -q Mul "$1"; then exit 1; fi', "sh", "{model}"]
-
-
-def plain(text: str, **params: Any) -> str:
-    for name, value in params.items():
-        text = text.replace("{" + name + "}", str(value))
-    return text.replace("`", "")
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +49,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 @pytest.fixture(scope="module")
 def browser(service: Service) -> Iterator[Browser]:
-    try:
-        require_chromium()
-    except FileNotFoundError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    with chromium() as browser:
+    with module_browser() as browser:
         yield browser
-
-
-def _severe(browser: Browser) -> list[dict[str, Any]]:
-    return [m for m in browser.console() if m["level"] == "SEVERE" and m["source"] != "network"]
 
 
 def _status(browser: Browser) -> str:
@@ -118,7 +111,7 @@ def test_the_interactive_flow_completes_a_reduction_by_clicking_verdicts(service
     assert [(i["number"], i["verdict"]) for i in iterations] == answers
     rows = browser.driver.find_elements(By.CSS_SELECTOR, "#iterations-body tr[data-number]")
     assert [int(r.get_attribute("data-number")) for r in rows] == [n for n, _ in answers]
-    assert _severe(browser) == []
+    assert severe(browser) == []
 
 
 def _wait_past(browser: Browser, number: int) -> None:
@@ -197,7 +190,7 @@ def test_the_workers_page_shows_the_farm_live(service: Service, browser: Browser
         browser.wait(
             lambda d: d.find_element(By.CSS_SELECTOR, state).get_attribute("data-state") == "idle", "idle again", 60
         )
-    assert _severe(browser) == []
+    assert severe(browser) == []
 
 
 OVERFLOW = """const width = document.documentElement.clientWidth;

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import uvicorn
 from selenium import webdriver
 from selenium.common.exceptions import TimeoutException
@@ -286,6 +287,30 @@ class Browser:
             "Network.setUserAgentOverride",
             {"userAgent": self.js("return navigator.userAgent"), "acceptLanguage": lang},
         )
+
+
+def plain(text: str, **params: Any) -> str:
+    """A catalogue text as the page shows it: parameters filled in, `code` marks dropped."""
+    for name, value in params.items():
+        text = text.replace("{" + name + "}", str(value))
+    return text.replace("`", "")
+
+
+def severe(browser: Browser) -> list[dict[str, Any]]:
+    """The page's console errors (failed network requests aside: tests provoke those)."""
+    return [m for m in browser.console() if m["level"] == "SEVERE" and m["source"] != "network"]
+
+
+@contextmanager
+def module_browser() -> Iterator[Browser]:
+    """Headless Chromium for a test module: a missing browser is a failure, not a skip (CI
+    installs it)."""
+    try:
+        require_chromium()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    with chromium() as browser:
+        yield browser
 
 
 def require_chromium() -> None:
