@@ -19,11 +19,13 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
 from api.intake_pool import IntakePool
+from api.job_cache import JobReadCache
 from api.metrics import install_metrics
 from api.problems import install_problem_handlers
 from api.routes import artifacts, events, graphs, health, jobs, me, workers
 from api.services import Services
 from api.settings import ApiSettings
+from api.shared_reads import SharedReads
 from api.shedding import ShedMiddleware
 from api.token_cache import TokenCache
 from persistence.contracts import Enqueue, Notifier, no_notify
@@ -70,6 +72,9 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
         registry=registry,
         intake=IntakePool(settings.intake_workers, settings.intake_max_pending, settings.retry_after_s),
         tokens=TokenCache(settings.token_cache_s),
+        job_reads=JobReadCache(settings.job_read_cache_s),
+        # streams woken by Redis read on their own; polling streams (embedded) share their reads
+        event_reads=SharedReads(0.0 if settings.redis_url else settings.sse_poll_s / 2),
     )
     services.layout.store  # creates the store's folders  # noqa: B018
     swept = services.layout.sweep_staging(settings.staging_max_age_s)

@@ -162,7 +162,7 @@ def running_server(args: argparse.Namespace, tmp: Path) -> Iterator[Server]:
             serve.append("--no-local-worker")
         else:
             env["DATABASE_URL"] = f"sqlite:///{tmp / 'onnx-reducer.db'}"
-        log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed below
+        log = open(args.server_log or tmp / "server.log", "wb")  # noqa: SIM115 - closed below
         server = Server(f"http://127.0.0.1:{port}", env, tmp)
         server.procs.append(subprocess.Popen(serve, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT))
         if args.mode == "distributed":
@@ -214,43 +214,84 @@ async def _subscriber(client: httpx.AsyncClient, job_id: str, deadline: float) -
     return count
 
 
-LANE_CONNECTIONS = 4  # connections per client: httpcore's pool costs O(connections) per request
+class RawConnections:
+    """Keep-alive HTTP/1.1 connections driven with plain asyncio streams: a request is a prebuilt
+    byte string and the answer is read by its Content-Length. httpx costs ~1.5 ms of client CPU
+    per request, which on a 2-core machine takes the CPU the api is being measured on; this costs
+    a small fraction of that. Connections are opened as needed, up to ``limit``; beyond, requests
+    wait here (their latency still counts from when they were due)."""
+
+    def __init__(self, host: str, port: int, headers: dict[str, str], limit: int) -> None:
+        self.host, self.port = host, port
+        self.extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.gate = asyncio.Semaphore(limit)
+
+    def request(self, url: str) -> bytes:
+        return f"GET {url} HTTP/1.1\r\nHost: {self.host}\r\n{self.extra}\r\n".encode()
+
+    async def get(self, request: bytes) -> int:
+        async with self.gate:
+            if self.idle:
+                try:
+                    return await self._exchange(self.idle.pop(), request)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    pass  # the server closed the idle connection (keep-alive timeout): a new one
+            return await self._exchange(await asyncio.open_connection(self.host, self.port), request)
+
+    async def _exchange(self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], request: bytes) -> int:
+        reader, writer = conn
+        writer.write(request)
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        close = False
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            lowered = name.lower()
+            if lowered == b"content-length":
+                length = int(value)
+            elif lowered == b"connection" and value.strip().lower() == b"close":
+                close = True
+        await reader.readexactly(length)
+        if close:
+            writer.close()
+        else:
+            self.idle.append(conn)
+        return status
+
+    def close(self) -> None:
+        for _, writer in self.idle:
+            writer.close()
 
 
-async def _one(lane: httpx.AsyncClient, url: str, due: float, gate: asyncio.Semaphore, samples: list[Sample]) -> None:
-    async with gate:  # queue here (O(1)), not in httpcore's pool (quadratic with many waiting)
-        try:
-            response = await lane.get(url, timeout=30)
-            status = response.status_code
-        except httpx.HTTPError:
-            status = 0
+async def _one(conns: RawConnections, request: bytes, due: float, samples: list[Sample]) -> None:
+    try:
+        status = await asyncio.wait_for(conns.get(request), 30)
+    except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as exc:
+        print("client error", type(exc).__name__, exc, file=sys.stderr)
+        status = 0
     samples.append(Sample(time.monotonic() - due, status))
 
 
 async def _open_loop(
     base: str, headers: dict[str, str], urls: list[str], rate: float, duration: float, connections: int
 ) -> tuple[list[Sample], float]:
-    """Start request i at ``start + i / rate`` (open loop), whatever happened to the earlier ones,
-    over ``connections`` connections in small clients ("lanes"): one big httpx pool is itself the
-    bottleneck at a few hundred requests per second."""
+    """Start request i at ``start + i / rate`` (open loop), whatever happened to the earlier ones."""
     samples: list[Sample] = []
-    limits = httpx.Limits(max_connections=LANE_CONNECTIONS, max_keepalive_connections=LANE_CONNECTIONS)
-    lanes = [
-        httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=30)
-        for _ in range(max(1, connections // LANE_CONNECTIONS))
-    ]
-    gates = [asyncio.Semaphore(LANE_CONNECTIONS) for _ in lanes]
+    address = httpx.URL(base)
+    conns = RawConnections(address.host, address.port or 80, headers, connections)
+    requests = [conns.request(url) for url in urls]
     tasks: list[asyncio.Task[None]] = []
     start = time.monotonic() + 0.5
     for i in range(int(rate * duration)):
         due = start + i / rate
         await asyncio.sleep(max(0.0, due - time.monotonic()))
-        lane = i % len(lanes)
-        tasks.append(asyncio.create_task(_one(lanes[lane], urls[i % len(urls)], due, gates[lane], samples)))
+        tasks.append(asyncio.create_task(_one(conns, requests[i % len(requests)], due, samples)))
     await asyncio.gather(*tasks)
     elapsed = time.monotonic() - start
-    for client in lanes:
-        await client.aclose()
+    conns.close()
     return samples, elapsed
 
 
@@ -282,7 +323,7 @@ async def _open_loop_processes(
                 urls,
                 args.rate / count,
                 args.duration,
-                max(LANE_CONNECTIONS, args.connections // count),
+                max(1, args.connections // count),
                 start,
             )
             for _ in range(count)
@@ -319,7 +360,7 @@ async def _load(server: Server, token: str, args: argparse.Namespace) -> dict[st
             else []
         )
         sampler = asyncio.create_task(_sample_rss(server, deadline))
-        urls = [f"/v1/jobs/{j}" for j in job_ids] or ["/healthz"]
+        urls = [args.path] if args.path else [f"/v1/jobs/{j}" for j in job_ids] or ["/healthz"]
         profiler = _start_profiler(server, args)
         cpu_before, load_before = cpu_seconds(server.procs[0].pid), os.getloadavg()[0]
         samples, elapsed = await _open_loop_processes(server.base, headers, urls, args)
@@ -362,7 +403,7 @@ def _start_profiler(server: Server, args: argparse.Namespace) -> subprocess.Pope
     if not args.py_spy:
         return None
     command = ["py-spy", "record", "-p", str(server.procs[0].pid), "-o", args.py_spy, "-d", str(int(args.duration))]
-    command += ["-f", args.py_spy_format, "-r", "200", "--nonblocking"]
+    command += ["-f", args.py_spy_format, "-r", "200", "--nonblocking"] + (["--gil"] if args.py_spy_gil else [])
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -412,17 +453,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=("embedded", "distributed"), default="embedded")
     parser.add_argument("--rate", type=float, default=200.0, help="GET /v1/jobs/{id} per second (open loop)")
+    parser.add_argument("--path", default="", help="poll this path instead of the jobs (/healthz: the api's floor)")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of load (at most 300)")
     parser.add_argument("--jobs", type=int, default=2, help="reductions kept running during the load")
     parser.add_argument("--subscribers", type=int, default=10, help="open SSE streams")
     parser.add_argument("--connections", type=int, default=64, help="client connections for the GETs")
-    parser.add_argument("--client-processes", type=int, default=2, help="processes sending the GETs")
+    parser.add_argument("--client-processes", type=int, default=1, help="processes sending the GETs")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds between submitting the jobs and the load")
     parser.add_argument("--intake-nodes", type=int, default=0, help="instead: /healthz during a model of N nodes")
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
     parser.add_argument("--bin", default="", help="folder of the onnx-reducer to start (default: this venv)")
     parser.add_argument("--py-spy", default="", help="profile the api during the load into this file (py-spy)")
+    parser.add_argument("--py-spy-gil", action="store_true", help="profile only the thread holding the GIL")
+    parser.add_argument("--server-log", default="", help="write the server's log here (default: its temp folder)")
     parser.add_argument("--py-spy-format", default="raw", choices=("raw", "speedscope", "flamegraph"))
     args = parser.parse_args()
     args.duration = min(args.duration, 300.0)

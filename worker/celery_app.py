@@ -29,7 +29,7 @@ from persistence.jsonlog import configure_logging
 from persistence.notify import RedisNotifier
 from worker.broker import BrokerMessages
 from worker.context import RunnerContext, context_from_settings
-from worker.node import WorkerNode, direct_queue, worker_name
+from worker.node import WorkerNode, direct_queue, lower_priority, worker_name
 from worker.settings import WorkerSettings, load_worker_settings
 
 log = logging.getLogger("onnx_reducer.worker")
@@ -85,6 +85,7 @@ class _CeleryWorker:
         self.ctx.queues = tuple(self.queues)
         queues.select_add(direct_queue(worker_name()))
         mark_owner()
+        lower_priority(self.settings.worker_nice)
         killed = kill_orphaned_checks()
         if killed:
             log.warning("killed %d check processes left behind by a worker that is gone", killed)

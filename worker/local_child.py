@@ -19,6 +19,7 @@ from checks.lifeline import die_with_parent_now
 from persistence.jsonlog import configure_logging
 from persistence.repositories.units import UnitRepository
 from worker.context import RunnerContext, context_from_settings
+from worker.node import lower_priority
 from worker.run_job import run_job
 from worker.settings import WorkerSettings
 
@@ -29,6 +30,7 @@ LOOK_S = 0.2
 def main(argv: list[str]) -> int:
     die_with_parent_now()  # the embedded server's death ends this job process (and its checks)
     settings = WorkerSettings.model_validate_json(sys.stdin.read())
+    lower_priority(settings.worker_nice)  # the api beside it answers first
     configure_logging()
     ctx = context_from_settings(settings)
     if len(argv) > 1:

@@ -21,6 +21,17 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def lower_priority(niceness: int) -> int:
+    """Lower the calling thread's CPU priority to ``niceness`` (what it starts from now on
+    inherits it: the checks); never raises it. Returns the niceness now in effect. Checks are
+    batch work: an api, a database or a browser on the same machine should not wait for them."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if niceness > current:
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
+        return niceness
+    return current
+
+
 def direct_queue(name: str) -> str:
     """The queue only this worker consumes: lost jobs it takes itself are sent there."""
     return f"onnx-reducer.worker.{name}"

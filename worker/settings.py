@@ -25,6 +25,9 @@ class WorkerSettings(ServiceSettings):
     farm_verdict_cache: bool = True
     # ...and reads the verdicts of every team, not only its own (a verdict tells about a model)
     share_verdicts_across_teams: bool = False
+    # how much a worker lowers its own CPU priority (and so its checks'): an api or a database on
+    # the same machine keeps answering while checks run (0..19; 0 keeps the priority it started with)
+    worker_nice: int = Field(default=10, ge=0, le=19)
 
     @property
     def visibility_timeout_s(self) -> int:

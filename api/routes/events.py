@@ -75,7 +75,10 @@ class _Follower:
         return not await anyio.to_thread.run_sync(self._token_valid)
 
     async def read(self, after: int) -> tuple[list[Event], bool]:
-        return await anyio.to_thread.run_sync(self._read, after)
+        """New events after ``after`` (one read shared by the streams of this job at that point)."""
+        return await self.services.event_reads.read(
+            (self.job_id, after), lambda: anyio.to_thread.run_sync(self._read, after)
+        )
 
     async def wait(self, timeout: float) -> None:
         if self.pubsub is None:

@@ -222,8 +222,11 @@ def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
 
 @router.get("/{job_id}", response_model=JobOut)
 async def get_job(job_id: str, services: ServicesDep, team: TeamDep) -> Response:
-    """The hot path of pollers: one thread hop for the database, the body serialised once."""
-    body = await anyio.to_thread.run_sync(_job_json, services, team.id, job_id)
+    """The hot path of pollers: a body at most ``JOB_READ_CACHE_S`` old (``api.job_cache``), else
+    one thread hop for the database and the body serialised once."""
+    body = await services.job_reads.body(
+        team.id, job_id, lambda: anyio.to_thread.run_sync(_job_json, services, team.id, job_id)
+    )
     return Response(body, media_type="application/json")
 
 
@@ -260,6 +263,7 @@ def cancel_job(job_id: str, services: ServicesDep, team: TeamDep, response: Resp
         if outcome is CancelOutcome.ALREADY_ENDED and job.status != JobStatus.CANCELLED.value:
             raise ProblemError(409, "Job already finished", f"Job '{job_id}' has already {job.status}.")
         out = _job_out(session, job)
+    services.job_reads.forget(team.id, job_id)
     if seq is not None:
         services.notify(job_id, seq)
     if out.status == JobStatus.CANCELLED.value:
@@ -297,6 +301,7 @@ def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
         session.refresh(job)
         out = _job_out(session, job, _workers_for(session, services, [job]))
         queue = job.queue
+    services.job_reads.forget(team.id, job_id)
     services.notify(job_id, event.seq)
     try:
         services.enqueue(job_id, queue)
@@ -320,6 +325,7 @@ async def post_verdict(job_id: str, body: VerdictIn, services: ServicesDep, team
             "Only jobs started with the check spec 'kind: interactive' take verdicts.",
         )
     seqs = await anyio.to_thread.run_sync(answer, services, team.id, job_id, body.iteration, body.verdict)
+    services.job_reads.forget(team.id, job_id)
     for seq in seqs:
         services.notify(job_id, seq)
     body_json = await anyio.to_thread.run_sync(_job_json, services, team.id, job_id)

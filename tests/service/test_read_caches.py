@@ -1,0 +1,190 @@
+"""The api's shared reads (``api.job_cache``, ``api.shared_reads``): job bodies served for a short
+time, the previous body while one read runs, concurrent reads of one job done once, the api's own
+writes visible at once; event-stream polls of one job shared; and, through a real app and
+database, what a poller sees."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+
+from api.app import create_app
+from api.job_cache import JobReadCache
+from api.settings import ApiSettings
+from api.shared_reads import SharedReads
+from persistence.db import Database
+from persistence.enums import JobStatus
+from persistence.models import Job
+from tests.service.conftest import client_for
+from tests.service.helpers import chain_model, submit
+
+
+class Reads:
+    """A fake database read: counts calls, answers ``body`` after ``delay_s``."""
+
+    def __init__(self, body: bytes = b"v1", delay_s: float = 0.0) -> None:
+        self.body, self.delay_s, self.calls = body, delay_s, 0
+
+    def __call__(self) -> Callable[[], Awaitable[bytes]]:
+        async def read() -> bytes:
+            self.calls += 1
+            await asyncio.sleep(self.delay_s)
+            return self.body
+
+        return read
+
+
+def test_a_fresh_body_is_served_without_a_read_and_teams_never_share() -> None:
+    async def scenario() -> None:
+        cache, reads = JobReadCache(ttl_s=5), Reads()
+        assert await cache.body("team-a", "job", reads()) == b"v1"
+        reads.body = b"v2"
+        assert await cache.body("team-a", "job", reads()) == b"v1"
+        assert reads.calls == 1
+        assert await cache.body("team-b", "job", reads()) == b"v2"  # another team: its own read
+        assert reads.calls == 2
+
+    asyncio.run(scenario())
+
+
+def test_concurrent_requests_for_one_job_share_one_read() -> None:
+    async def scenario() -> None:
+        cache, reads = JobReadCache(ttl_s=5), Reads(delay_s=0.1)
+        bodies = await asyncio.gather(*(cache.body("t", "job", reads()) for _ in range(50)))
+        assert bodies == [b"v1"] * 50 and reads.calls == 1
+
+    asyncio.run(scenario())
+
+
+def test_past_its_time_the_previous_body_is_served_while_one_read_runs() -> None:
+    async def scenario() -> None:
+        cache, reads = JobReadCache(ttl_s=0.05, stale_s=5), Reads(delay_s=0.2)
+        await cache.body("t", "job", reads())
+        await asyncio.sleep(0.1)
+        reads.body = b"v2"
+        started = time.monotonic()
+        bodies = [await cache.body("t", "job", reads()) for _ in range(20)]
+        assert time.monotonic() - started < 0.1  # nobody waited for the 0.2 s read
+        await asyncio.sleep(0.01)  # the read started in the background
+        assert bodies == [b"v1"] * 20 and reads.calls == 2
+        await asyncio.sleep(0.3)
+        assert await cache.body("t", "job", reads()) == b"v2"
+
+    asyncio.run(scenario())
+
+
+def test_a_body_older_than_stale_s_is_not_served() -> None:
+    async def scenario() -> None:
+        cache, reads = JobReadCache(ttl_s=0.01, stale_s=0.05), Reads()
+        await cache.body("t", "job", reads())
+        await asyncio.sleep(0.1)
+        reads.body = b"v2"
+        assert await cache.body("t", "job", reads()) == b"v2"
+
+    asyncio.run(scenario())
+
+
+def test_forget_drops_the_body_and_any_read_started_before_it() -> None:
+    async def scenario() -> None:
+        cache, reads = JobReadCache(ttl_s=5), Reads(delay_s=0.1)
+        first = asyncio.ensure_future(cache.body("t", "job", reads()))
+        await asyncio.sleep(0.02)
+        cache.forget("t", "job")  # the api cancelled the job while the read ran
+        assert await first == b"v1"  # that request gets what it read ...
+        reads.body = b"cancelled"
+        assert await cache.body("t", "job", reads()) == b"cancelled"  # ... but it was not kept
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_read_reaches_every_waiter_and_keeps_nothing() -> None:
+    async def scenario() -> None:
+        cache, calls = JobReadCache(ttl_s=5, stale_s=0), 0
+
+        async def missing() -> bytes:
+            nonlocal calls
+            calls += 1
+            await asyncio.sleep(0.05)
+            raise LookupError("Job 'job' not found")
+
+        results = await asyncio.gather(*(cache.body("t", "job", missing) for _ in range(5)), return_exceptions=True)
+        assert all(isinstance(r, LookupError) for r in results) and calls == 1
+        with pytest.raises(LookupError):
+            await cache.body("t", "job", missing)
+        assert calls == 2
+
+    asyncio.run(scenario())
+
+
+def test_ttl_zero_reads_every_time() -> None:
+    async def scenario() -> None:
+        cache, reads = JobReadCache(ttl_s=0), Reads()
+        for _ in range(3):
+            await cache.body("t", "job", reads())
+        assert reads.calls == 3
+
+    asyncio.run(scenario())
+
+
+def test_event_polls_of_one_job_share_a_read_and_reuse_it_briefly() -> None:
+    async def scenario() -> None:
+        shared: SharedReads[tuple[str, int], bytes] = SharedReads(fresh_s=0.2)
+        reads = Reads(delay_s=0.05)
+        results = await asyncio.gather(*(shared.read(("job", 7), reads()) for _ in range(10)))
+        assert results == [b"v1"] * 10 and reads.calls == 1
+        await shared.read(("job", 7), reads())
+        assert reads.calls == 1  # within fresh_s
+        await shared.read(("job", 8), reads())
+        assert reads.calls == 2  # another position in the stream
+        await asyncio.sleep(0.25)
+        await shared.read(("job", 7), reads())
+        assert reads.calls == 3
+
+        unshared: SharedReads[tuple[str, int], bytes] = SharedReads(fresh_s=0)  # streams woken by Redis
+        await asyncio.gather(*(unshared.read(("job", 7), reads()) for _ in range(4)))
+        assert reads.calls == 7
+
+    asyncio.run(scenario())
+
+
+@pytest.fixture
+def polled_api(db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str]) -> str:
+    """An api whose job bodies live 0.3 s; its jobs stay queued (no runner)."""
+    settings = ApiSettings(database_url=db_url, redis_url=None, data_dir=data_dir, job_read_cache_s=0.3)
+    return serve_app(create_app(settings, enqueue=lambda job_id, queue: None))
+
+
+def _set_status(db_url: str, job_id: str, status: JobStatus) -> None:
+    db = Database(db_url)
+    try:
+        with db.session() as session:
+            job = session.get(Job, job_id)
+            assert job is not None
+            job.status = status.value
+    finally:
+        db.dispose()
+
+
+def test_a_poller_sees_a_worker_change_within_the_cache_time_and_its_own_cancel_at_once(
+    polled_api: str, db_url: str, tokens: dict[str, str]
+) -> None:
+    with client_for(polled_api, tokens["team-a"]) as client:
+        job_id = submit(client, chain_model().SerializeToString()).json()["id"]
+        assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "queued"
+        _set_status(db_url, job_id, JobStatus.RUNNING)  # as a worker would, in another process
+        assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "queued"  # served from the copy
+        deadline = time.monotonic() + 5
+        while client.get(f"/v1/jobs/{job_id}").json()["status"] != "running":
+            assert time.monotonic() < deadline, "the change never showed"
+            time.sleep(0.05)
+        queued = submit(client, chain_model().SerializeToString()).json()["id"]
+        assert client.get(f"/v1/jobs/{queued}").json()["status"] == "queued"
+        assert client.post(f"/v1/jobs/{queued}/cancel").status_code == 200
+        assert client.get(f"/v1/jobs/{queued}").json()["status"] == "cancelled"  # its own write, at once
+        with client_for(polled_api, tokens["team-b"]) as other:
+            assert other.get(f"/v1/jobs/{job_id}").status_code == 404
