@@ -3,12 +3,13 @@ second is built from the database a few times per second, not 200 times (the que
 serialisation cost several ms of the api's CPU each, and a read waits for the database while
 workers write to it).
 
-A body is fresh for ``ttl_s`` seconds. Past that, the first request starts one read of the job and
-every request meanwhile, that one included, gets the previous body, as long as that is at most
-``stale_s`` old; so a poller waits for the database only for the first read of a job. What this api
-changes itself (cancel, retry, a verdict) forgets the job's body at once (``forget``): the next
-request waits for a new read, so a client always sees its own writes. Entries are per team and
-job: a team never gets another team's body."""
+A body is never served older than ``ttl_s`` seconds. A request finding one older than half that
+starts one read in the background and is answered from the copy, so a job polled often is kept
+fresh without any request waiting for the database; a request finding none (or an expired one)
+waits for a read, shared with every request that comes meanwhile. What this api sees happen to a
+job forgets its copy at once (``forget``): its own writes (cancel, retry, a verdict) and every
+event its event streams deliver, so a client that saw an event (or made a change) and then reads
+the job sees at least that. Entries are per team and job: a team never gets another team's body."""
 
 from __future__ import annotations
 
@@ -29,28 +30,27 @@ class _Entry:
 
 
 class JobReadCache:
-    def __init__(self, ttl_s: float, stale_s: float | None = None, max_entries: int = 10_000) -> None:
+    def __init__(self, ttl_s: float, max_entries: int = 10_000) -> None:
         self.ttl_s, self.max_entries = ttl_s, max_entries
-        self.stale_s = stale_s if stale_s is not None else max(5.0, 10 * ttl_s)
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
-        self._forgotten: OrderedDict[str, float] = OrderedDict()  # job -> when this api last changed it
-        self._lock = threading.Lock()  # forget() runs in the threads of sync routes
+        self._forgotten: OrderedDict[str, float] = OrderedDict()  # job -> when this api last saw it change
+        self._lock = threading.Lock()  # forget() also runs in the threads of sync routes
         self._reading: dict[tuple[str, str], asyncio.Future[bytes]] = {}  # on the event loop only
 
     async def body(self, team_id: str, job_id: str, read: Read) -> bytes:
-        """The job's body: a fresh one, else (while one read runs) the previous one if not too old,
-        else the result of ``read()``, whose errors (a 404) reach every request waiting for it."""
+        """The job's body, at most ``ttl_s`` old; ``read()``'s errors (a 404) reach every request
+        waiting for it."""
         if self.ttl_s <= 0:
             return await read()
         key = (team_id, job_id)
         with self._lock:
             entry = self._entries.get(key)
-        age = time.monotonic() - entry.read_at if entry is not None else None
-        if entry is not None and age is not None and age < self.ttl_s:
+        age = time.monotonic() - entry.read_at if entry is not None else self.ttl_s
+        if entry is not None and age < self.ttl_s:
+            if age >= self.ttl_s / 2 and key not in self._reading:
+                self._start_read(key, read)  # refreshed ahead: nobody waits
             return entry.body
         pending = self._reading.get(key) or self._start_read(key, read)
-        if entry is not None and age is not None and age < self.stale_s:
-            return entry.body
         return await asyncio.shield(pending)
 
     def _start_read(self, key: tuple[str, str], read: Read) -> asyncio.Future[bytes]:
@@ -75,14 +75,15 @@ class JobReadCache:
     def _put(self, key: tuple[str, str], body: bytes, read_at: float) -> None:
         with self._lock:
             if read_at < self._forgotten.get(key[1], float("-inf")):
-                return  # read before this api changed the job: the next request reads again
+                return  # read before this api saw the job change: the next request reads again
             self._entries[key] = _Entry(read_at, body)
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
 
     def forget(self, team_id: str, job_id: str) -> None:
-        """This api changed the job: no copy read before now is served again."""
+        """The job changed (this api changed it, or one of its event streams saw an event): no copy
+        read before now is served again."""
         with self._lock:
             self._entries.pop((team_id, job_id), None)
             self._forgotten[job_id] = time.monotonic()

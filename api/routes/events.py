@@ -87,7 +87,9 @@ class _Follower:
         await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)
 
 
-async def _stream(services: Services, job_id: str, after: int, request: Request, token: str) -> AsyncIterator[str]:
+async def _stream(
+    services: Services, team_id: str, job_id: str, after: int, request: Request, token: str
+) -> AsyncIterator[str]:
     settings = services.settings
     follower = _Follower(services, job_id, token)
     await follower.open()
@@ -100,6 +102,8 @@ async def _stream(services: Services, job_id: str, after: int, request: Request,
                 yield ": token revoked\n\n"
                 return
             events, ended = await follower.read(after)
+            if events:  # a client that saw them and then reads the job sees them there too
+                services.job_reads.forget(team_id, job_id)
             for event in events:
                 yield format_event(event)
                 after, last_sent = event.seq, time.monotonic()
@@ -145,5 +149,5 @@ async def job_events(
     await anyio.to_thread.run_sync(load_job, services, team.id, job_id)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     token = request.headers.get("authorization", "").partition(" ")[2].strip()
-    stream = _stream(services, job_id, start, request, token)
+    stream = _stream(services, team.id, job_id, start, request, token)
     return StreamingResponse(stream, media_type="text/event-stream", headers=headers)

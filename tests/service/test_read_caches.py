@@ -18,8 +18,9 @@ from api.job_cache import JobReadCache
 from api.settings import ApiSettings
 from api.shared_reads import SharedReads
 from persistence.db import Database
-from persistence.enums import JobStatus
+from persistence.enums import EventKind, JobStatus
 from persistence.models import Job
+from persistence.repositories import EventRepository
 from tests.service.conftest import client_for
 from tests.service.helpers import chain_model, submit
 
@@ -61,28 +62,29 @@ def test_concurrent_requests_for_one_job_share_one_read() -> None:
     asyncio.run(scenario())
 
 
-def test_past_its_time_the_previous_body_is_served_while_one_read_runs() -> None:
+def test_a_body_past_half_its_time_is_served_while_it_is_read_again_in_the_background() -> None:
     async def scenario() -> None:
-        cache, reads = JobReadCache(ttl_s=0.05, stale_s=5), Reads(delay_s=0.2)
+        cache, reads = JobReadCache(ttl_s=0.4), Reads(delay_s=0.1)
         await cache.body("t", "job", reads())
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.25)  # past half of ttl_s
         reads.body = b"v2"
         started = time.monotonic()
         bodies = [await cache.body("t", "job", reads()) for _ in range(20)]
-        assert time.monotonic() - started < 0.1  # nobody waited for the 0.2 s read
+        assert time.monotonic() - started < 0.05  # nobody waited for the 0.1 s read
         await asyncio.sleep(0.01)  # the read started in the background
         assert bodies == [b"v1"] * 20 and reads.calls == 2
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.15)
         assert await cache.body("t", "job", reads()) == b"v2"
+        assert reads.calls == 2
 
     asyncio.run(scenario())
 
 
-def test_a_body_older_than_stale_s_is_not_served() -> None:
+def test_a_body_past_its_time_is_never_served() -> None:
     async def scenario() -> None:
-        cache, reads = JobReadCache(ttl_s=0.01, stale_s=0.05), Reads()
+        cache, reads = JobReadCache(ttl_s=0.05), Reads()
         await cache.body("t", "job", reads())
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # a poller that comes back rarely gets a new read
         reads.body = b"v2"
         assert await cache.body("t", "job", reads()) == b"v2"
 
@@ -104,7 +106,7 @@ def test_forget_drops_the_body_and_any_read_started_before_it() -> None:
 
 def test_a_failed_read_reaches_every_waiter_and_keeps_nothing() -> None:
     async def scenario() -> None:
-        cache, calls = JobReadCache(ttl_s=5, stale_s=0), 0
+        cache, calls = JobReadCache(ttl_s=5), 0
 
         async def missing() -> bytes:
             nonlocal calls
@@ -152,22 +154,44 @@ def test_event_polls_of_one_job_share_a_read_and_reuse_it_briefly() -> None:
     asyncio.run(scenario())
 
 
-@pytest.fixture
-def polled_api(db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str]) -> str:
-    """An api whose job bodies live 0.3 s; its jobs stay queued (no runner)."""
-    settings = ApiSettings(database_url=db_url, redis_url=None, data_dir=data_dir, job_read_cache_s=0.3)
+def _api(db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str], cache_s: float) -> str:
+    """An api whose job bodies live ``cache_s``; its jobs stay queued (no runner)."""
+    settings = ApiSettings(
+        database_url=db_url, redis_url=None, data_dir=data_dir, job_read_cache_s=cache_s, sse_poll_s=0.05
+    )
     return serve_app(create_app(settings, enqueue=lambda job_id, queue: None))
 
 
-def _set_status(db_url: str, job_id: str, status: JobStatus) -> None:
+@pytest.fixture
+def polled_api(db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str]) -> str:
+    return _api(db_url, data_dir, serve_app, cache_s=0.3)
+
+
+def _set_status(db_url: str, job_id: str, status: JobStatus, event: EventKind | None = None) -> None:
+    """As a worker would, in another process: the job's row and, optionally, an event."""
     db = Database(db_url)
     try:
         with db.session() as session:
             job = session.get(Job, job_id)
             assert job is not None
             job.status = status.value
+            if event is not None:
+                EventRepository(session).append(job_id, event, {"status": status.value})
     finally:
         db.dispose()
+
+
+def test_a_client_that_saw_an_event_then_reads_the_job_sees_it_there(
+    db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str], tokens: dict[str, str]
+) -> None:
+    api = _api(db_url, data_dir, serve_app, cache_s=5)
+    with client_for(api, tokens["team-a"]) as client:
+        job_id = submit(client, chain_model().SerializeToString()).json()["id"]
+        assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "queued"  # kept for 5 s
+        _set_status(db_url, job_id, JobStatus.RUNNING, EventKind.STARTED)
+        with client.stream("GET", f"/v1/jobs/{job_id}/events") as stream:
+            next(line for line in stream.iter_lines() if line.startswith("event: job.started"))
+        assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "running"
 
 
 def test_a_poller_sees_a_worker_change_within_the_cache_time_and_its_own_cancel_at_once(

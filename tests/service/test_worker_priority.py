@@ -20,7 +20,8 @@ PROBE = (
 
 
 def _probe(start: int, asked: int) -> list[int]:
-    out = subprocess.run([sys.executable, "-c", PROBE.format(start=start, asked=asked)], capture_output=True, text=True)
+    command = [sys.executable, "-c", PROBE.format(start=start, asked=asked)]
+    out = subprocess.run(command, check=False, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return [int(v) for v in out.stdout.split()]
 
