@@ -16,7 +16,7 @@ Value = TypeVar("Value")
 
 
 class SharedReads(Generic[Key, Value]):
-    def __init__(self, fresh_s: float, max_entries: int = 10_000) -> None:
+    def __init__(self, fresh_s: float, max_entries: int = 256) -> None:
         self.fresh_s, self.max_entries = fresh_s, max_entries
         self._recent: dict[Key, tuple[float, Value]] = {}
         self._reading: dict[Key, asyncio.Future[Value]] = {}

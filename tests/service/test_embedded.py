@@ -59,7 +59,10 @@ def test_embedded_serve_reduces_the_reference_example(tmp_path: Path) -> None:
     assert again["status"] == "succeeded" and again["progress"]["checks_run"] == 0
     assert again["nodes_after"] == job["nodes_after"]
     answered = [e.data for e in again_events if e.kind == "iteration"]
-    assert len(answered) == job["progress"]["checks_run"] + job["progress"]["cache_hits"]
+    # every verdict the first job's flow used is answered again; a speculative check of the first
+    # job that its flow never needed (phase "ahead": how many depends on timing) may not be
+    flow = [e for e in events if e.kind == "iteration" and e.data["phase"] != "ahead"]
+    assert len(flow) <= len(answered) <= job["progress"]["checks_run"] + job["progress"]["cache_hits"]
     assert {data["cached"] for data in answered} <= {"farm", "job"} and answered[0]["cached"] == "farm"
     assert [n.op_type for n in onnx.load_from_string(min_bad).graph.node] == ["Mul"]
     assert min_bad == cli_min_bad(tmp_path, model)
