@@ -24,7 +24,8 @@ from persistence.enums import JobTask
 from reducer_core.errors import UsageError
 from reducer_core.strategies import MODES
 
-BOOL_FIELDS = ("reduce_inputs", "reduce_outputs", "pin_signature")
+# the form's true/false fields, each with its value when left out (kept in the job's options)
+BOOL_FIELDS = {"reduce_inputs": True, "reduce_outputs": True, "pin_signature": True, "confirm_flaky": False}
 GOLDEN_FLOOR_BYTES = 64 * 1024**2  # what golden JSON may decode to at least (NPZ payloads inflate)
 
 
@@ -208,8 +209,8 @@ def _options(fields: dict[str, str]) -> tuple[str, dict[str, Any]]:
     if mode not in MODES:
         raise ProblemError(422, "Invalid mode", f"mode '{mode[:50]}' is not one of: {', '.join(MODES)}.")
     options: dict[str, Any] = {}
-    for name in BOOL_FIELDS:
-        raw = fields.get(name, "true").strip().lower()
+    for name, default in BOOL_FIELDS.items():
+        raw = fields.get(name, str(default).lower()).strip().lower()
         if raw not in ("true", "false", "1", "0"):
             detail = f"{name} must be true or false, not '{raw[:50]}'."
             raise ProblemError(422, "Invalid option", detail, errors=field_errors(name, detail))

@@ -19,7 +19,7 @@ from fastapi import Request
 from sqlalchemy.exc import IntegrityError
 
 from api.golden import suffix_for
-from api.inspection import Inspection, InspectRequest, Refusal, UploadLimits, safe_filename
+from api.inspection import BOOL_FIELDS, Inspection, InspectRequest, Refusal, UploadLimits, safe_filename
 from api.problems import ProblemError
 from api.services import Services
 from api.settings import ApiSettings
@@ -55,8 +55,8 @@ def upload_limits(settings: ApiSettings) -> UploadLimits:
 def _same_request(job: Job, form: UploadedForm, golden_sha256: str | None) -> bool:
     sent_golden = form.golden.sha256 if form.golden is not None else None
     mode = form.fields.get("mode", "auto").strip() or "auto"
-    flags = {k: v for k, v in job.options.items() if k != "task"}
-    options = {k: form.fields.get(k, "true").strip().lower() in ("true", "1") for k in flags}
+    flags = {k: bool(job.options.get(k, default)) for k, default in BOOL_FIELDS.items()}  # older jobs: defaults
+    options = {k: form.fields.get(k, str(d).lower()).strip().lower() in ("true", "1") for k, d in BOOL_FIELDS.items()}
     task = form.fields.get("task", "").strip() or JobTask.REDUCE.value
     return (
         job.model_sha256 == form.sha256

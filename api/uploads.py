@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 MULTIPART_OVERHEAD = 1024 * 1024
 MAX_PARTS = 16
 TEXT_FIELDS = frozenset(
-    {"check_spec", "mode", "task", "model_path", "reduce_inputs", "reduce_outputs", "pin_signature"}
+    {"check_spec", "mode", "task", "model_path", "reduce_inputs", "reduce_outputs", "pin_signature", "confirm_flaky"}
 )
 FILE_FIELDS = ("model", "golden")
 

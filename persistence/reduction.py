@@ -19,12 +19,15 @@ from reducer_core.session import SessionConfig
 
 
 def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
-    """A job's session options: the command line's defaults; min-good always wanted (it is stored)."""
+    """A job's session options: the command line's defaults; min-good always wanted (it is stored).
+    ``confirm_flaky`` (off unless asked: jobs stored before it existed resume unchanged) matters to
+    reduce jobs only: a precision job's session takes no ``SessionConfig``."""
     return SessionConfig(
         mode=mode,
         reduce_inputs=bool(options.get("reduce_inputs", True)),
         reduce_outputs=bool(options.get("reduce_outputs", True)),
         pin_signature=bool(options.get("pin_signature", True)),
+        confirm_flaky=bool(options.get("confirm_flaky", False)),
         localize=True,
         min_good=True,
     )

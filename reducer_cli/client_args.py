@@ -103,6 +103,13 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="Count any failure, not only one like the original's (as for reduce).",
     )
     submit.add_argument(
+        "--confirm-flaky",
+        action="store_true",
+        default=None,
+        help="The check may be flaky: re-check once what makes an answer of 2 to 3 nodes look minimal "
+        "(as for reduce; the form field confirm_flaky).",
+    )
+    submit.add_argument(
         "--idempotency-key",
         default=None,
         help="Sent as Idempotency-Key (default: a new one per command; reuse one to never submit twice).",

@@ -189,6 +189,7 @@ def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
         reduce_inputs=ns.reduce_inputs,
         reduce_outputs=ns.reduce_outputs,
         pin_signature=ns.pin_signature,
+        confirm_flaky=ns.confirm_flaky,
         idempotency_key=ns.idempotency_key,
         progress=bar,
         task=ns.task,

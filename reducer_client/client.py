@@ -176,6 +176,7 @@ class ReducerClient:
         reduce_inputs: bool | None = None,
         reduce_outputs: bool | None = None,
         pin_signature: bool | None = None,
+        confirm_flaky: bool | None = None,
         idempotency_key: str | None = None,
         progress: Progress | None = None,
         task: str | None = None,
@@ -183,14 +184,20 @@ class ReducerClient:
         """Upload ``model`` (an ``.onnx`` file, a ``.tar``/``.zip`` bundle, or an ``.onnx`` whose
         external-data files lie next to it: those are bundled on the fly; or a prepared
         ``UploadSource``, see ``model_source``) with a check spec (YAML or JSON text); ``task``:
-        ``reduce`` (the server's default) or ``precision`` (which nodes must stay fp32). Streamed from
+        ``reduce`` (the server's default) or ``precision`` (which nodes must stay fp32); an option left
+        ``None`` is not sent (the server's default; ``confirm_flaky``: off). Streamed from
         disk; ``progress(sent, total)`` sees the file bytes go out. Retries reuse one
         ``Idempotency-Key`` (a new one unless given), so at most one job is created."""
         key = idempotency_key or uuid.uuid4().hex
         files = {"model": model if isinstance(model, UploadSource) else model_source(model)}
         if golden is not None:
             files["golden"] = FileSource(golden)
-        options = {"reduce_inputs": reduce_inputs, "reduce_outputs": reduce_outputs, "pin_signature": pin_signature}
+        options = {
+            "reduce_inputs": reduce_inputs,
+            "reduce_outputs": reduce_outputs,
+            "pin_signature": pin_signature,
+            "confirm_flaky": confirm_flaky,
+        }
         fields = {"check_spec": check_spec, "mode": mode, "model_path": model_path, "task": task}
         fields |= {name: str(value).lower() for name, value in options.items() if value is not None}
         body = MultipartBody({k: v for k, v in fields.items() if v is not None}, files)

@@ -82,6 +82,12 @@ _UPLOAD_DOC = {
                         "reduce_inputs": {"type": "boolean"},
                         "reduce_outputs": {"type": "boolean"},
                         "pin_signature": {"type": "boolean"},
+                        "confirm_flaky": {
+                            "type": "boolean",
+                            "default": False,
+                            "description": "the check may be flaky: re-check once what makes an answer of 2 "
+                            "to 3 nodes look minimal (the CLI's --confirm-flaky; reduce jobs only)",
+                        },
                     },
                 }
             }

@@ -1,15 +1,18 @@
 """Retries against real sockets: a small HTTP server that answers from a script (503 with
 Retry-After, then the job), a port that accepts and hangs up, and a port nobody listens on. The
-policy's sleep is recorded instead of slept, so the waits asked for can be checked exactly."""
+policy's sleep is recorded instead of slept, so the waits asked for can be checked exactly. The
+same server records what ``submit`` sends (its options as form fields)."""
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +30,7 @@ class Scripted:
 
     answers: list[tuple[int, dict[str, str], object]]
     requests: list[tuple[str, str]] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
 
 
 def _handler(script: Scripted) -> type[BaseHTTPRequestHandler]:
@@ -34,7 +38,7 @@ def _handler(script: Scripted) -> type[BaseHTTPRequestHandler]:
         def _answer(self) -> None:
             script.requests.append((self.command, self.path))
             length = int(self.headers.get("content-length") or 0)
-            self.rfile.read(length)
+            script.bodies.append(self.rfile.read(length))
             status, headers, body = script.answers[min(len(script.requests), len(script.answers)) - 1]
             data = json.dumps(body).encode() if not isinstance(body, str) else body.encode()
             self.send_response(status)
@@ -148,3 +152,30 @@ def test_cli_with_nobody_listening_exits_8_with_json(capsys: pytest.CaptureFixtu
     assert run(["jobs", "--server", url, "--token", "t", "--retries", "1", "--json"]) == 8
     summary = json.loads(capsys.readouterr().out)
     assert summary["exit_code"] == 8 and summary["error"]["code"] == "server-unreachable"
+
+
+def _form_fields(body: bytes) -> dict[str, str]:
+    """The small text fields of a multipart body (the model part is left out)."""
+    found = re.findall(rb'name="([a-z_]+)"\r\n\r\n([^\r]*)\r\n', body)
+    return {name.decode(): value.decode() for name, value in found}
+
+
+def test_submit_sends_confirm_flaky_only_when_asked(
+    scripted: tuple[Scripted, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script, url = scripted
+    script.answers = [(202, {}, {"id": JOB_ID, "status": "queued"})]
+    model, spec = tmp_path / "m.onnx", tmp_path / "s.yaml"
+    model.write_bytes(b"x")
+    spec.write_text("kind: op-present\nops: [Mul]\n")
+    base = ["submit", str(model), "--check-spec", str(spec), "--server", url, "--token", "t"]
+    assert run([*base, "--confirm-flaky"]) == 0
+    assert run(base) == 0
+    asked, plain = (_form_fields(body) for body in script.bodies)
+    assert script.requests == [("POST", "/v1/jobs")] * 2
+    assert asked["confirm_flaky"] == "true" and "pin_signature" not in asked
+    assert "confirm_flaky" not in plain and plain["check_spec"] == "kind: op-present\nops: [Mul]\n"
+    with ReducerClient(url, "t") as client:
+        client.submit(model, "kind: op-present\nops: [Mul]\n", confirm_flaky=False)
+    assert _form_fields(script.bodies[-1])["confirm_flaky"] == "false"
+    assert JOB_ID in capsys.readouterr().err

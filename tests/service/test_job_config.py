@@ -1,0 +1,24 @@
+"""A job's session options from its stored ``options`` (``persistence.reduction.job_config``), no
+service needed: the form's ``confirm_flaky`` reaches ``SessionConfig``, off when the job never
+asked (as for jobs stored before the option existed, whose saved sessions resume unchanged)."""
+
+from __future__ import annotations
+
+from persistence.reduction import job_config
+from reducer_core.session import SessionConfig
+
+
+def test_confirm_flaky_reaches_the_session_config_and_is_off_by_default() -> None:
+    assert job_config("auto", {"confirm_flaky": True}).confirm_flaky is True
+    assert job_config("auto", {"confirm_flaky": False}).confirm_flaky is False
+    assert job_config("auto", {}).confirm_flaky is False
+    assert job_config("bisect", {"pin_signature": True, "task": "precision"}).confirm_flaky is False
+
+
+def test_a_job_that_never_asked_saves_the_same_session_as_before() -> None:
+    stored = {"reduce_inputs": True, "reduce_outputs": True, "pin_signature": True}
+    assert job_config("auto", stored).to_json() == job_config("auto", stored | {"confirm_flaky": False}).to_json()
+    assert "confirm_flaky" not in job_config("auto", stored).to_json()
+    asked = job_config("auto", stored | {"confirm_flaky": True})
+    assert asked.to_json()["confirm_flaky"] is True
+    assert asked == SessionConfig(mode="auto", localize=True, min_good=True, confirm_flaky=True)
