@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import uvicorn
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service as DriverService
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -217,7 +217,11 @@ class Browser:
 
     def wait(self, condition: Callable[[Any], Any], what: str, timeout: float = WAIT_S) -> Any:
         try:
-            return WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(condition)
+            # a live page re-renders between finding an element and reading it: look again
+            waiting = WebDriverWait(
+                self.driver, timeout, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
+            )
+            return waiting.until(condition)
         except TimeoutException:
             page = self.driver.find_element(By.TAG_NAME, "body").text
             raise AssertionError(f"timed out waiting for {what}; console: {self.console()}; page:\n{page}") from None
