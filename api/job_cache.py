@@ -6,10 +6,13 @@ workers write to it).
 A body is never served older than ``ttl_s`` seconds. A request finding one older than half that
 starts one read in the background and is answered from the copy, so a job polled often is kept
 fresh without any request waiting for the database; a request finding none (or an expired one)
-waits for a read, shared with every request that comes meanwhile. What this api sees happen to a
-job forgets its copy at once (``forget``): its own writes (cancel, retry, a verdict) and every
-event its event streams deliver, so a client that saw an event (or made a change) and then reads
-the job sees at least that. Entries are per team and job: a team never gets another team's body."""
+waits for a read, shared with every request that comes meanwhile. What this api sees change a
+job's status forgets its copy at once: its own writes (cancel, retry, a verdict: ``forget``) and
+the status events its event streams send (``saw_change``), so a client that made a change, or saw
+the status change in its stream, and then reads the job sees it there. (Progress, the iterations
+and checks in flight, is at most ``ttl_s`` old: forgetting the copy on every iteration would make
+every poller wait for the database several times a second.) Entries are per team and job: a team
+never gets another team's body."""
 
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ class JobReadCache:
         self.ttl_s, self.max_entries = ttl_s, max_entries
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
         self._forgotten: OrderedDict[str, float] = OrderedDict()  # job -> when this api last saw it change
+        self._changes_seen: OrderedDict[str, int] = OrderedDict()  # job -> the last status event's seq
         self._lock = threading.Lock()  # forget() also runs in the threads of sync routes
         self._reading: dict[tuple[str, str], asyncio.Future[bytes]] = {}  # on the event loop only
 
@@ -80,6 +84,18 @@ class JobReadCache:
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
+
+    def saw_change(self, team_id: str, job_id: str, seq: int) -> None:
+        """An event stream sends the job's status event ``seq``: forgotten once per event, however
+        many streams follow the job."""
+        with self._lock:
+            if self._changes_seen.get(job_id, 0) >= seq:
+                return
+            self._changes_seen[job_id] = seq
+            self._changes_seen.move_to_end(job_id)
+            while len(self._changes_seen) > self.max_entries:
+                self._changes_seen.popitem(last=False)
+        self.forget(team_id, job_id)
 
     def forget(self, team_id: str, job_id: str) -> None:
         """The job changed (this api changed it, or one of its event streams saw an event): no copy

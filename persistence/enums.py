@@ -59,6 +59,12 @@ class EventKind(enum.StrEnum):
     def terminal(self) -> bool:
         return self in (EventKind.SUCCEEDED, EventKind.FAILED, EventKind.CANCELLED)
 
+    @property
+    def changes_status(self) -> bool:
+        """The job's status, or the verdict it awaits, changes with this event (progress events,
+        an iteration or a check started, do not)."""
+        return self not in (EventKind.ITERATION, EventKind.CHECK_STARTED)
+
 
 class ErrorCode(enum.StrEnum):
     ORIGINAL_DID_NOT_FAIL = "original-did-not-fail"

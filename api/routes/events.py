@@ -102,8 +102,9 @@ async def _stream(
                 yield ": token revoked\n\n"
                 return
             events, ended = await follower.read(after)
-            if events:  # a client that saw them and then reads the job sees them there too
-                services.job_reads.forget(team_id, job_id)
+            changes = [e.seq for e in events if EventKind(e.kind).changes_status]
+            if changes:  # a client that saw the job's status change and then reads the job sees it there
+                services.job_reads.saw_change(team_id, job_id, changes[-1])
             for event in events:
                 yield format_event(event)
                 after, last_sent = event.seq, time.monotonic()

@@ -104,6 +104,27 @@ def test_forget_drops_the_body_and_any_read_started_before_it() -> None:
     asyncio.run(scenario())
 
 
+def test_a_status_event_forgets_the_copy_once_however_many_streams_send_it() -> None:
+    async def scenario() -> None:
+        cache, reads = JobReadCache(ttl_s=5), Reads()
+        await cache.body("t", "job", reads())
+        reads.body = b"running"
+        cache.saw_change("t", "job", 3)
+        assert await cache.body("t", "job", reads()) == b"running"
+        reads.body = b"later"
+        cache.saw_change("t", "job", 3)  # the same event, sent by another stream of the job
+        cache.saw_change("t", "job", 2)
+        assert await cache.body("t", "job", reads()) == b"running" and reads.calls == 2
+
+    asyncio.run(scenario())
+
+
+def test_only_status_events_change_what_a_job_read_must_show() -> None:
+    assert EventKind.STARTED.changes_status and EventKind.SUCCEEDED.changes_status
+    assert EventKind.VERDICT_NEEDED.changes_status
+    assert not EventKind.ITERATION.changes_status and not EventKind.CHECK_STARTED.changes_status
+
+
 def test_a_failed_read_reaches_every_waiter_and_keeps_nothing() -> None:
     async def scenario() -> None:
         cache, calls = JobReadCache(ttl_s=5), 0
