@@ -64,16 +64,16 @@ def test_concurrent_requests_for_one_job_share_one_read() -> None:
 
 def test_a_body_past_half_its_time_is_served_while_it_is_read_again_in_the_background() -> None:
     async def scenario() -> None:
-        cache, reads = JobReadCache(ttl_s=0.4), Reads(delay_s=0.1)
-        await cache.body("t", "job", reads())
-        await asyncio.sleep(0.25)  # past half of ttl_s
+        cache, reads = JobReadCache(ttl_s=2.0), Reads(delay_s=0.5)
+        await cache.body("t", "job", reads())  # read at t0, answered at t0 + 0.5
+        await asyncio.sleep(1.0)  # past half of ttl_s
         reads.body = b"v2"
         started = time.monotonic()
         bodies = [await cache.body("t", "job", reads()) for _ in range(20)]
-        assert time.monotonic() - started < 0.05  # nobody waited for the 0.1 s read
+        assert time.monotonic() - started < 0.3  # nobody waited for the 0.5 s read
         await asyncio.sleep(0.01)  # the read started in the background
         assert bodies == [b"v1"] * 20 and reads.calls == 2
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(0.7)  # it ended: a copy read at t0 + 1.5, less than half ttl_s old
         assert await cache.body("t", "job", reads()) == b"v2"
         assert reads.calls == 2
 
@@ -156,7 +156,7 @@ def test_ttl_zero_reads_every_time() -> None:
 
 def test_event_polls_of_one_job_share_a_read_and_reuse_it_briefly() -> None:
     async def scenario() -> None:
-        shared: SharedReads[tuple[str, int], bytes] = SharedReads(fresh_s=0.2)
+        shared: SharedReads[tuple[str, int], bytes] = SharedReads(fresh_s=1.0)
         reads = Reads(delay_s=0.05)
         results = await asyncio.gather(*(shared.read(("job", 7), reads()) for _ in range(10)))
         assert results == [b"v1"] * 10 and reads.calls == 1
@@ -164,7 +164,7 @@ def test_event_polls_of_one_job_share_a_read_and_reuse_it_briefly() -> None:
         assert reads.calls == 1  # within fresh_s
         await shared.read(("job", 8), reads())
         assert reads.calls == 2  # another position in the stream
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(1.1)
         await shared.read(("job", 7), reads())
         assert reads.calls == 3
 
@@ -185,7 +185,7 @@ def _api(db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str], cache
 
 @pytest.fixture
 def polled_api(db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str]) -> str:
-    return _api(db_url, data_dir, serve_app, cache_s=0.3)
+    return _api(db_url, data_dir, serve_app, cache_s=1.0)
 
 
 def _set_status(db_url: str, job_id: str, status: JobStatus, event: EventKind | None = None) -> None:
