@@ -23,6 +23,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from api.shared_reads import SingleFlight
+
 Read = Callable[[], Awaitable[bytes]]
 
 
@@ -39,7 +41,7 @@ class JobReadCache:
         self._forgotten: OrderedDict[str, float] = OrderedDict()  # job -> when this api last saw it change
         self._changes_seen: OrderedDict[str, int] = OrderedDict()  # job -> the last status event's seq
         self._lock = threading.Lock()  # forget() also runs in the threads of sync routes
-        self._reading: dict[tuple[str, str], asyncio.Future[bytes]] = {}  # on the event loop only
+        self._flights: SingleFlight[tuple[str, str], bytes] = SingleFlight()  # on the event loop only
 
     async def body(self, team_id: str, job_id: str, read: Read) -> bytes:
         """The job's body, at most ``ttl_s`` old; ``read()``'s errors (a 404) reach every request
@@ -51,17 +53,10 @@ class JobReadCache:
             entry = self._entries.get(key)
         age = time.monotonic() - entry.read_at if entry is not None else self.ttl_s
         if entry is not None and age < self.ttl_s:
-            if age >= self.ttl_s / 2 and key not in self._reading:
-                self._start_read(key, read)  # refreshed ahead: nobody waits
+            if age >= self.ttl_s / 2:
+                self._flights.join(key, lambda: self._read(key, read))  # refreshed ahead: nobody waits
             return entry.body
-        pending = self._reading.get(key) or self._start_read(key, read)
-        return await asyncio.shield(pending)
-
-    def _start_read(self, key: tuple[str, str], read: Read) -> asyncio.Future[bytes]:
-        future = asyncio.ensure_future(self._read(key, read))
-        self._reading[key] = future
-        future.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved
-        return future
+        return await asyncio.shield(self._flights.join(key, lambda: self._read(key, read)))
 
     async def _read(self, key: tuple[str, str], read: Read) -> bytes:
         read_at = time.monotonic()
@@ -71,8 +66,6 @@ class JobReadCache:
             with self._lock:
                 self._entries.pop(key, None)  # a job that is gone (404) is not answered from a copy
             raise
-        finally:
-            del self._reading[key]
         self._put(key, body, read_at)
         return body
 

@@ -31,8 +31,8 @@ class ApiSettings(ServiceSettings):
     sse_max_lifetime_s: float = 3600.0
     sse_token_check_s: float = 5.0  # how often an open event stream re-checks its token (revocation)
     token_cache_s: float = 2.0  # a token's team is looked up at most this often per token (revocation delay)
-    # GET /v1/jobs/{id} answers from a body at most this old (the api's own cancel/retry/verdict
-    # refresh it at once); pollers at hundreds of requests per second then cost no query each
+    # GET /v1/jobs/{id} answers from a body at most this old (the api's own cancel/retry/verdict and
+    # the status events its streams send drop it at once); pollers then cost no query each
     job_read_cache_s: float = Field(default=0.5, ge=0, le=5)
 
 
