@@ -28,7 +28,7 @@ from engine.parallel import Job
 from engine.session import ReductionSession, SessionCheck, SlotSessionHooks
 from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.progress import ProgressReporter
-from reducer_cli.slots import SlotFolders, SlotPlan, slot_plan, slot_relative
+from reducer_cli.slots import SlotFolders, SlotPlan, refuse_absolute_artifact, slot_plan, slot_relative
 from reducer_core import modelio
 from reducer_core.cache import cache_key
 from reducer_core.candidate import Candidate
@@ -134,6 +134,8 @@ def plan_from_args(args: argparse.Namespace) -> SlotPlan:
             slot_relative("--iter-info", args.iteration_info)
         for artifact in args.artifacts or ():
             slot_relative("--artifacts", artifact)
+        working = [str(Path.cwd()), *([os.environ["PWD"]] if "PWD" in os.environ else [])]
+        refuse_absolute_artifact(args.check or (), args.iter_artifact, working)
     return plan
 
 

@@ -21,7 +21,10 @@ along the path, ``Path.cwd().name`` and the depth are ``W``'s. In the slot's ``W
   ``W``'s files, and writes into a subfolder (``tools/out.txt``) or through ``..`` reach the real
   folder, shared by the slots (as by every run of a ``--jobs 1`` reduction).
 
-Absolute paths are untouched. Only the absolute working folder itself (``os.getcwd()``) differs."""
+Absolute paths are untouched. Only the absolute working folder itself (``os.getcwd()``, ``$PWD``)
+differs, so a ``--check`` that names the iteration artifact by its absolute path is refused
+(``refuse_absolute_artifact``). The links are made when the run starts: entries added later to the
+folders on the way are not seen through the mirror."""
 
 from __future__ import annotations
 
@@ -99,6 +102,21 @@ def slot_relative(option: str, value: str) -> PurePath:
 Tree = dict[str, "Tree"]
 """Names a mirror keeps out of its links, by folder: ``{}`` under a name: the name itself (a file
 the slot writes); a non-empty tree: a real folder that mirrors its counterpart but those names."""
+
+
+def refuse_absolute_artifact(command: Sequence[str], artifact: str, working: Sequence[str]) -> None:
+    """With several slots the command must name the iteration artifact as a relative path: every
+    slot writes its own, and the working folder's (an earlier run's, or none) is not the one its
+    check is about. ``working``: the working folder's spellings (the real path, ``$PWD``)."""
+    names = {str(PurePath(folder) / artifact) for folder in working}
+    for name in sorted(names):
+        pattern = re.compile(re.escape(name) + r"(?![\w.-])")
+        if any(pattern.search(token) for token in command):
+            raise UsageError(
+                f"--check names the iteration artifact by its absolute path, {name}: with --jobs above 1 every "
+                f"slot writes its own, in its own folder, so name it as a relative path ({artifact}), as "
+                "the check runs in that folder, or run one check at a time (--jobs 1)."
+            )
 
 
 class SlotFolders:

@@ -156,3 +156,18 @@ def test_files_beyond_the_copy_budget_are_linked(tmp_path: Path) -> None:
     sizes = [COPY_LIMIT_BYTES - size for size in range(70)]
     assert sum(sizes[6:]) <= COPY_BUDGET_BYTES < sum(sizes[5:]), "64 fit in the budget, 65 do not"
     assert linked == [f"f{size:02d}" for size in range(6)], "the largest files are linked"
+
+
+def test_the_artifact_by_its_absolute_path_is_refused_with_slots(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every slot writes its own artifact: a check that names the working folder's by its absolute
+    path would read an earlier run's file (or none), so it is refused, before any check, and works
+    with one slot."""
+    Path(ITER).write_text("an earlier run's artifact")
+    check = [PY, "check.py", str(Path.cwd() / ITER), "culprits.txt", "checked.txt"]
+    assert reduce(save_branchy(), "-o", "four.onnx", "--jobs", "4", check=check) == 2
+    assert f"name it as a relative path ({ITER})" in capsys.readouterr().err
+    assert not Path("checked.txt").exists() and not Path("four.onnx").exists()
+    assert reduce(save_branchy(), "-o", "one.onnx", check=check) == 0
+    assert sorted(node_names("one.onnx")) == sorted(node(c) for c in CULPRITS)
