@@ -145,6 +145,7 @@ def test_a_slot_folder_mirrors_the_path_down_to_the_working_folder(project: Path
 
     slots.remove()
     assert not slots.root.exists() and (project / "sibling.txt").exists() and Path("big.bin").exists()
+    assert (project / "tools" / "check.py").read_text() == CHECK, "removing links never removes their targets"
 
 
 def test_files_beyond_the_copy_budget_are_linked(tmp_path: Path) -> None:
