@@ -306,8 +306,10 @@ def _add_parallel_args(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="Run up to N checks at once (default 1, or one per --devices entry): the check the reduction "
         "waits for plus speculative ones it is likely to need next. Same answer as one at a time with a "
-        "deterministic check. Each slot writes its iteration artifact into its own folder, "
-        "onnx_reducer_slots/slotI/ (mirroring the working folder), and runs a --check command there.",
+        "deterministic check. Each slot writes its iteration artifact into its own folder and runs a --check "
+        "command there: a mirror of the working folder at the same path under onnx_reducer_slots/slotI/ (links "
+        "to the entries of each folder on the way, copies of small files), so relative paths ('..' too), "
+        "absolute paths and the environment mean what they mean with --jobs 1.",
     )
     group.add_argument(
         "--devices",

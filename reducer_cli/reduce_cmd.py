@@ -28,7 +28,7 @@ from engine.parallel import Job
 from engine.session import ReductionSession, SessionCheck, SlotSessionHooks
 from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.progress import ProgressReporter
-from reducer_cli.slots import SlotFolders, SlotPlan, slot_plan, slot_relative, top_level_names
+from reducer_cli.slots import SlotFolders, SlotPlan, refuse_absolute_artifact, slot_plan, slot_relative
 from reducer_core import modelio
 from reducer_core.cache import cache_key
 from reducer_core.candidate import Candidate
@@ -134,6 +134,8 @@ def plan_from_args(args: argparse.Namespace) -> SlotPlan:
             slot_relative("--iter-info", args.iteration_info)
         for artifact in args.artifacts or ():
             slot_relative("--artifacts", artifact)
+        working = [str(Path.cwd()), *([os.environ["PWD"]] if "PWD" in os.environ else [])]
+        refuse_absolute_artifact(args.check or (), args.iter_artifact, working)
     return plan
 
 
@@ -213,9 +215,9 @@ class CommandLineRun(SlotSessionHooks):
         self._sort_artifacts(request.number, answer, self.slots.path(slot, self.iter_path), self.slots.folder(slot))
 
     def _create_slots(self) -> None:
-        relative = [self.iter_path] + [Path(p) for p in (self.args.iteration_info, *(self.args.artifacts or ())) if p]
-        private = top_level_names(relative) | top_level_names([Path(loc) for loc in self.ws.sources.files])
-        slots = SlotFolders(Path.cwd(), self.plan.jobs, private)
+        written = [Path(p) for p in (self.args.iteration_info, *(self.args.artifacts or ())) if p]
+        weights = [self.iter_path.parent / loc for loc in self.ws.sources.files]
+        slots = SlotFolders(Path.cwd(), self.plan.jobs, [self.iter_path, *written, *weights])
         slots.create()
         self.slots = slots  # only now ours to remove (create refuses a folder it did not make)
         for slot in range(1, self.plan.jobs + 1):

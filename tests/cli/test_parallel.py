@@ -101,13 +101,19 @@ def test_each_slot_runs_in_its_own_folder_with_its_own_device(check_log: Path) -
     )  # fmt: skip
     assert code == 0
     seen = runs(check_log)
-    by_slot = {Path(str(run["cwd"])).name: run["device"] for run in seen}
-    assert by_slot == {"slot1": "5", "slot2": "6", "slot3": "GPU-1a2b"}, "every slot ran, each with its device"
-    assert all(Path(str(run["cwd"])).parent == Path.cwd() / SLOTS_DIR for run in seen)
+    here = Path.cwd().resolve()
+    mirrored = here.relative_to(here.anchor)  # each slot's working folder: the same path below its root
+    by_slot = {Path(str(run["cwd"])).relative_to(here / SLOTS_DIR): run["device"] for run in seen}
+    assert by_slot == {
+        Path("slot1") / mirrored: "5",
+        Path("slot2") / mirrored: "6",
+        Path("slot3") / mirrored: "GPU-1a2b",
+    }, "every slot ran, each with its device"
     assert all(run["artifact_here"] for run in seen), "polygraphy_debug.onnx is in the check's own folder"
     assert not Path(ITER).exists(), "nothing is written to the shared working folder"
-    kept = Path(SLOTS_DIR) / "slot1"
-    assert (kept / ITER).is_file() and (kept / "check.py").is_symlink(), "with --no-remove-intermediate they stay"
+    kept = Path(SLOTS_DIR) / "slot1" / mirrored
+    assert (kept / ITER).is_file() and (kept / "model.onnx").is_file(), "with --no-remove-intermediate they stay"
+    assert (kept / "check.py").read_text() == CHECK and not (kept / "check.py").is_symlink(), "small files: copies"
 
 
 def test_devices_alone_set_one_slot_per_device_and_one_device_runs_sequentially(check_log: Path) -> None:
