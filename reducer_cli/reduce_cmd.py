@@ -120,7 +120,7 @@ def config_from_args(args: argparse.Namespace) -> SessionConfig:
         pin_signature=args.pin_signature,
         localize=args.localize,
         min_good=bool(args.min_good),
-        confirm_flaky=bool(getattr(args, "confirm_flaky", False)),
+        confirm_flaky=bool(getattr(args, "confirm_flaky", True)),
     )
 
 
