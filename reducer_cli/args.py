@@ -184,10 +184,11 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         "--confirm-flaky",
         dest="confirm_flaky",
         action="store_true",
-        default=True,
-        help="The default: an answer of 2-3 nodes gets up to 3 re-checks of the candidates inside it "
-        "that passed once (a flaky single culprit whose one-node candidate happened to pass shows no "
-        "other inconsistency); one-node answers and larger ones pay nothing. [onnx-reducer]",
+        default=None,
+        help="The default (but with interactive verdicts): an answer of 2-3 nodes gets up to 3 re-checks "
+        "of the candidates inside it that passed once (a flaky single culprit whose one-node candidate "
+        "happened to pass shows no other inconsistency); one-node answers and larger ones pay nothing. "
+        "[onnx-reducer]",
     )
     confirm.add_argument(
         "--no-confirm-flaky",
