@@ -217,8 +217,12 @@ def test_confirm_flaky_is_kept_in_the_jobs_options_and_part_of_the_same_request(
         same = client.post("/v1/jobs", headers=headers, files=files, data=data | {"confirm_flaky": "false"})
         other = client.post("/v1/jobs", headers=headers, files=files, data=data)
         refused = submit(client, EXAMPLE, confirm_flaky="sometimes")
+        person = submit(client, EXAMPLE, "kind: interactive\n")
+        assert person.status_code == 202, person.text
+        interactive = client.get(f"/v1/jobs/{person.json()['id']}").json()["options"]
     assert options == {"reduce_inputs": True, "reduce_outputs": True, "pin_signature": False, "confirm_flaky": False}
     assert default["confirm_flaky"] is True and default["pin_signature"] is True
+    assert interactive["confirm_flaky"] is False  # a person is not asked again unless the form says so
     assert first.status_code == same.status_code == 202 and first.json()["id"] == same.json()["id"]
     assert other.status_code == 422 and "Idempotency-Key" in other.json()["title"]
     assert refused.status_code == 422 and refused.json()["errors"][0]["field"] == "confirm_flaky"
