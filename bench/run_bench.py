@@ -34,7 +34,7 @@ from failures import FAILURES, Failure, flaky_salts, write_golden  # noqa: E402
 BIN = Path(sys.executable).parent
 RUNS: list[tuple[str, str]] = [
     ("onnx-reducer", "auto"),
-    ("onnx-reducer", "auto+confirm"),
+    ("onnx-reducer", "auto+noconfirm"),
     ("onnx-reducer", "bisect"),
     ("onnx-reducer", "linear"),
     ("onnx-reducer", "minimize"),
@@ -123,9 +123,9 @@ def tool_argv(case: Case, tool: str, mode: str, model: Path) -> list[str]:
         common += ["--load-inputs", str(case.inputs)]
     if tool == "onnx-reducer":
         head = [str(BIN / "onnx-reducer"), "reduce", str(model), *common, "--summary-json", "summary.json", "-q"]
-        if mode == "auto+confirm":  # auto with --confirm-flaky
-            head[head.index("auto+confirm")] = "auto"
-            head.append("--confirm-flaky")
+        if mode == "auto+noconfirm":  # auto with --no-confirm-flaky: what the default confirmation costs
+            head[head.index("auto+noconfirm")] = "auto"
+            head.append("--no-confirm-flaky")
     else:
         head = [str(BIN / "polygraphy"), "debug", "reduce", str(model), *common]
     return [*head, "--check", *case.check(ITER_ARTIFACT)]
@@ -188,7 +188,7 @@ def skip_reason(model: str, tool: str, mode: str, args: argparse.Namespace) -> s
         needed = tool == "polygraphy" and mode == "bisect" and "polygraphy/bisect+linear" in args.runs
         if not needed:
             return "skipped: not in --runs"
-    if mode == "auto+confirm" and not args.confirm:
+    if mode == "auto+noconfirm" and not args.confirm:
         return "skipped: without --confirm"
     if mode == "linear" and model in BIG_MODELS:
         return "skipped: too slow (O(N) checks)"
@@ -374,7 +374,9 @@ def main() -> None:
         "--salts", type=int, default=1, help="run each flaky failure with this many salts (independent draws)"
     )
     parser.add_argument(
-        "--confirm", action="store_true", help="also run onnx-reducer auto with --confirm-flaky (flaky checks)"
+        "--confirm",
+        action="store_true",
+        help="also run onnx-reducer auto with --no-confirm-flaky (the cost of confirming 2-3-node answers)",
     )
     parser.add_argument("--out", type=Path, default=BENCH / "out")
     args = parser.parse_args()

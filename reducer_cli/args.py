@@ -179,12 +179,24 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         "time. minimize: delta debugging, ends 1-minimal. auto (default): optimistic descent, "
         "then minimize; fewest checks for the smallest result.",
     )
-    parser.add_argument(
+    confirm = parser.add_mutually_exclusive_group()
+    confirm.add_argument(
         "--confirm-flaky",
+        dest="confirm_flaky",
         action="store_true",
-        help="The check may be flaky: re-check once each candidate that makes an answer of 2-3 nodes "
-        "look minimal (a flaky single culprit whose one-node candidate happened to pass shows no other "
-        "inconsistency). Inconsistent verdicts are re-checked without it. [onnx-reducer]",
+        default=None,
+        help="The default (but with interactive verdicts): an answer of 2-3 nodes gets up to 3 re-checks "
+        "of the candidates inside it that passed once (a flaky single culprit whose one-node candidate "
+        "happened to pass shows no other inconsistency); one-node answers and larger ones pay nothing. "
+        "[onnx-reducer]",
+    )
+    confirm.add_argument(
+        "--no-confirm-flaky",
+        dest="confirm_flaky",
+        action="store_false",
+        help="Take a 2-3-node answer as it is: no re-checks unless verdicts were inconsistent (then "
+        "they are re-checked anyway). Saves up to 3 checks with a check known to be deterministic. "
+        "[onnx-reducer]",
     )
     passes = parser.add_mutually_exclusive_group()
     passes.add_argument(

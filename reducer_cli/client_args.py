@@ -102,12 +102,21 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         default=None,
         help="Count any failure, not only one like the original's (as for reduce).",
     )
-    submit.add_argument(
+    confirm = submit.add_mutually_exclusive_group()
+    confirm.add_argument(
         "--confirm-flaky",
+        dest="confirm_flaky",
         action="store_true",
         default=None,
-        help="The check may be flaky: re-check once what makes an answer of 2 to 3 nodes look minimal "
-        "(as for reduce; the form field confirm_flaky).",
+        help="Re-check what makes an answer of 2 to 3 nodes look minimal, up to 3 checks (the server's "
+        "default, as for reduce; the form field confirm_flaky).",
+    )
+    confirm.add_argument(
+        "--no-confirm-flaky",
+        dest="confirm_flaky",
+        action="store_false",
+        default=None,
+        help="Take a 2-3-node answer as it is (as for reduce; sends confirm_flaky=false).",
     )
     submit.add_argument(
         "--idempotency-key",

@@ -120,8 +120,17 @@ def config_from_args(args: argparse.Namespace) -> SessionConfig:
         pin_signature=args.pin_signature,
         localize=args.localize,
         min_good=bool(args.min_good),
-        confirm_flaky=bool(getattr(args, "confirm_flaky", False)),
+        confirm_flaky=confirms_flaky(args),
     )
+
+
+def confirms_flaky(args: argparse.Namespace) -> bool:
+    """``--confirm-flaky``/``--no-confirm-flaky``; by default on, but for interactive verdicts (no
+    ``--check`` and no ``--check-spec``: a person would be asked the same question again)."""
+    asked = getattr(args, "confirm_flaky", None)
+    if asked is not None:
+        return bool(asked)
+    return args.check is not None or getattr(args, "check_spec", None) is not None
 
 
 def plan_from_args(args: argparse.Namespace) -> SlotPlan:

@@ -185,7 +185,7 @@ class ReducerClient:
         external-data files lie next to it: those are bundled on the fly; or a prepared
         ``UploadSource``, see ``model_source``) with a check spec (YAML or JSON text); ``task``:
         ``reduce`` (the server's default) or ``precision`` (which nodes must stay fp32); an option left
-        ``None`` is not sent (the server's default; ``confirm_flaky``: off). Streamed from
+        ``None`` is not sent (the server's default; ``confirm_flaky``: on). Streamed from
         disk; ``progress(sent, total)`` sees the file bytes go out. Retries reuse one
         ``Idempotency-Key`` (a new one unless given), so at most one job is created."""
         key = idempotency_key or uuid.uuid4().hex
