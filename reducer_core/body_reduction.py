@@ -37,12 +37,15 @@ class BodySearch:
         self._inline_tried = False
         self._inline_seen = False
         self._inline_failed = False
+        self._any_failed = False  # whether a candidate of this search reproduced the failure
 
     @classmethod
     def start(cls, index: GraphIndex, outer: Candidate, mode: str) -> BodySearch | None:
         """A search over the bodies of ``outer``'s control-flow nodes; None when none has a body
-        node that could go (or ``outer`` has a primary node or body edits already)."""
-        if outer.primary is not None or outer.body:
+        node that could go (or ``outer`` has body edits already). A primary node (bisect's
+        frozen side branches) is dropped in the body's candidates: their boundary tensors are
+        graph inputs; until one of them fails, the answer stays ``outer``."""
+        if outer.body:
             return None
         if not any(bodies.body_attrs(index.nodes[n]) for n in outer.nodes):
             return None
@@ -86,6 +89,7 @@ class BodySearch:
     def observe(self, candidate: Candidate, failed: bool, passed: bool) -> None:
         if self._pending is not None and candidate == self._pending[1]:
             self.strategy.observe(self._pending[0], failed, passed)
+            self._any_failed = self._any_failed or failed
             return
         if self._inline is not None and candidate == self._inline:
             self._inline_seen = True
@@ -97,7 +101,7 @@ class BodySearch:
     def best_bad(self) -> Candidate:
         if self._inline_failed and self._inline is not None:
             return self._inline
-        return self._translate(self.strategy.best_bad)
+        return self._translate(self.strategy.best_bad) if self._any_failed else self.outer
 
     @property
     def best_good(self) -> Candidate | None:
