@@ -30,6 +30,7 @@ from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.progress import ProgressReporter
 from reducer_cli.slots import SlotFolders, SlotPlan, slot_plan, slot_relative, top_level_names
 from reducer_core import modelio
+from reducer_core.bodies import describe
 from reducer_core.cache import cache_key
 from reducer_core.candidate import Candidate
 from reducer_core.errors import UsageError
@@ -342,7 +343,7 @@ class CommandLineRun(SlotSessionHooks):
 
     def _describe(self, candidate: Candidate) -> None:
         if len(candidate) <= 10:
-            labels = ", ".join(self.ws.index.label(n) for n in sorted(candidate.nodes))
+            labels = ", ".join(describe(self.ws.index, candidate))
             self.log.info(f"Minimal failing nodes: {labels}")
 
     def discard_skip_current_replay(self) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import helper
 
+from reducer_core.candidate import Candidate
 from reducer_core.control_flow import has_shape, infer_body_graph, loop_call_types, type_map
 from reducer_core.graph import GraphIndex, node_reads, subgraphs_of
 
@@ -443,6 +444,29 @@ def kept_count(index: GraphIndex, top: int, removed: frozenset[str]) -> int:
             if not any(path == r or path.startswith(r + "/") for r in removed):
                 total += 1
     return total
+
+
+def describe(index: GraphIndex, candidate: Candidate) -> list[str]:
+    """Labels of a candidate's nodes; an edited control-flow node lists the body nodes it keeps
+    (``Loop:loop [body: Erf:body/culprit]``), an inlined one says where its nodes came from."""
+    labels = []
+    for n in sorted(candidate.nodes):
+        label = index.label(n)
+        if not any(path.startswith(f"{n}/") for path in candidate.body):
+            labels.append(label)
+            continue
+        plan = plan_for(index)
+        kept = [
+            f"{node.op_type}:{node.name}" if node.name else node.op_type
+            for scope in plan.scopes_of(n)
+            for i, node in enumerate(scope.graph.node)
+            if not any(f"{scope.path}/{i}" == r or f"{scope.path}/{i}".startswith(r + "/") for r in candidate.body)
+        ]
+        if inline_id(n) in candidate.body:
+            labels.extend(f"{k} (out of {label}'s body)" for k in kept)
+        else:
+            labels.append(f"{label} [body: {', '.join(kept)}]")
+    return labels
 
 
 def body_size(model: onnx.ModelProto) -> int:
