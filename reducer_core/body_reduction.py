@@ -8,7 +8,10 @@ bisect, then the 1-minimal sweep) runs over it unchanged. A strategy's candidate
 kept) becomes a candidate of the outer graph with the same outer nodes and the others removed
 (``Candidate.body``); keeping a nested node keeps the control-flow node that holds it. When
 the answer is one control-flow node whose remaining body nodes read no iteration state, one more
-check tries them out of the body, as a plain subgraph (``"N/inline"``).
+check tries them out of the body, as a plain subgraph (``"N/inline"``); a proposal that keeps a
+single body node is asked in that form first, and its verdict answers for the proposal. When no
+inlined form failed (the failure needs iteration state), the search starts again inside its
+answer without them, so the answer is what the plain candidates say.
 
 A step machine like the strategies (``propose``/``observe``/``best_bad``), deterministic: the
 session replays it from the verdict cache like the rest of its flow.
@@ -32,11 +35,12 @@ class BodySearch:
         self.flat = bodies.Flattened.build(bodies.plan_for(index), outer.nodes)
         movable = self.flat.index.all_nodes() - self.flat.fixed
         self.strategy = Strategy(SearchSpace(self.flat.index, movable), mode)
-        self._pending: tuple[Candidate, Candidate] | None = None  # (the strategy's, handed out)
-        self._inline: Candidate | None = None
-        self._inline_tried = False
-        self._inline_seen = False
-        self._inline_failed = False
+        self._pending: Candidate | None = None  # the strategy's proposal being answered
+        self._asked: Candidate | None = None  # what was handed out for it (its inlined form first)
+        self._inlined: dict[Candidate, Candidate] = {}  # a candidate -> its inlined form, which failed
+        self._inferred = False  # a passing inlined form answered for its candidate
+        self._refuted = False  # inlined forms answered, none failed: searched again without them
+        self._final_done = False
         self._any_failed = False  # whether a candidate of this search reproduced the failure
 
     @classmethod
@@ -56,54 +60,83 @@ class BodySearch:
 
     @property
     def phase(self) -> str:
+        if self._asked is not None and _is_inline(self._asked):
+            return "body-extract"
         return "body-extract" if self.strategy.done else f"body-{self.strategy.phase}"
 
     def _translate(self, kept: Candidate) -> Candidate:
         return Candidate(self.outer.nodes, None, self.flat.removed(kept.nodes))
 
+    def _inline_of(self, candidate: Candidate, limit: int) -> Candidate | None:
+        """``candidate`` with its body nodes out of the body: one control-flow node, at most
+        ``limit`` body nodes left, none reading iteration state; None otherwise, or once the
+        search started again without inlined forms."""
+        if self._refuted or len(candidate.nodes) != 1 or not candidate.body:
+            return None
+        (top,) = candidate.nodes
+        if bodies.kept_count(self.index, top, candidate.body) > limit:
+            return None
+        if not bodies.inlinable(self.index, top, candidate.body):
+            return None
+        return Candidate(candidate.nodes, None, candidate.body | {bodies.inline_id(top)})
+
     def propose(self) -> Candidate | None:
+        """The strategy's next proposal, asked first in its inlined form when it keeps one body
+        node (its verdict answers for it: no check of its own); at the end, the answer
+        in its inlined form (at most ``INLINE_LIMIT`` body nodes) when not tried yet."""
         proposal = self.strategy.propose()
         if proposal is not None:
-            translated = self._translate(proposal)
-            self._pending = (proposal, translated)
-            return translated
+            if proposal != self._pending:
+                self._pending = proposal
+                translated = self._translate(proposal)
+                self._asked = self._inline_of(translated, 1) or translated
+            return self._asked
         self._pending = None
-        if not self._inline_tried:
-            self._inline_tried = True
-            self._inline = self._inline_candidate()
-        return None if self._inline_seen else self._inline
-
-    def _inline_candidate(self) -> Candidate | None:
-        """The answer's body nodes out of the body: one control-flow node, at most
-        ``INLINE_LIMIT`` body nodes left, none reading iteration state."""
+        if self._inferred and not self._inlined and not self._refuted:
+            # No inlined form ever failed: the passes they stood for may be wrong (the failure
+            # needs iteration state). Search again inside the answer, without inlined forms.
+            self._refuted = True
+            self.strategy = Strategy(SearchSpace(self.flat.index, self.strategy.best_bad.nodes), self.strategy.mode)
+            return self.propose()
+        if self._final_done:
+            return None
+        self._final_done = True
         best = self.best_bad
-        if len(best.nodes) != 1 or not best.body:
-            return None
-        (top,) = best.nodes
-        if bodies.kept_count(self.index, top, best.body) > INLINE_LIMIT:
-            return None
-        if not bodies.inlinable(self.index, top, best.body):
-            return None
-        return Candidate(best.nodes, None, best.body | {bodies.inline_id(top)})
+        self._asked = None if _is_inline(best) else self._inline_of(best, INLINE_LIMIT)
+        return self._asked
 
     def observe(self, candidate: Candidate, failed: bool, passed: bool) -> None:
-        if self._pending is not None and candidate == self._pending[1]:
-            self.strategy.observe(self._pending[0], failed, passed)
-            self._any_failed = self._any_failed or failed
+        if candidate != self._asked:
+            raise ValueError("observe() was given a candidate that is not the pending proposal")
+        self._any_failed = self._any_failed or failed
+        if self._pending is None:  # the final inlined form
+            if failed:
+                self._inlined[self.best_bad] = candidate
+            self._asked = None
             return
-        if self._inline is not None and candidate == self._inline:
-            self._inline_seen = True
-            self._inline_failed = failed
-            return
-        raise ValueError("observe() was given a candidate that is not the pending proposal")
+        translated = self._translate(self._pending)
+        if _is_inline(candidate) and failed:
+            self._inlined[translated] = candidate
+            self.strategy.observe(self._pending, True, False)
+        elif _is_inline(candidate):
+            self._inferred = True  # taken as a pass of the candidate (not a clean one: no min-good)
+            self.strategy.observe(self._pending, False, False)
+        else:
+            self.strategy.observe(self._pending, failed, passed)
+        self._pending = self._asked = None
 
     @property
     def best_bad(self) -> Candidate:
-        if self._inline_failed and self._inline is not None:
-            return self._inline
-        return self._translate(self.strategy.best_bad) if self._any_failed else self.outer
+        if not self._any_failed:
+            return self.outer
+        best = self._translate(self.strategy.best_bad)
+        return self._inlined.get(best, best)
 
     @property
     def best_good(self) -> Candidate | None:
         good = self.strategy.best_good
         return self._translate(good) if good is not None else None
+
+
+def _is_inline(candidate: Candidate) -> bool:
+    return any(path.endswith(f"/{bodies.INLINE}") for path in candidate.body)

@@ -11,9 +11,9 @@ from pathlib import Path
 import onnx
 import pytest
 
+from bench.control_flow_zoo import loop_model, nested_model, node_names
 from reducer_core.bodies import body_size
 from tests.cli.helpers import ITER, reduce
-from tests.control_flow_models import loop_model, nested_model, node_names
 
 CHECK = """
 import sys

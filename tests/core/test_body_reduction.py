@@ -13,6 +13,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from bench.control_flow_zoo import if_model, loop_model, nested_model, node_names
 from reducer_core.bodies import body_size
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
@@ -22,7 +23,6 @@ from reducer_core.reducer import Reduction, ReductionResult
 from reducer_core.session import CheckRequest, ReductionMachine, Request, SessionConfig
 from reducer_core.strategies import MODES, SearchSpace, Strategy
 from reducer_core.verdict import Verdict
-from tests.control_flow_models import if_model, loop_model, nested_model, node_names
 from tests.core.test_control_flow import exported_loop_model
 from tests.models import FAIL, PASS, index_of, random_feeds
 
@@ -75,14 +75,12 @@ def test_the_answer_is_the_culprit_in_a_small_body_within_the_check_budget(case:
     valid(answer)
     assert culprit in node_names(answer)
     kept = real_body_nodes(answer)
-    budget = math.ceil(math.log2(body_size(model))) + 4
-    inlined = result.min_bad.body and any(path.endswith("/inline") for path in result.min_bad.body)
-    if inlined:  # the culprit reads no iteration state: it left the body (one check more)
+    inlined = any(path.endswith("/inline") for path in result.min_bad.body)
+    if inlined:  # the culprit reads no iteration state: it left the body
         assert kept == {culprit}
-        assert result.checks_run <= budget + 1
     else:
         assert len(kept) <= 4  # the control-flow node(s) holding it, with 1-3 body nodes
-        assert result.checks_run <= budget
+    assert result.checks_run <= math.ceil(math.log2(body_size(model))) + 4
     assert body_size(answer) <= 5
     assert len(oracle.seen) == result.checks_run  # every check ran on a valid model
 
@@ -93,6 +91,26 @@ def test_a_loop_culprit_that_reads_no_iteration_state_is_extracted_as_a_plain_su
     answer = extract(index, result.min_bad)
     assert [node.op_type for node in answer.graph.node] == ["Erf"]
     assert result.iterations[-1].phase == "body-extract"
+
+
+def test_a_failure_that_needs_the_loop_keeps_it_although_the_culprit_could_leave() -> None:
+    """The check fails only with the culprit inside the Loop: the inlined forms (which answer
+    for single-node proposals) all pass, so the search runs again without them."""
+    index = index_of(loop_model(length=12, culprit=5))
+
+    class InLoop(BodyOracle):
+        def __call__(self, candidate: Candidate, iteration: int = 0) -> Verdict:
+            verdict = super().__call__(candidate, iteration)
+            inside = any(node.op_type == "Loop" for node in extract(self.index, candidate).graph.node)
+            return verdict if inside else PASS
+
+    oracle = InLoop(index, "body/culprit")
+    strategy = Strategy(SearchSpace(index, index.all_nodes()), "auto")
+    result = Reduction(strategy, oracle, VerdictCache(index.fingerprint, "c")).run()
+    answer = extract(index, result.min_bad)
+    assert [node.op_type for node in answer.graph.node] == ["Loop"]
+    assert real_body_nodes(answer) == {"loop", "body/culprit"}
+    assert any(any(path.endswith("/inline") for path in candidate.body) for candidate in oracle.seen)
 
 
 def test_a_culprit_reading_the_iteration_state_stays_in_its_loop() -> None:

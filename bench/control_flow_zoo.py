@@ -1,5 +1,13 @@
-"""Models with failures planted inside Loop and If bodies (tests and the benchmark's zoo): every
-body node has a unique name, so an oracle can ask whether a named body node is still present."""
+"""The zoo's control-flow models (also built by tests/core and tests/cli): failures planted inside
+Loop and If bodies. Every node, in and out of bodies, has a unique name, so a check can ask
+whether a named body node is still present.
+
+- ``loop30``   pre -> Loop (a 30-node body: a 29-node chain carried from iteration to iteration,
+               one ``Erf`` culprit, the chain's middle as scan output) -> two post nodes.
+- ``if20``     an If on a data-dependent flag, two 20-node branches, the culprit in one.
+- ``nested2``  a Loop whose 11-node body holds an If (on the loop's condition) with two 10-node
+               branches, the culprit in the then branch: nesting two deep.
+"""
 
 from __future__ import annotations
 
