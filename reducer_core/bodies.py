@@ -370,9 +370,9 @@ def _rewire(
     scope: Scope, kept: list[tuple[int, onnx.NodeProto]], lost: set[str], through: dict[str, str]
 ) -> dict[str, str]:
     """Body outputs that lost their producer and may be rewired to a tensor the body still has
-    (a kept node's output, latest first, or a body input) of the same type and shape, one no
-    other output names when there is one (a name may be listed twice: the checker and
-    onnxruntime accept it): no plumbing node needed."""
+    (a kept node's output, latest first, or a body input) of the same type and shape that no
+    other output names (onnxruntime mixes up an If's outputs when a branch lists a name twice):
+    no plumbing node needed."""
     graph = scope.graph
     available = [name for _, node in reversed(kept) for name in node.output if name]
     available += [info.name for info in graph.input]
@@ -383,8 +383,7 @@ def _rewire(
         wanted = scope.types.get(name)
         if name not in lost or name in through or not has_shape(wanted):
             continue
-        matching = [a for a in available if scope.types.get(a) == wanted]
-        match = next((a for a in matching if a not in taken), matching[0] if matching else None)
+        match = next((a for a in available if a not in taken and scope.types.get(a) == wanted), None)
         if match is not None:
             rewired[name] = match
             taken.add(match)

@@ -12,8 +12,11 @@ from collections.abc import Callable
 import onnx
 import onnxruntime as ort
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bench.control_flow_zoo import if_model, loop_model, nested_model, node_names
+from reducer_core import bodies
 from reducer_core.bodies import body_size
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
@@ -23,7 +26,7 @@ from reducer_core.reducer import Reduction, ReductionResult
 from reducer_core.session import CheckRequest, ReductionMachine, Request, SessionConfig
 from reducer_core.strategies import MODES, SearchSpace, Strategy
 from reducer_core.verdict import Verdict
-from tests.core.test_control_flow import exported_loop_model
+from tests.core.test_control_flow import exported_if_model, exported_loop_model
 from tests.models import FAIL, PASS, index_of, random_feeds
 
 CASES: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
@@ -201,3 +204,35 @@ def test_pinned_inputs_keep_bodies_whole() -> None:
     result = Reduction(strategy, oracle, VerdictCache(index.fingerprint, "c")).run()
     assert not result.min_bad.body
     assert not any(candidate.body for candidate in oracle.seen)
+
+
+MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "exported_loop": exported_loop_model,
+    "exported_if": exported_if_model,
+    "loop30": loop_model,
+    "if20": if_model,
+    "nested2": nested_model,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_body_edits_are_valid_models(name: str, data: st.DataObject) -> None:
+    """Any set of body nodes kept (with any outer node set holding a control-flow node), and its
+    extracted form where one applies: the full checker passes and onnxruntime runs it."""
+    index = index_of(MODELS[name]())
+    flows = [n for n in index.all_nodes() if bodies.body_attrs(index.nodes[n])]
+    outer = data.draw(st.sets(st.sampled_from(sorted(index.all_nodes())), min_size=0)) | {
+        data.draw(st.sampled_from(flows))
+    }
+    flat = bodies.Flattened.build(bodies.plan_for(index), outer)
+    kept = data.draw(st.sets(st.integers(0, max(len(flat.elements) - 1, 0))))
+    removed = flat.removed(frozenset(kept))
+    candidate = Candidate(frozenset(outer), None, removed)
+    valid(extract(index, candidate))
+    if len(outer) == 1 and removed and bodies.inlinable(index, min(outer), removed):
+        (top,) = outer
+        inlined = extract(index, Candidate(frozenset(outer), None, removed | {bodies.inline_id(top)}))
+        if inlined.graph.node:
+            valid(inlined)
