@@ -370,9 +370,10 @@ def _rewire(
     scope: Scope, kept: list[tuple[int, onnx.NodeProto]], lost: set[str], through: dict[str, str]
 ) -> dict[str, str]:
     """Body outputs that lost their producer and may be rewired to a tensor the body still has
-    (a kept node's output, latest first, or a body input) of the same type and shape that no
-    other output names (onnxruntime mixes up an If's outputs when a branch lists a name twice):
-    no plumbing node needed."""
+    (a kept node's output, latest first, or a body input) of the same type and shape, one that
+    no other output names where there is one: no plumbing node needed. A Loop body may list a
+    name twice (the checker and onnxruntime accept it); an If branch may not (onnxruntime mixes
+    up the If's outputs)."""
     graph = scope.graph
     available = [name for _, node in reversed(kept) for name in node.output if name]
     available += [info.name for info in graph.input]
@@ -383,7 +384,9 @@ def _rewire(
         wanted = scope.types.get(name)
         if name not in lost or name in through or not has_shape(wanted):
             continue
-        match = next((a for a in available if a not in taken and scope.types.get(a) == wanted), None)
+        matching = [a for a in available if scope.types.get(a) == wanted]
+        fresh = [a for a in matching if a not in taken]
+        match = fresh[0] if fresh else (matching[0] if matching and scope.owner == "Loop" else None)
         if match is not None:
             rewired[name] = match
             taken.add(match)
