@@ -379,7 +379,7 @@ def write_summary_json(
         **(extra or {}),
         "nodes_before": result.nodes_before,
         "nodes_after": len(result.min_bad),
-        "min_bad_nodes": [index.label(n) for n in sorted(result.min_bad.nodes)],
+        "min_bad_nodes": describe(index, result.min_bad),  # a node's label, with what its body keeps
         "min_good_nodes": len(result.min_good) if result.min_good is not None else None,
         "checks_run": result.checks_run,
         "cache_hits": result.cache_hits,

@@ -4,6 +4,7 @@ run) and prints a match for ``--fail-regex`` when an ``Erf`` op is present in an
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -63,7 +64,9 @@ def _checks() -> int:
 def test_a_culprit_inside_a_loop_body_is_extracted_out_of_the_loop(in_tmp: Path) -> None:
     model = loop_model()
     onnx.save(model, "loop.onnx")
-    assert reduce("loop.onnx", "-o", "r.onnx", "--fail-regex", "found op Erf", check=_check()) == 0
+    argv = ["-o", "r.onnx", "--fail-regex", "found op Erf", "--summary-json", "s.json"]
+    assert reduce("loop.onnx", *argv, check=_check()) == 0
+    assert json.loads(Path("s.json").read_text())["min_bad_nodes"] == ["Erf:body/culprit (out of Loop:loop's body)"]
     assert not Path("invalid.log").exists()
     result = onnx.load("r.onnx")
     onnx.checker.check_model(result, full_check=True)
