@@ -122,6 +122,7 @@ def config_from_args(args: argparse.Namespace) -> SessionConfig:
         localize=args.localize,
         min_good=bool(args.min_good),
         confirm_flaky=bool(getattr(args, "confirm_flaky", False)),
+        reduce_bodies=getattr(args, "reduce_bodies", True),
     )
 
 

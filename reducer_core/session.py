@@ -62,6 +62,9 @@ class SessionConfig:
     not_localized: str = field(default="", compare=False)
     confirm_flaky: bool = False
     goal: Goal = Goal.FAILURE
+    reduce_bodies: bool = True
+    """Reduce inside the bodies of the Loop/If nodes left once the outer graph is minimal
+    (``reducer_core.body_reduction``); False keeps them whole, as Polygraphy does."""
 
     def space(self, index: GraphIndex) -> SearchSpace:
         subgraphs = self.goal is Goal.FAILURE
@@ -75,6 +78,8 @@ class SessionConfig:
         saved["pin_signature"] = _pinning_json(Pinning.of(self.pin_signature))
         if self.goal is not Goal.FAILURE:
             saved["goal"] = self.goal.value
+        if "reduce_bodies" in saved and self.reduce_bodies:
+            del saved["reduce_bodies"]  # the default: sessions saved before it resume unchanged
         return saved
 
 
@@ -409,7 +414,7 @@ class ReductionMachine:
         the bodies of the Loop/If nodes of the minimal outer answer. Not for a flaky check, nor
         with inputs or outputs pinned (hoisted body tensors become graph inputs)."""
         space = self.strategy.space
-        if self.flakiness.flaky or not (space.reduce_inputs and space.reduce_outputs):
+        if self.flakiness.flaky or not (self.config.reduce_bodies and space.reduce_inputs and space.reduce_outputs):
             return
         bodies = BodySearch.start(self.index, self.strategy.best_bad, self.config.mode)
         if bodies is None:

@@ -236,3 +236,15 @@ def test_random_body_edits_are_valid_models(name: str, data: st.DataObject) -> N
         inlined = extract(index, Candidate(frozenset(outer), None, removed | {bodies.inline_id(top)}))
         if inlined.graph.node:
             valid(inlined)
+
+
+def test_reduce_bodies_off_keeps_bodies_whole_and_is_part_of_the_saved_config() -> None:
+    index = index_of(loop_model(length=8, culprit=3))
+    oracle = BodyOracle(index, "body/culprit")
+    config = SessionConfig(reduce_bodies=False)
+    machine = ReductionMachine(index, config, VerdictCache(index.fingerprint, "c"))
+    _run(machine, oracle)
+    assert not machine.result.min_bad.body
+    assert not any(candidate.body for candidate in oracle.seen)
+    assert config.to_json()["reduce_bodies"] is False
+    assert "reduce_bodies" not in SessionConfig().to_json()  # sessions saved before it resume
