@@ -248,3 +248,24 @@ def test_reduce_bodies_off_keeps_bodies_whole_and_is_part_of_the_saved_config() 
     assert not any(candidate.body for candidate in oracle.seen)
     assert config.to_json()["reduce_bodies"] is False
     assert "reduce_bodies" not in SessionConfig().to_json()  # sessions saved before it resume
+
+
+@pytest.mark.parametrize(
+    ("build", "culprit", "positions", "over"),
+    [
+        (loop_model, "body/culprit", range(0, 29, 3), 0),
+        (nested_model, "inner_then/culprit", range(0, 10, 3), 0),
+        (if_model, "else/culprit", range(0, 20, 2), 1),  # 2 of these 10 positions take one check more
+    ],
+)
+def test_the_check_budget_wherever_the_culprit_sits(
+    build: Callable[..., onnx.ModelProto], culprit: str, positions: range, over: int
+) -> None:
+    for position in positions:
+        model = build(culprit=position)
+        index = index_of(model)
+        result, _ = reduce(index, culprit)
+        answer = extract(index, result.min_bad)
+        assert culprit in node_names(answer)
+        assert len(real_body_nodes(answer)) <= 3, position
+        assert result.checks_run <= math.ceil(math.log2(body_size(model))) + 4 + over, position
