@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH / "checks"))
@@ -94,6 +96,15 @@ class Case:
         return f"{self.failure.name}@{self.salt}" if several else self.failure.name
 
 
+def deep_nodes(path: Path) -> int:
+    """Nodes in and out of Loop/If bodies (the control-flow cases count what bodies keep)."""
+
+    def count(graph: onnx.GraphProto) -> int:
+        return sum(1 + sum(count(attr.g) for attr in node.attribute if attr.HasField("g")) for node in graph.node)
+
+    return count(onnx.load(str(path), load_external_data=False).graph)
+
+
 def read_log(path: Path) -> tuple[int, float]:
     if not path.exists():
         return 0, 0.0
@@ -156,7 +167,7 @@ def execute(case: Case, tool: str, mode: str, model: Path, workdir: Path, timeou
     run.checks, run.check_time_s = read_log(log)
     reduced = workdir / "reduced.onnx"
     if run.status == "ok" and reduced.exists():
-        run.nodes = len(graph_nodes(str(reduced)))
+        run.nodes = deep_nodes(reduced) if case.failure.kind == "body" else len(graph_nodes(str(reduced)))
         run.still_fails = still_fails(case, reduced)
     summary = workdir / "summary.json"
     if summary.exists():

@@ -198,6 +198,13 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         "they are re-checked anyway). Saves up to 3 checks with a check known to be deterministic. "
         "[onnx-reducer]",
     )
+    parser.add_argument(
+        "--no-reduce-bodies",
+        dest="reduce_bodies",
+        action="store_false",
+        help="Keep the bodies of Loop and If nodes whole, as Polygraphy does (by default they are "
+        "reduced too once the outer graph is minimal). [onnx-reducer]",
+    )
     passes = parser.add_mutually_exclusive_group()
     passes.add_argument(
         "--no-reduce-inputs",

@@ -30,6 +30,7 @@ from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.progress import ProgressReporter
 from reducer_cli.slots import SlotFolders, SlotPlan, refuse_absolute_artifact, slot_plan, slot_relative
 from reducer_core import modelio
+from reducer_core.bodies import describe
 from reducer_core.cache import cache_key
 from reducer_core.candidate import Candidate
 from reducer_core.errors import UsageError
@@ -121,6 +122,7 @@ def config_from_args(args: argparse.Namespace) -> SessionConfig:
         localize=args.localize,
         min_good=bool(args.min_good),
         confirm_flaky=confirms_flaky(args),
+        reduce_bodies=getattr(args, "reduce_bodies", True),
     )
 
 
@@ -353,7 +355,7 @@ class CommandLineRun(SlotSessionHooks):
 
     def _describe(self, candidate: Candidate) -> None:
         if len(candidate) <= 10:
-            labels = ", ".join(self.ws.index.label(n) for n in sorted(candidate.nodes))
+            labels = ", ".join(describe(self.ws.index, candidate))
             self.log.info(f"Minimal failing nodes: {labels}")
 
     def discard_skip_current_replay(self) -> None:
@@ -389,7 +391,7 @@ def write_summary_json(
         **(extra or {}),
         "nodes_before": result.nodes_before,
         "nodes_after": len(result.min_bad),
-        "min_bad_nodes": [index.label(n) for n in sorted(result.min_bad.nodes)],
+        "min_bad_nodes": describe(index, result.min_bad),  # a node's label, with what its body keeps
         "min_good_nodes": len(result.min_good) if result.min_good is not None else None,
         "checks_run": result.checks_run,
         "cache_hits": result.cache_hits,

@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Generator
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol
 
+from reducer_core.body_reduction import BodySearch
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.errors import CheckInfraError, GoalUnreachableError, OriginalDidNotFailError, ReplayMismatchError
@@ -64,6 +65,9 @@ class SessionConfig:
     not_localized: str = field(default="", compare=False)
     confirm_flaky: bool = True
     goal: Goal = Goal.FAILURE
+    reduce_bodies: bool = True
+    """Reduce inside the bodies of the Loop/If nodes left once the outer graph is minimal
+    (``reducer_core.body_reduction``); False keeps them whole, as Polygraphy does."""
 
     @property
     def confirms(self) -> bool:
@@ -85,6 +89,8 @@ class SessionConfig:
         saved["pin_signature"] = _pinning_json(Pinning.of(self.pin_signature))
         if self.goal is not Goal.FAILURE:
             saved["goal"] = self.goal.value
+        if "reduce_bodies" in saved and self.reduce_bodies:
+            del saved["reduce_bodies"]  # the default: sessions saved before it resume unchanged
         return saved
 
 
@@ -205,6 +211,7 @@ class ReductionMachine:
         self.flakiness = FlakinessTracker()
         self._verified: Strategy | None = None  # the search again, once the check proved flaky
         self._probed_good: Candidate | None = None
+        self._bodies: BodySearch | None = None  # the second level: inside Loop/If bodies
         self._flow: _Flow = self._run()
         self._step: _Step | None = None
         self._started = False
@@ -257,12 +264,16 @@ class ReductionMachine:
     def best_bad(self) -> Candidate:
         if self._found is not None:
             return self._found
+        if self._bodies is not None:
+            return self._bodies.best_bad
         return self.strategy.best_bad if self._verified is None else self._verified.best_bad
 
     @property
     def min_good(self) -> Candidate | None:
         search = self.strategy if self._verified is None else self._verified
         good = search.best_good if self._found is None else None
+        if self._bodies is not None and self._bodies.best_good is not None:
+            good = self._bodies.best_good
         return good if good is not None else self._probed_good
 
     @property
@@ -354,6 +365,7 @@ class ReductionMachine:
             self._found = yield from self._localize(original)
         if self._found is None:
             yield from self._reduce(original)
+            yield from self._reduce_bodies()
         if self.config.min_good and self.min_good is None:
             self._probed_good = yield from self._probe_min_good()
 
@@ -407,6 +419,22 @@ class ReductionMachine:
             yield from self._confirm_small_answer()
         if self.flakiness.flaky:
             yield from self._reduce_verified()
+
+    def _reduce_bodies(self) -> _Flow:
+        """Hierarchical delta debugging's second level (``reducer_core.body_reduction``): inside
+        the bodies of the Loop/If nodes of the minimal outer answer. Not for a flaky check, nor
+        with inputs or outputs pinned (hoisted body tensors become graph inputs)."""
+        space = self.strategy.space
+        if self.flakiness.flaky or not (self.config.reduce_bodies and space.reduce_inputs and space.reduce_outputs):
+            return
+        bodies = BodySearch.start(self.index, self.strategy.best_bad, self.config.mode)
+        if bodies is None:
+            return
+        self._bodies = bodies
+        while (candidate := bodies.propose()) is not None:
+            verdict = yield _CheckStep(candidate, bodies.phase)
+            assert isinstance(verdict, Verdict)
+            bodies.observe(candidate, self._reproduces(verdict), self._clean_miss(verdict))
 
     def _confirm_small_answer(self) -> Generator[_Step, Answer, None]:
         """An answer of 2 to ``CONFIRM_LIMIT`` nodes: ``CONFIRM_LIMIT`` re-checks, taking in turn the
