@@ -305,12 +305,15 @@ def write_bundle(
     check: BundleCheck,
     original: Path,
     worker: str | None = None,
+    original_name: str | None = None,
 ) -> BundleReport:
-    """Build the bundle of ``result`` and write it to ``path`` (a zip; replaced atomically)."""
+    """Build the bundle of ``result`` and write it to ``path`` (a zip; replaced atomically).
+    ``original``: the model file reduced (its sha256 goes in the README, under ``original_name``,
+    default its file name); ``worker``: the host named in environment.json (default this one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".bundle-", dir=path.parent) as tmp:
         folder = Path(tmp)
-        report = _fill(folder, workspace, result, check, original, worker)
+        report = _fill(folder, workspace, result, check, (original, original_name or original.name), worker)
         partial = path.with_name(path.name + ".part")
         members = sorted(p for p in folder.rglob("*") if p.is_file())
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as archive:
@@ -327,7 +330,7 @@ def _fill(
     workspace: Workspace,
     result: ReductionResult,
     check: BundleCheck,
-    original: Path,
+    original: tuple[Path, str],
     worker: str | None,
 ) -> BundleReport:
     spec = check.spec
@@ -379,7 +382,7 @@ def _tensor_names(models: Iterable[onnx.ModelProto]) -> set[str]:
 def _readme(
     result: ReductionResult,
     check: BundleCheck,
-    original: Path,
+    original: tuple[Path, str],
     sentence: str,
     shipped: list[str],
     bad_run: tuple[int | None, str],
@@ -395,7 +398,7 @@ def _readme(
         "",
         sentence,
         "",
-        f"- Original model: `{original.name}`, sha256 `{sha256_of(original)}`, {result.nodes_before} nodes",
+        f"- Original model: `{original[1]}`, sha256 `{sha256_of(original[0])}`, {result.nodes_before} nodes",
         f"- Minimal failing model: `min_bad.onnx`, {len(result.min_bad)} node(s)",
     ]
     if result.min_good is not None:
