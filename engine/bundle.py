@@ -208,10 +208,10 @@ def _nvidia_smi() -> list[dict[str, str]] | None:
 
 def _save_model(workspace: Workspace, candidate: Candidate, path: Path) -> onnx.ModelProto:
     """``path`` with only the weights ``candidate`` reads (large ones in ``<name>.data``); returns
-    the model with its weights in memory (for conversions and input names)."""
+    the model as written, its external weights not loaded."""
     options = modelio.SaveOptions(external_location=f"{path.name}.data", size_threshold=EXTERNAL_THRESHOLD)
     modelio.save_self_contained(workspace.model_for(candidate), path, workspace.sources, options)
-    return modelio.load_model_with_weights(path)
+    return onnx.load(str(path), load_external_data=False)
 
 
 def _save_converted(model: onnx.ModelProto, runtime: Any, path: Path) -> None:
@@ -340,8 +340,9 @@ def _fill(
     if spec is not None:
         for role, runtime in (("reference", spec.reference), ("target", spec.target)):
             if runtime is not None and runtime.runtime == "onnxruntime" and runtime.precision != "fp32":
-                for stem, model in models.items():
-                    _save_converted(model, runtime, folder / f"{stem}.{role}.onnx")
+                for stem in models:
+                    weighted = modelio.load_model_with_weights(folder / f"{stem}.onnx")
+                    _save_converted(weighted, runtime, folder / f"{stem}.{role}.onnx")
     bad = models["min_bad"]
     golden = _golden_samples(check.golden)
     if spec is not None and spec.kind in ("compare", "golden", "error"):
