@@ -168,6 +168,11 @@ def test_compare_bundle_ships_the_fp16_models_and_reproduces_without_onnx_reduce
         assert values.min() >= 70 and values.max() < 100
     with np.load(folder / "expected.npz") as expected, np.load(folder / "observed.npz") as observed:
         assert np.isfinite(expected["y"]).all() and np.isinf(observed["y"]).all()
+    # another model has no shipped fp16 conversion and the venv has no converter: exit 2, not a verdict
+    (folder / "other.onnx").write_bytes((folder / "min_bad.onnx").read_bytes())
+    other = _repro(repro_python, folder, "other.onnx")
+    assert other.returncode == 2, other.stdout + other.stderr
+    assert "other.target.onnx is missing" in other.stdout
 
 
 def test_golden_bundle_feeds_min_bad_the_values_it_saw_inside_the_model(in_tmp: Path, repro_python: Path) -> None:
