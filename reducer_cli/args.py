@@ -310,6 +310,13 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
     out.add_argument("-q", "--quiet", action="count", default=0, help="Less log output.")
     out.add_argument("--no-progress", dest="progress", action="store_false", help="No live progress line.")
     out.add_argument("--summary-json", default=None, help="[onnx-reducer] Write the final summary as JSON here.")
+    out.add_argument(
+        "--bundle",
+        default=None,
+        metavar="FILE.zip",
+        help="[onnx-reducer] Write a bug-report bundle here: min_bad/min_good models, the inputs min-bad sees, "
+        "the check, the environment and a repro.py that needs only onnx, onnxruntime and numpy.",
+    )
     _add_polygraphy_compat_args(parser)
     _add_spec_args(parser)
     _add_check_args(parser)

@@ -138,6 +138,12 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="min-bad, min-good, mixed, original, golden or iteration-N (repeatable; default: min-bad and min-good, "
         "or mixed for a precision job).",
     )
+    download.add_argument(
+        "--bundle",
+        action="store_true",
+        help="Download the bug-report bundle (bundle.zip: min-bad/min-good, the inputs min-bad sees, the check, "
+        "the worker's environment and a repro.py) instead of the models.",
+    )
     cancel = _command(sub, common, "cancel", "Cancel a job.")
     cancel.add_argument("job", help="Job id or URL.")
     retry = _command(sub, common, "retry", "Queue a failed job again (it resumes from its last finished check).")

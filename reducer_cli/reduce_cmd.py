@@ -27,6 +27,7 @@ from engine.data_loader import parse_val_ranges
 from engine.parallel import Job
 from engine.session import ReductionSession, SessionCheck, SlotSessionHooks
 from engine.workspace import ReduceOptions, Workspace
+from reducer_cli.bundle_cmd import write_cli_bundle
 from reducer_cli.progress import ProgressReporter
 from reducer_cli.slots import SlotFolders, SlotPlan, refuse_absolute_artifact, slot_plan, slot_relative
 from reducer_core import modelio
@@ -120,7 +121,7 @@ def config_from_args(args: argparse.Namespace) -> SessionConfig:
         reduce_outputs=args.reduce_outputs,
         pin_signature=args.pin_signature,
         localize=args.localize,
-        min_good=bool(args.min_good),
+        min_good=bool(args.min_good or getattr(args, "bundle", None)),  # a bundle carries min-good
         confirm_flaky=confirms_flaky(args),
         reduce_bodies=getattr(args, "reduce_bodies", True),
     )
@@ -352,6 +353,8 @@ class CommandLineRun(SlotSessionHooks):
                 self.ws.save_self_contained(result.min_good, Path(self.args.min_good))
                 self.log.info(f"Closest passing model ({len(result.min_good)} nodes) written to {self.args.min_good}")
         self._describe(result.min_bad)
+        if getattr(self.args, "bundle", None):
+            write_cli_bundle(self.args, self.ws, result, self.session.check, self.log)
 
     def _describe(self, candidate: Candidate) -> None:
         if len(candidate) <= 10:
