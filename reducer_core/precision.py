@@ -3,9 +3,10 @@
 A node whose fp32 output is beyond fp16's range overflows when it computes in fp16; a node
 reading such a tensor in fp16 reads inf. So every writer and every reader of an out-of-range
 tensor is kept in fp32: the superset ``range_superset`` names. ``PrecisionMachine`` checks that
-set right after the plain fp16 model; when it passes, the strategy minimises inside it (a few
-checks instead of a search over the whole model); when it does not (a failure that is no
-overflow: rounding beyond tolerance), the search starts from every node, as before.
+set right after the plain fp16 model; when it passes, it tries each of its nodes in fp16 once
+(one check per node: a reader that turns inf into the right value, as Erf does, goes) and the
+answer is 1-minimal; when it does not pass (a failure that is no overflow: rounding beyond
+tolerance), the strategy searches from every node, as before.
 
 ``precision_machine(superset)`` is the machine class for one superset (``from_state`` builds
 its machines with the class it is called on)."""
@@ -20,11 +21,11 @@ from reducer_core.errors import GoalUnreachableError
 from reducer_core.graph import GraphIndex
 from reducer_core.records import ReductionResult
 from reducer_core.session import ReductionMachine, _CheckStep, _Flow
-from reducer_core.strategies import SearchSpace, Strategy
 from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 FP16_MAX = 65504.0
 RANGE_PHASE = "range"
+MINIMISE_PHASE = "range-minimise"
 
 
 def out_of_range(ranges: Mapping[str, float], limit: float = FP16_MAX) -> set[str]:
@@ -62,9 +63,7 @@ class PrecisionMachine(ReductionMachine):
             verdict = yield _CheckStep(Candidate(self.superset), RANGE_PHASE)
             assert isinstance(verdict, Verdict)
             if verdict.kind is VerdictKind.PASS:
-                space = SearchSpace(self.index, self.superset, subgraphs=False)
-                self.strategy = Strategy(space, self.config.mode)
-                yield from self._reduce(original)
+                yield from self._minimise_superset()
                 return
         verdict = yield _CheckStep(Candidate(everything), "all-kept")
         assert isinstance(verdict, Verdict)
@@ -74,6 +73,18 @@ class PrecisionMachine(ReductionMachine):
                 f"{verdict.kind.value}{', ' + verdict.detail if verdict.detail else ''})."
             )
         yield from self._reduce(original)
+
+    def _minimise_superset(self) -> _Flow:
+        """Drop the superset's nodes one at a time, each kept out while the check still passes:
+        one check per node of the superset, and the answer is 1-minimal (removing any node fails)."""
+        kept = set(self.superset)
+        self._found = Candidate(frozenset(kept))
+        for node in sorted(self.superset):
+            trial = Candidate(frozenset(kept - {node}))
+            passes, _ = yield from self._observe(trial, MINIMISE_PHASE)
+            if passes:
+                kept.discard(node)
+                self._found = trial
 
     @property
     def result(self) -> ReductionResult:
