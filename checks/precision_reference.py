@@ -5,8 +5,8 @@ the spec's check uses. It writes
 
 - ``golden`` (compare specs): a golden file with each sample's inputs and the original's outputs,
   the values every candidate is compared against (never the candidate's own reference run);
-- ``ranges``: JSON ``{tensor: largest magnitude}`` over the samples (inf: a non-finite value), the
-  range analysis that picks the nodes to start the search from."""
+- ``ranges``: JSON ``{tensor: largest magnitude}`` over the samples and the weights (inf: a
+  non-finite value), the range analysis that picks the nodes to start the search from."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from onnx import numpy_helper
 
 from checks.fp16_model import float_tensor_ranges
 from checks.golden import GoldenWriter
@@ -32,7 +34,8 @@ def reference(payload: Mapping[str, Any]) -> dict[str, Any]:
     runtime = spec.reference if spec.kind == "compare" and spec.reference is not None else RuntimeSpec()
     outputs = [o.name for o in model.graph.output]
     marked = mark_all_outputs(model)
-    ranges: dict[str, float] = {}
+    weights = ((t.name, numpy_helper.to_array(t)) for t in model.graph.initializer)
+    ranges: dict[str, float] = float_tensor_ranges(weights)  # a weight beyond fp16's range too
     writer = GoldenWriter(payload["golden_out"], "original") if payload.get("golden_out") else None
     try:
         with tempfile.TemporaryDirectory(prefix="reference-", dir=".") as workdir:
