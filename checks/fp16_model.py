@@ -21,7 +21,7 @@ overflow is inf as on a GPU; each fp16 node computes from fp16 values and stores
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -176,12 +176,14 @@ def _half_tensor(tensor: onnx.TensorProto) -> onnx.TensorProto:
 
 
 class _Converter:
-    def __init__(self, model: onnx.ModelProto, keep: frozenset[str], io_type: int) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, keep: frozenset[str], io_type: int, types: Mapping[str, int] | None
+    ) -> None:
         self.model = model
         self.graph = model.graph
         self.keep = keep
         self.io_type = io_type
-        self.types = elem_types(model)
+        self.types = dict(types) if types is not None else elem_types(model)
         opset = opset_of(model)
         self.slots = [None if n.name in keep else _slots(n, opset) for n in self.graph.node]
         self.nodes_out: list[onnx.NodeProto] = []
@@ -354,13 +356,19 @@ class _Converter:
         )
 
 
-def to_mixed(model: onnx.ModelProto, keep_fp32: Collection[str] = (), io: str = "fp32") -> MixedModel:
+def to_mixed(
+    model: onnx.ModelProto,
+    keep_fp32: Collection[str] = (),
+    io: str = "fp32",
+    types: Mapping[str, int] | None = None,
+) -> MixedModel:
     """The model converted to fp16 but for the nodes named in ``keep_fp32`` (module docstring);
     ``io``: the type of float graph inputs and outputs, ``fp32`` (as the original) or ``fp16``.
-    ``model`` must hold its weights (not modified)."""
+    ``model`` must hold its weights (not modified); ``types``: ``elem_types(model)`` when known
+    (a search converts the same model many times)."""
     converted = onnx.ModelProto()
     converted.CopyFrom(model)
-    converter = _Converter(converted, frozenset(keep_fp32), HALF if io == "fp16" else FLOAT)
+    converter = _Converter(converted, frozenset(keep_fp32), HALF if io == "fp16" else FLOAT, types)
     mixed = converter.convert()
     kept = [e for e in converted.metadata_props if e.key != MIXED_KEY]
     del converted.metadata_props[:]

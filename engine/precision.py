@@ -35,7 +35,7 @@ from typing import Any
 
 import onnx
 
-from checks.fp16_model import MixedModel, to_mixed
+from checks.fp16_model import MixedModel, elem_types, to_mixed
 from checks.isolated import run_isolated
 from checks.mixed_precision import require_fp16_target, without_keep_fp32
 from checks.precision_reference import ENTRY as REFERENCE_ENTRY
@@ -229,18 +229,21 @@ class PrecisionSession(ReductionSession):
         nodes = self.workspace.index.nodes
         return [nodes[n].name for n in sorted(candidate.nodes)]
 
-    def _fp32_model(self) -> onnx.ModelProto:
-        cached: onnx.ModelProto | None = getattr(self, "_original", None)
+    def _fp32_model(self) -> tuple[onnx.ModelProto, dict[str, int]]:
+        """The original with its weights in memory, and its tensors' types (read once)."""
+        cached: tuple[onnx.ModelProto, dict[str, int]] | None = getattr(self, "_original", None)
         if cached is None:
-            cached = self.workspace.model_for(self.everything)
-            modelio.inline_external_data(cached, self.workspace.sources)
-            without_keep_fp32(cached)
+            model = self.workspace.model_for(self.everything)
+            modelio.inline_external_data(model, self.workspace.sources)
+            without_keep_fp32(model)
+            cached = (model, elem_types(model))
             self._original = cached
         return cached
 
     def mixed(self, candidate: Candidate) -> MixedModel:
         """The real mixed-precision model of ``candidate`` and its answer per node and tensor."""
-        return to_mixed(self._fp32_model(), self.keep_fp32(candidate), self.plan.io)
+        model, types = self._fp32_model()
+        return to_mixed(model, self.keep_fp32(candidate), self.plan.io, types)
 
     def write(self, candidate: Candidate, path: Path) -> list[str]:
         """The candidate's mixed-precision model, self-contained: the file the check judges."""
