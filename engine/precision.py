@@ -66,13 +66,20 @@ class MixedModelFailedError(ReducerError):
     """The mixed-precision model, written, does not pass the check: nothing is reported as found."""
 
 
+IO_FP16_ADVICE = (
+    " With --io-types fp16 the model's inputs and outputs are fp16 themselves: an output beyond 65,504 "
+    "(or an input that needs fp32) cannot pass; keep them fp32 (the default)."
+)
+
+
 @contextlib.contextmanager
-def _explained() -> Iterator[None]:
+def _explained(io: str = "fp32") -> Iterator[None]:
     """The machine's "does not pass even with every node kept", said in precision's terms."""
     try:
         yield
     except GoalUnreachableError as exc:
-        raise GoalUnreachableError(f"{exc} {NOT_A_PRECISION_PROBLEM}") from None
+        advice = IO_FP16_ADVICE if io == "fp16" else ""
+        raise GoalUnreachableError(f"{exc} {NOT_A_PRECISION_PROBLEM}{advice}") from None
 
 
 def precision_config(mode: str) -> SessionConfig:
@@ -213,11 +220,11 @@ class PrecisionSession(ReductionSession):
         return session
 
     def run(self, hooks: SessionHooks) -> ReductionResult:
-        with _explained():
+        with _explained(self.plan.io):
             return super().run(hooks)
 
     def deliver(self, request: Request, result: Answer, overhead_s: float = 0.0) -> None:
-        with _explained():
+        with _explained(self.plan.io):
             super().deliver(request, result, overhead_s)
 
     @property

@@ -164,3 +164,20 @@ def test_candidates_are_compared_with_the_fp32_original_never_with_themselves(in
     written = session.save_mixed(answer, in_tmp / "mixed.onnx", verify=plan.check.check)
     assert written.verdict is not None and written.verdict.kind is VerdictKind.PASS
     workspace.close()
+
+
+def test_inputs_and_outputs_typed_fp16_when_asked(in_tmp: Path) -> None:
+    options = ("--io-types", "fp16", "--summary-json", "summary.json")
+    assert precision(gelu_overflow(), *options, spec=COMPARE_GELU) == 0
+    summary = json.loads(Path("summary.json").read_text())
+    assert summary["keep_fp32"] == GELU_KEEP and summary["io_types"] == "fp16"
+    assert summary["verified"]["verdict"] == "pass"
+    mixed = onnx.load("mixed.onnx")
+    assert [i.type.tensor_type.elem_type for i in mixed.graph.input] == [TensorProto.FLOAT16]
+    assert [o.type.tensor_type.elem_type for o in mixed.graph.output] == [TensorProto.FLOAT16]
+
+
+def test_an_output_beyond_fp16_cannot_be_typed_fp16(in_tmp: Path, capsys: object) -> None:
+    """scale_up's output is a graph output of about 85,000: no fp32 node can hold it in an fp16 output."""
+    assert precision(one_node_overflows(), "--io-types", "fp16") == 3
+    assert "--io-types fp16" in capsys.readouterr().err  # type: ignore[attr-defined]
