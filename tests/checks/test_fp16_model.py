@@ -10,7 +10,9 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from bench.precision_bert import bert_like
 from checks.fp16_model import MIXED_KEY, is_mixed, storage_real, to_mixed
+from checks.ort_runtime import random_inputs
 from tests.models import IR_VERSION, OPSET
 from tests.precision_models import GELU_KEEP, gelu_overflow, real_fp16_outputs
 
@@ -156,3 +158,23 @@ def test_storage_real_rounds_every_fp16_tensor_and_keeps_fp32_ones() -> None:
     stores = {n.input[0] for n in real.graph.node if n.name.endswith("_store")}
     assert "u__exact" in stores and "e__exact" in stores  # fp16 tensors written rounded
     assert not {"h__exact", "m__exact", "g__exact"} & stores  # fp32 ones as they are
+
+
+def test_a_bert_like_encoder_converts_to_a_file_that_checks_loads_and_is_finite() -> None:
+    """The bench's BERT-like encoder (bench/precision_bert.py): embeddings (Gather of int64 ids),
+    a mask from Shape/ConstantOfShape, Reshape/Transpose with int64 shapes, Softmax,
+    LayerNormalization, and a graph output that the pooler reads too (where onnxconverter-common's
+    conversion declares fp32 and writes fp16)."""
+    original = bert_like()
+    keep = ["layer1.ffn.up.bias_add", "layer1.gelu.mul", "layer1.gelu.half", "layer1.ffn.down.matmul"]
+    mixed = to_mixed(original, keep)
+    onnx.checker.check_model(mixed.model, full_check=True)
+    assert list(mixed.fp32_nodes) == keep
+    feeds = random_inputs(original, 1, 0, 999)
+    want = fp32_outputs(original, feeds)
+    for got in (fp32_outputs(mixed.model, feeds), real_fp16_outputs(mixed.model, feeds)):
+        for value, reference in zip(got, want, strict=True):
+            assert np.isfinite(value).all()
+            np.testing.assert_allclose(value, reference, atol=0.02, rtol=0.02)
+    (plain, _) = real_fp16_outputs(to_mixed(original, []).model, feeds)
+    assert not np.isfinite(plain).all()  # the plain fp16 model overflows
