@@ -113,6 +113,7 @@ class _Slots:
 
     inputs: tuple[bool, ...]
     outputs: tuple[bool, ...]
+    free: tuple[bool, ...] = ()  # inputs of any type that no other slot's type follows: read as stored
 
 
 def _formal(params: list[onnx.defs.OpSchema.FormalParameter], count: int) -> list[str]:
@@ -131,7 +132,7 @@ def _slots(node: onnx.NodeProto, opset: int) -> _Slots | None:
         return None
     if node.op_type == "Cast":
         to = next((a.i for a in node.attribute if a.name == "to"), 0)
-        return _Slots((False,) * len(node.input), (to == FLOAT,) * len(node.output))
+        return _Slots((False,) * len(node.input), (to == FLOAT,) * len(node.output), (True,) * len(node.input))
     if node.op_type == "ConstantOfShape":
         return _Slots((False,) * len(node.input), (True,) * len(node.output))
     try:
@@ -150,7 +151,8 @@ def _slots(node: onnx.NodeProto, opset: int) -> _Slots | None:
     for t in outs:
         if follows(t) and t in allowed and t not in bound:
             return None  # an output type no input decides (set by an attribute): leave the node fp32
-    return _Slots(tuple(follows(t) for t in ins), tuple(follows(t) for t in outs))
+    free = tuple(follows(t) and t in allowed and ins.count(t) == 1 and t not in outs for t in ins)
+    return _Slots(tuple(follows(t) for t in ins), tuple(follows(t) for t in outs), free)
 
 
 def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
@@ -198,10 +200,13 @@ class _Converter:
     def wanted(self, index: int, node: onnx.NodeProto) -> list[int | None]:
         """The type each input slot of node ``index`` reads a float tensor in (None: not a float tensor)."""
         slots = self.slots[index]
-        return [
-            None if not name or not self.is_float(name) else (HALF if slots is not None and slots.inputs[i] else FLOAT)
-            for i, name in enumerate(node.input)
-        ]
+        wanted: list[int | None] = []
+        for i, name in enumerate(node.input):
+            if not name or not self.is_float(name) or (slots is not None and slots.free and slots.free[i]):
+                wanted.append(None)  # not a float tensor, or a slot of any type: read as stored
+            else:
+                wanted.append(HALF if slots is not None and slots.inputs[i] else FLOAT)
+        return wanted
 
     def convert(self) -> MixedModel:
         graph = self.graph
