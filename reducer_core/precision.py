@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
+from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.errors import GoalUnreachableError
 from reducer_core.graph import GraphIndex
 from reducer_core.records import ReductionResult
-from reducer_core.session import ReductionMachine, _CheckStep, _Flow
+from reducer_core.session import ReductionMachine, SessionConfig, SessionListener, _CheckStep, _Flow
 from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 FP16_MAX = 65504.0
 RANGE_PHASE = "range"
 MINIMISE_PHASE = "range-minimise"
+SUPERSET_KEY = "precision_superset"
 
 
 def out_of_range(ranges: Mapping[str, float], limit: float = FP16_MAX) -> set[str]:
@@ -85,6 +88,24 @@ class PrecisionMachine(ReductionMachine):
             if passes:
                 kept.discard(node)
                 self._found = trial
+
+    def state(self) -> dict[str, Any]:
+        """The session's state with the superset it started from: a resumed session (another
+        process, another host whose fp32 run rounds differently) replays the same flow."""
+        return {**super().state(), SUPERSET_KEY: sorted(self.superset)}
+
+    @classmethod
+    def from_state(
+        cls,
+        index: GraphIndex,
+        config: SessionConfig,
+        cache: VerdictCache,
+        state: dict[str, Any],
+        listener: SessionListener | None = None,
+    ) -> ReductionMachine:
+        saved = state.get(SUPERSET_KEY)
+        machine_class = precision_machine(frozenset(int(n) for n in saved)) if saved is not None else cls
+        return super(PrecisionMachine, machine_class).from_state(index, config, cache, state, listener)
 
     @property
     def result(self) -> ReductionResult:

@@ -87,3 +87,21 @@ def test_a_stopped_minimisation_resumes_without_checking_again(branchy: GraphInd
     drive(resumed, lambda request: check(request.candidate))  # type: ignore[union-attr]
     assert names_in(branchy, resumed.result.min_bad) == {"B", "H"}
     assert len(seen) - before == 7 - 4
+
+
+def test_a_resumed_session_starts_from_the_saved_superset_not_a_new_range_run(branchy: GraphIndex) -> None:
+    """Another process's reference run may round differently near 65,504: the state keeps the set."""
+    seen: list[set[str]] = []
+    check = oracle(branchy, {"B", "H"}, seen)
+    first = machine(branchy, range_superset(branchy, RANGES))
+    for _ in range(3):
+        (request,) = first.next_requests(1)
+        first.deliver(request, check(request.candidate))  # type: ignore[union-attr]
+    config = SessionConfig(goal=Goal.PASS)
+    cache = VerdictCache(branchy.fingerprint, "range-test")
+    other = precision_machine(frozenset()).from_state(branchy, config, cache, first.state())
+    assert isinstance(other, PrecisionMachine) and other.superset == first.superset
+    before = len(seen)
+    drive(other, lambda request: check(request.candidate))  # type: ignore[union-attr]
+    assert names_in(branchy, other.result.min_bad) == {"B", "H"}
+    assert len(seen) - before == 7 - 3
