@@ -445,14 +445,20 @@ def _add_precision_args(parser: argparse.ArgumentParser) -> None:
         "--summary-json", default=None, help="Write the summary (keep_fp32: the node names, and every check) here."
     )
     parser.add_argument(
+        "--io-types",
+        choices=("fp32", "fp16"),
+        default="fp32",
+        help="The type of the mixed model's float inputs and outputs (default fp32, as the original's).",
+    )
+    parser.add_argument(
         "--mode", choices=MODES, default="auto", help="The search over the nodes kept in fp32 (reduce's modes)."
     )
     parser.add_argument(
         "--iter-artifact",
         dest="iter_artifact",
         default="polygraphy_debug.onnx",
-        help="Where each iteration's model is written: the whole model, naming the nodes kept in fp32 in its "
-        "metadata (onnx_reducer.keep_fp32).",
+        help="Where each iteration's model is written: the real mixed-precision model of the candidate "
+        "(fp16 but for the nodes it keeps in fp32), the file the check judges.",
     )
     parser.add_argument(
         "--no-remove-intermediate",

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.spec import CheckSpec, ModelCheck, parse_check_spec
+from engine.precision import PrecisionPlan
 from engine.session import ReductionSession, SessionCheck
 from engine.workspace import ReduceOptions, Workspace, load_workspace
 from persistence.enums import ArtifactKind, JobTask
@@ -29,7 +30,7 @@ from reducer_core.candidate import Candidate
 from reducer_core.session import SessionConfig, SessionListener
 from worker.checking import job_check
 from worker.context import RunnerContext
-from worker.precision_job import start_precision
+from worker.precision_job import precision_plan, start_precision
 
 log = logging.getLogger("onnx_reducer.worker")
 KEEP_JOBS = 3
@@ -77,18 +78,20 @@ class PreparedJob:
     session_check: SessionCheck
     work_dir: Path
     task: JobTask = JobTask.REDUCE
+    plan: PrecisionPlan | None = None  # a precision job's reference run
     _writer: ReductionSession | None = field(default=None, repr=False)
 
     def session(self, state: dict[str, Any] | None, listener: SessionListener | None = None) -> ReductionSession:
         """The job's session at the position ``state`` was saved in (replayed; no check runs); a
         precision job's is a ``PrecisionSession`` (``worker/precision_job.py``)."""
         if self.task is JobTask.PRECISION:
-            return start_precision(self.workspace, self.session_check, self.config.mode, state, listener)
+            assert self.plan is not None
+            return start_precision(self.workspace, self.plan, self.config.mode, state, listener)
         return ReductionSession.start(self.workspace, self.session_check, self.config, state, listener)
 
     def write(self, candidate: Candidate, path: Path) -> list[str]:
-        """Write ``candidate``'s model as the job's session does (a precision job: the whole model,
-        naming the nodes kept fp32); the weight files it uses."""
+        """Write ``candidate``'s model as the job's session does (a precision job: the real
+        mixed-precision model); the weight files it uses."""
         if self.task is JobTask.PRECISION:
             if self._writer is None:
                 self._writer = self.session(None)
@@ -113,12 +116,19 @@ def prepare(job: JobInput, ctx: RunnerContext) -> PreparedJob:
     try:
         golden, sha256 = _place_golden(ctx.layout.store, work_dir, *job.golden) if job.golden else (None, None)
         check = job_check(spec, work_dir, ctx.allow_command, ctx.check_memory_limit_bytes, golden)
+        session_check = SessionCheck(check, spec, golden, sha256)
+        plan = None
+        if job.task is JobTask.PRECISION:  # judged against the fp32 original (engine/precision.py)
+
+            def build(judged: CheckSpec, values: Path | None) -> ModelCheck:
+                return job_check(judged, work_dir, ctx.allow_command, ctx.check_memory_limit_bytes, values)
+
+            plan = precision_plan(workspace, session_check, build, work_dir)
+            check, session_check = plan.check.check, plan.check
     except BaseException:
         workspace.close()
         raise
-    return PreparedJob(
-        job.job_id, spec, job.config, workspace, check, SessionCheck(check, spec, golden, sha256), work_dir, job.task
-    )
+    return PreparedJob(job.job_id, spec, job.config, workspace, check, session_check, work_dir, job.task, plan)
 
 
 def _place_golden(store: ArtifactStore, work_dir: Path, key: str, sha256: str, fmt: str) -> tuple[Path, str]:
