@@ -4,6 +4,9 @@ with the same spelling, aliases and meaning, plus a few of our own (marked below
 from __future__ import annotations
 
 import argparse
+import tomllib
+from importlib import metadata
+from pathlib import Path
 
 from reducer_cli.client_args import add_client_parsers
 from reducer_cli.service_cmd import add_service_parsers
@@ -16,6 +19,23 @@ EXIT_USAGE = 2
 EXIT_ORIGINAL_PASSED = 3
 EXIT_INVALID_MODEL = 4
 EXIT_INTERRUPTED = 130
+
+
+def version_text() -> str:
+    """``onnx-reducer --version``: this package's version and the onnx/onnxruntime it runs with (what
+    a bug report needs). A source checkout that is not installed reads its pyproject.toml."""
+    try:
+        own = metadata.version("onnx-reducer")
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        own = tomllib.loads(pyproject.read_text())["project"]["version"] if pyproject.is_file() else "unknown"
+    parts = []
+    for dependency in ("onnx", "onnxruntime"):
+        try:
+            parts.append(f"{dependency} {metadata.version(dependency)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dependency} not installed")
+    return f"onnx-reducer {own} ({', '.join(parts)})"
 
 
 def _memory_size(text: str) -> int:
@@ -494,6 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="onnx-reducer",
         description="Reduce a failing ONNX model to the smallest subgraph that still fails.",
     )
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     reduce = sub.add_parser(
         "reduce",

@@ -1,0 +1,31 @@
+"""What a new user trips on with the service's API (issue 20), against the embedded default (SQLite,
+in-process runner) over real HTTP: wording of refusals, what a cancelled job offers, and the OpenAPI
+document."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from examples.build_example_model import build_example_model
+from tests.service.conftest import client_for
+from tests.service.helpers import submit, wait_job
+from tests.service.web_harness import Service, embedded_service
+
+EXAMPLE = build_example_model().SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    with embedded_service(tmp_path_factory.mktemp("newcomer-api")) as service:
+        yield service
+
+
+def test_refusing_to_retry_a_succeeded_job_says_it_in_words(service: Service) -> None:
+    with client_for(service.url, service.token) as client:
+        job_id = submit(client, EXAMPLE).json()["id"]
+        assert wait_job(client, job_id)["status"] == "succeeded"
+        refused = client.post(f"/v1/jobs/{job_id}/retry")
+    assert refused.status_code == 409
+    assert refused.json()["detail"].startswith(f"Job '{job_id}' has succeeded; only jobs that failed")
