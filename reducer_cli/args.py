@@ -21,6 +21,21 @@ EXIT_INVALID_MODEL = 4
 EXIT_INTERRUPTED = 130
 
 
+# Commands that read a local model file: a missing one is bad usage (exit 2) for each of them, as it
+# is for `submit`; exit 4 is kept for a model that was read and refused.
+LOCAL_MODEL_COMMANDS = frozenset({"reduce", "precision", "golden", "inspect"})
+
+
+def missing_file_message(name: str, what: str = "Model file") -> str | None:
+    """Why ``name`` cannot be read as a file given on the command line, or None when it can."""
+    path = Path(name)
+    if path.is_file():
+        return None
+    if path.is_dir():
+        return f"{what} '{name}' is a folder; give the file itself."
+    return f"{what} '{name}' does not exist. Check the path (a relative path starts from the current folder)."
+
+
 def version_text() -> str:
     """``onnx-reducer --version``: this package's version and the onnx/onnxruntime it runs with (what
     a bug report needs). A source checkout that is not installed reads its pyproject.toml."""

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from reducer_cli.args import missing_file_message
 from reducer_cli.client_args import DEFAULT_SERVER, SERVER_ENV, TOKEN_ENV
 from reducer_cli.client_exit import (
     EXIT_ERROR,
@@ -70,10 +71,10 @@ def job_id_of(reference: str) -> str:
 
 
 def _input_file(name: str, what: str) -> Path:
-    path = Path(name)
-    if not path.is_file():
-        raise InputError(f"{what} '{name}' is not a file.")
-    return path
+    missing = missing_file_message(name, what)
+    if missing is not None:
+        raise InputError(missing)
+    return Path(name)
 
 
 def _read_spec(name: str) -> str:
@@ -172,7 +173,7 @@ def _download(client: ReducerClient, job_id: str, names: tuple[str, ...], folder
 
 def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> int:
     _check_wait_options(ns)
-    model = _input_file(ns.model, "MODEL")
+    model = _input_file(ns.model, "Model file")
     spec = _read_spec(ns.check_spec)
     golden = _input_file(ns.golden, "--golden") if ns.golden else None
     source = model_source(model)

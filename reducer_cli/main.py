@@ -144,6 +144,10 @@ def _infra_advice(exc: CheckInfraError) -> str:
 def _run_handler(handler: Callable[[argparse.Namespace], int], ns: argparse.Namespace, log: ProgressReporter) -> int:
     """Run a command; the errors it raises on purpose become a message and an exit code."""
     try:
+        if ns.command in cli_args.LOCAL_MODEL_COMMANDS:
+            missing = cli_args.missing_file_message(ns.model)
+            if missing is not None:
+                raise UsageError(missing)
         return handler(ns)
     except OriginalDidNotFailError as exc:
         log.error(f"{exc} {_original_passed_advice(ns)}")
