@@ -45,3 +45,14 @@ def test_an_unreadable_model_is_exit_4_for_golden_as_for_reduce(in_tmp: Path) ->
     Path("garbage.onnx").write_bytes(b"not a model")
     assert run(["golden", "garbage.onnx", "-o", "golden.zip"]) == EXIT_INVALID_MODEL
     assert run(["reduce", "garbage.onnx", "-o", "r.onnx", "--check", "true", "--no-progress"]) == EXIT_INVALID_MODEL
+
+
+def test_serve_help_names_the_home_folder_as_readme_does(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run(["--help"])
+    overview = " ".join(capsys.readouterr().out.split())
+    assert "ONNX_REDUCER_HOME" in overview and "SQLite, ./data" not in overview
+    with pytest.raises(SystemExit):
+        run(["serve", "--help"])
+    serve = " ".join(capsys.readouterr().out.split())
+    assert "~/.local/share/onnx-reducer" in serve and "token create" in serve

@@ -29,3 +29,14 @@ def test_refusing_to_retry_a_succeeded_job_says_it_in_words(service: Service) ->
         refused = client.post(f"/v1/jobs/{job_id}/retry")
     assert refused.status_code == 409
     assert refused.json()["detail"].startswith(f"Job '{job_id}' has succeeded; only jobs that failed")
+
+
+@pytest.mark.parametrize("filename", ["report.pdf", "my model (1).onnx"])
+def test_a_refused_upload_is_named_as_uploaded(service: Service, filename: str) -> None:
+    with client_for(service.url, service.token) as client:
+        refused = submit(client, b"%PDF-1.7 not a model", filename=filename)
+    assert refused.status_code == 422, refused.text
+    problem = refused.json()
+    assert problem["detail"].startswith(f"'{filename}' is not a readable ONNX model"), problem["detail"]
+    assert problem["errors"] == [{"field": "model", "message": problem["detail"]}]
+    assert ".pdf.onnx" not in refused.text and "mymodel1" not in refused.text
