@@ -11,6 +11,7 @@ from reducer_cli import args as cli_args
 from reducer_cli import service_cmd
 from reducer_cli.client_args import CLIENT_COMMANDS
 from reducer_cli.progress import ProgressReporter, reporter_from_args
+from reducer_cli.writable import check_writable
 from reducer_core.errors import (
     CheckInfraError,
     GoalUnreachableError,
@@ -120,9 +121,19 @@ def run(argv: Sequence[str]) -> int:
     handlers |= dict.fromkeys(CLIENT_COMMANDS, _client_command)
     with contextlib.ExitStack() as stack:
         if ns.command in ("reduce", "precision"):
+            # before the log file is opened and before the first check: a place that cannot be
+            # written is one line now, not a traceback after the whole run
+            refused = _run_handler(_preflight, ns, ProgressReporter(live=False))
+            if refused != cli_args.EXIT_OK:
+                return refused
             log_file = stack.enter_context(open(ns.log_file, "a")) if ns.log_file else None
             ns.reporter = reporter_from_args(ns, log_file)
         return _run_handler(handlers[ns.command], ns, _reporter(ns))
+
+
+def _preflight(ns: argparse.Namespace) -> int:
+    check_writable(ns)
+    return cli_args.EXIT_OK
 
 
 def _original_passed_advice(ns: argparse.Namespace) -> str:

@@ -3,11 +3,17 @@ read-only places, the token hint and the phase legend."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import onnx
 import pytest
 
+from examples.build_example_model import build_example_model
 from reducer_cli.args import EXIT_INVALID_MODEL, EXIT_USAGE
 from reducer_cli.main import run
 
@@ -56,3 +62,65 @@ def test_serve_help_names_the_home_folder_as_readme_does(capsys: pytest.CaptureF
         run(["serve", "--help"])
     serve = " ".join(capsys.readouterr().out.split())
     assert "~/.local/share/onnx-reducer" in serve and "token create" in serve
+
+
+def _run_with_read_only(folder: Path, argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``onnx-reducer ARGV`` while ``folder`` cannot be written: its mode for a user, a read-only bind
+    mount in a private mount namespace for root (whom file modes do not stop)."""
+    command = [sys.executable, "-m", "reducer_cli.main", *argv]
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            return subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+        finally:
+            folder.chmod(0o755)
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], check=False).returncode != 0:
+        pytest.skip("root without mount namespaces: no way to make a folder read-only here")
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
+    return subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", str(folder), *command],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _example(folder: Path) -> Path:
+    folder.mkdir()
+    onnx.save(build_example_model(), folder / "model.onnx")
+    return folder / "model.onnx"
+
+
+CHECK = ["--no-progress", "--fail-regex", "Op: Mul", "--check", sys.executable, "-m", "reducer_cli.main", "inspect"]
+
+
+def test_a_read_only_working_folder_is_one_line_before_any_check(tmp_path: Path) -> None:
+    model = _example(tmp_path / "ro")
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["reduce", "model.onnx", "-o", str(out / "r.onnx"), *CHECK, "polygraphy_debug.onnx"]
+    done = _run_with_read_only(model.parent, argv, model.parent)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    (line,) = done.stderr.splitlines()  # one line: "Read-only file system" as root, "Permission denied" else
+    assert line.startswith(f"[E] Cannot write in the working folder '{model.parent}' (")
+    assert line.endswith(
+        "): the model each check reads (--iter-artifact) and the replay are written there. Run from a "
+        "writable folder, or point --iter-artifact and --save-debug-replay at one."
+    )
+    assert "Traceback" not in done.stderr and "iteration" not in done.stderr
+    assert sorted(p.name for p in model.parent.iterdir()) == ["model.onnx"] and not list(out.iterdir())
+
+
+def test_output_into_a_read_only_folder_is_refused_before_the_reduction(tmp_path: Path) -> None:
+    model = _example(tmp_path / "work")
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    argv = ["reduce", "model.onnx", "-o", str(read_only / "r.onnx"), *CHECK, "polygraphy_debug.onnx"]
+    done = _run_with_read_only(read_only, argv, model.parent)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(
+        f"[E] Cannot write -o/--output '{read_only / 'r.onnx'}': the folder '{read_only}' is not writable ("
+    )
+    assert "iteration" not in done.stdout + done.stderr  # no check ran
+    assert sorted(p.name for p in model.parent.iterdir()) == ["model.onnx"]  # no replay left behind
