@@ -18,6 +18,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
+from api.guide import router as guide_router
 from api.intake_pool import IntakePool
 from api.job_cache import JobReadCache
 from api.metrics import install_metrics
@@ -106,6 +107,7 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
     for module in (jobs, workers, events, artifacts, graphs, me, health):
         app.include_router(module.router)
     _install_web_ui(app)
+    app.include_router(guide_router)
     _install_offline_docs(app)
     return app
 

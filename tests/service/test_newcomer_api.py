@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from examples.build_example_model import build_example_model
@@ -40,3 +41,24 @@ def test_a_refused_upload_is_named_as_uploaded(service: Service, filename: str) 
     assert problem["detail"].startswith(f"'{filename}' is not a readable ONNX model"), problem["detail"]
     assert problem["errors"] == [{"field": "model", "message": problem["detail"]}]
     assert ".pdf.onnx" not in refused.text and "mymodel1" not in refused.text
+
+
+def test_spec_mistakes_suggest_the_field_and_list_every_kind(service: Service) -> None:
+    with client_for(service.url, service.token) as client:
+        misspelled = submit(client, EXAMPLE, "kind: op-present\nop: [Mul]\n").json()
+        unknown_kind = submit(client, EXAMPLE, "kind: comparee\n").json()
+    assert misspelled["detail"].startswith("op: unknown field for kind 'op-present'; did you mean 'ops'? (allowed: ")
+    assert misspelled["errors"][0]["field"] == "check_spec"
+    assert unknown_kind["detail"] == (
+        "kind: must be one of compare, golden, error, op-present, command, or interactive (the service: a person "
+        "judges each model), got 'comparee'; did you mean 'compare'?"
+    )
+
+
+def test_the_check_spec_guide_is_served_by_the_app(service: Service) -> None:
+    page = httpx.get(f"{service.url}/guide/check-specs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "<table>" in page.text and "<h2>" in page.text and "op-present" in page.text
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert httpx.get(f"{service.url}/guide/architecture").status_code == 404  # only the user guides
+    assert httpx.get(f"{service.url}/guide/..%2FREADME").status_code == 404

@@ -112,3 +112,24 @@ def test_a_running_job_in_the_list_shows_its_best_as_so_far(service: Service, br
         assert shown.startswith("24 → – (so far ")
         assert best <= int(shown.removeprefix("24 → – (so far ").rstrip(")")) < 24
         client.post(f"/v1/jobs/{job_id}/cancel")
+
+
+def test_a_misspelled_spec_field_gets_a_suggestion_and_the_guide_is_a_link(service: Service, browser: Browser) -> None:
+    browser.open(service.url + "/#/new")
+    browser.sign_in(service.token)
+    browser.drop_file("drop-zone", "model.onnx", EXAMPLE)
+    browser.find("spec-source-yaml").click()
+    link = browser.find("spec-guide")
+    assert link.is_displayed() and link.get_attribute("href") == service.url + "/guide/check-specs"
+    spec = browser.find("check-spec")
+    spec.clear()
+    spec.send_keys("kind: op-present\nop: [Mul]")
+    browser.find("submit-job").click()
+    browser.wait(lambda d: browser.find("check_spec-error").is_displayed(), "the spec's error")
+    assert "did you mean 'ops'?" in browser.text("check_spec-error")
+    browser.find("spec-source-form").click()
+
+    browser.driver.get(service.url + "/guide/check-specs")
+    browser.wait(lambda d: d.find_elements(By.TAG_NAME, "h1"), "the guide")
+    assert browser.driver.find_element(By.TAG_NAME, "h1").text == "Check specs"
+    assert browser.driver.find_elements(By.CSS_SELECTOR, "table th")  # the field tables, rendered
