@@ -231,10 +231,26 @@ def _download_cmd(client: ReducerClient, ns: argparse.Namespace, summary: Summar
     if ns.artifact:
         _download(client, job.id, tuple(ns.artifact), Path(ns.output_dir), summary)
         return EXIT_OK
+    if job.status in ("cancelled", "failed") and job.task != "precision":
+        return _download_best_so_far(client, job, Path(ns.output_dir), summary)
     if job.status != "succeeded":
-        log(f"[E] job {job.id} is {job.status}: it has no reduced model to download.")
+        log(f"[E] job {job.id} is {job.status}: it has no reduced model to download yet.")
         return exit_for_job(job)
     _download(client, job.id, results_of(job), Path(ns.output_dir), summary)
+    return EXIT_OK
+
+
+def _download_best_so_far(client: ReducerClient, job: Job, folder: Path, summary: Summary) -> int:
+    """A cancelled or failed job offers its best model so far (its smallest failing iteration) as
+    min-bad: written, exit 0; a job that ended before any smaller failing model has none."""
+    try:
+        path = client.download(job.id, "min-bad", folder)
+    except NotFoundError:
+        log(f"[E] job {job.id} was {job.status} before it found a failing model: there is nothing to download.")
+        return exit_for_job(job)
+    best = f" ({job.progress.best_size} nodes)" if job.progress.best_size is not None else ""
+    log(f"[W] job {job.id} was {job.status}: {path} is its best model so far{best}, not a finished reduction.")
+    summary.add_file(path)
     return EXIT_OK
 
 

@@ -4,14 +4,19 @@ document."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
+import onnx
 import pytest
 
 from examples.build_example_model import build_example_model
+from reducer_cli.main import run
 from tests.service.conftest import client_for
-from tests.service.helpers import submit, wait_job
+from tests.service.helpers import chain_model, submit, wait_job
 from tests.service.web_harness import Service, embedded_service
 
 EXAMPLE = build_example_model().SerializeToString()
@@ -62,3 +67,31 @@ def test_the_check_spec_guide_is_served_by_the_app(service: Service) -> None:
     assert "default-src 'none'" in page.headers["content-security-policy"]
     assert httpx.get(f"{service.url}/guide/architecture").status_code == 404  # only the user guides
     assert httpx.get(f"{service.url}/guide/..%2FREADME").status_code == 404
+
+
+SLOW_SPEC = json.dumps(
+    {"kind": "command", "command": ["sh", "-c", 'sleep 0.5; if grep -q Mul "$1"; then exit 1; fi', "sh", "{model}"]}
+)
+
+
+def test_download_of_a_cancelled_job_writes_its_best_model(
+    service: Service, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with client_for(service.url, service.token) as client:
+        job_id = submit(client, chain_model(24, 15).SerializeToString(), SLOW_SPEC, mode="linear").json()["id"]
+        deadline = time.monotonic() + 120
+        while (client.get(f"/v1/jobs/{job_id}").json()["progress"]["best_size"] or 24) >= 24:
+            assert time.monotonic() < deadline, "no smaller failing model"
+            time.sleep(0.2)
+        client.post(f"/v1/jobs/{job_id}/cancel")
+        job = wait_job(client, job_id)
+    assert job["status"] == "cancelled"
+    argv = ["download", job_id, "-o", str(tmp_path), "--server", service.url, "--token", service.token]
+    assert run(argv) == 0
+    written = list(tmp_path.iterdir())
+    assert len(written) == 1
+    nodes = len(onnx.load(str(written[0])).graph.node)
+    assert nodes == job["progress"]["best_size"] < 24
+    assert (
+        f"job {job_id} was cancelled: {written[0]} is its best model so far ({nodes} nodes)" in capsys.readouterr().err
+    )
