@@ -22,6 +22,7 @@ from api.guide import router as guide_router
 from api.intake_pool import IntakePool
 from api.job_cache import JobReadCache
 from api.metrics import install_metrics
+from api.openapi_problems import install_problem_docs
 from api.problems import install_problem_handlers
 from api.routes import artifacts, events, graphs, health, jobs, me, workers
 from api.services import Services
@@ -109,6 +110,7 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
     _install_web_ui(app)
     app.include_router(guide_router)
     _install_offline_docs(app)
+    install_problem_docs(app)
     return app
 
 

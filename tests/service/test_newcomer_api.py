@@ -95,3 +95,30 @@ def test_download_of_a_cancelled_job_writes_its_best_model(
     assert (
         f"job {job_id} was cancelled: {written[0]} is its best model so far ({nodes} nodes)" in capsys.readouterr().err
     )
+
+
+def test_openapi_documents_the_problem_answers(service: Service) -> None:
+    schema = httpx.get(f"{service.url}/openapi.json").json()
+    problem = schema["components"]["schemas"]["Problem"]
+    assert set(problem["required"]) == {"type", "title", "status", "detail"}
+
+    def documented(method: str, path: str) -> dict[str, str]:
+        responses = schema["paths"][path][method]["responses"]
+        return {
+            code: answer["content"]["application/problem+json"]["schema"]["$ref"]
+            for code, answer in responses.items()
+            if "application/problem+json" in answer.get("content", {})
+        }
+
+    ref = "#/components/schemas/Problem"
+    assert documented("post", "/v1/jobs") == dict.fromkeys(["400", "401", "413", "415", "422", "503"], ref)
+    assert documented("get", "/v1/jobs/{job_id}") == dict.fromkeys(["401", "404", "422", "503"], ref)
+    assert documented("post", "/v1/jobs/{job_id}/cancel") == dict.fromkeys(["401", "404", "409", "422", "503"], ref)
+    assert set(documented("get", "/v1/me")) == {"401", "422", "503"}
+    # what it documents is what the api answers
+    with client_for(service.url, service.token) as client:
+        missing = client.get("/v1/jobs/0123456789abcdef")
+    anonymous = httpx.get(f"{service.url}/v1/jobs")
+    for answer, status in ((missing, 404), (anonymous, 401)):
+        assert answer.status_code == status and answer.headers["content-type"] == "application/problem+json"
+        assert set(problem["required"]) <= set(answer.json())
