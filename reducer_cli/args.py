@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from reducer_cli.client_args import add_client_parsers
+from reducer_cli.phases import phase_legend
 from reducer_cli.service_cmd import add_service_parsers
 from reducer_core.strategies import MODES
 from reducer_core.verdict import Pinning
@@ -536,6 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Reduce a failing model (the options of `polygraphy debug reduce`).",
         description="Reduce a failing model to a minimal failing subgraph. Options and defaults follow "
         "`polygraphy debug reduce`, so switching tools means changing only the command name.",
+        epilog=phase_legend(),
     )
     _add_reduce_args(reduce)
     golden = sub.add_parser(
@@ -551,6 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Search the smallest set of nodes that must stay fp32 (the rest converted to fp16 by "
         "onnxconverter-common) for the model to pass the check spec; write that mixed-precision model and "
         "print the node names.",
+        epilog=phase_legend(),
     )
     _add_precision_args(precision)
     inspect = sub.add_parser("inspect", help="Print a model's inputs, outputs and nodes ('Op: <OpType>').")

@@ -3,6 +3,8 @@ read-only places, the token hint and the phase legend."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import shutil
@@ -16,6 +18,12 @@ import pytest
 from examples.build_example_model import build_example_model
 from reducer_cli.args import EXIT_INVALID_MODEL, EXIT_USAGE
 from reducer_cli.main import run
+from reducer_cli.phases import PHASES
+from reducer_cli.progress import ProgressReporter
+from reducer_core.candidate import Candidate
+from reducer_core.flakiness import FailureRate, FlakinessReport, Status
+from reducer_core.records import IterationRecord
+from reducer_core.verdict import Verdict, VerdictKind
 
 
 def test_version_names_the_package_and_its_runtimes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,3 +132,50 @@ def test_output_into_a_read_only_folder_is_refused_before_the_reduction(tmp_path
     )
     assert "iteration" not in done.stdout + done.stderr  # no check ran
     assert sorted(p.name for p in model.parent.iterdir()) == ["model.onnx"]  # no replay left behind
+
+
+def _record(number: int, phase: str, size: int, cached: bool, reproduces: bool = False) -> IterationRecord:
+    kind = VerdictKind.FAIL if reproduces else VerdictKind.PASS
+    return IterationRecord(number, phase, Candidate(frozenset(range(size))), Verdict(kind), reproduces, cached, 3)
+
+
+def test_cached_verdicts_in_a_row_are_one_line() -> None:
+    stream = io.StringIO()
+    log = ProgressReporter(stream=stream, live=False)
+    log.iteration(_record(72, "1-minimal", 4, cached=False))
+    for size in (3, 5, 9, 9, 4):
+        log.iteration(_record(72, "1-minimal", size, cached=True, reproduces=size == 4))
+    log.iteration(_record(73, "1-minimal", 2, cached=False))
+    log.iteration(_record(73, "1-minimal", 2, cached=True))
+    log.info("done")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 6, lines
+    assert "candidate      4 nodes" in lines[0] and "check" in lines[0]
+    assert "candidate      3 nodes" in lines[1] and lines[1].rstrip().endswith("best 3") and "cached" in lines[1]
+    assert lines[2] == (
+        "[I] iteration   72 | 1-minimal       | 4 more candidates of 4-9 nodes answered from the cache "
+        "(1 reproduce the failure) | best 3"
+    )
+    assert "iteration   73" in lines[3] and "cached" not in lines[3]
+    assert "iteration   73" in lines[4] and "cached" in lines[4]  # one cached verdict keeps its own line
+    assert lines[-1] == "[I] done" and len([line for line in lines if "72" in line]) == 3
+
+
+def test_the_phases_are_explained_in_help_and_on_the_page(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run(["reduce", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name, meaning in PHASES.items():
+        assert f"{name}: {meaning}" in text
+    static = Path(__file__).resolve().parents[2] / "api" / "static"
+    for lang in ("en", "zh-CN"):
+        catalogue = json.loads((static / "i18n" / f"{lang}.json").read_text(encoding="utf-8"))
+        assert {key.removeprefix("phase.") for key in catalogue if key.startswith("phase.")} == set(PHASES)
+    assert all(f'<dd data-i18n="phase.{name}">' in (static / "index.html").read_text() for name in PHASES)
+
+
+def test_repeatable_verdicts_are_worded_calmly() -> None:
+    report = FlakinessReport(Status.REPEATABLE, FailureRate(4, 4), evidence=(), repeats=1, rechecks=4)
+    message = report.message()
+    assert message.startswith("the check is deterministic:") and "goes on as usual" in message
+    assert "not flaky" not in message and "not monotone" not in message

@@ -133,3 +133,31 @@ def test_a_misspelled_spec_field_gets_a_suggestion_and_the_guide_is_a_link(servi
     browser.wait(lambda d: d.find_elements(By.TAG_NAME, "h1"), "the guide")
     assert browser.driver.find_element(By.TAG_NAME, "h1").text == "Check specs"
     assert browser.driver.find_elements(By.CSS_SELECTOR, "table th")  # the field tables, rendered
+
+
+def test_the_phases_are_explained_once_in_the_pages_language(service: Service, browser: Browser) -> None:
+    with client_for(service.url, service.token) as client:
+        job_id = client.post(
+            "/v1/jobs", files={"model": ("model.onnx", EXAMPLE)}, data={"check_spec": "kind: op-present\nops: [Mul]"}
+        ).json()["id"]
+    browser.set_language("zh-CN,zh")
+    try:
+        browser.open(service.url + "/#/jobs")
+        browser.js("localStorage.removeItem('onnx-reducer.lang')")
+        browser.open(f"{service.url}/#/jobs/{job_id}")
+        browser.sign_in(service.token)
+        browser.wait(lambda d: browser.find("job-status").get_attribute("data-status") == "succeeded", "the end")
+        browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, '#iterations-body tr[data-number="1"]'), "a row")
+        legend = browser.find("phase-legend")
+        legend.find_element(By.TAG_NAME, "summary").click()
+        assert legend.find_element(By.TAG_NAME, "summary").text == ZH["phases.summary"]
+        terms = [e.text for e in legend.find_elements(By.TAG_NAME, "dt")]
+        meanings = [e.text for e in legend.find_elements(By.TAG_NAME, "dd")]
+        assert dict(zip(terms, meanings, strict=True)) == {
+            k.removeprefix("phase."): v for k, v in ZH.items() if k.startswith("phase.")
+        }
+        first = browser.driver.find_element(By.CSS_SELECTOR, '#iterations-body tr[data-number="1"] code')
+        assert first.text == "original" and first.get_attribute("title") == ZH["phase.original"]
+    finally:
+        browser.set_language("en-US,en")
+        browser.js("localStorage.removeItem('onnx-reducer.lang')")

@@ -422,6 +422,9 @@ function queueChart(state) {
   });
 }
 
+// The phases the legend under the iterations table explains (index.html, i18n keys phase.NAME).
+const PHASES = new Set([...document.querySelectorAll("#phase-legend dd[data-i18n]")].map((dd) => dd.dataset.i18n.slice(6)));
+
 function addRow(state, data) {
   const row = document.createElement("tr");
   row.dataset.number = String(data.number);
@@ -429,6 +432,7 @@ function addRow(state, data) {
   cell(row, String(data.number), "#", "num");
   const phase = document.createElement("code");
   phase.textContent = data.phase;
+  if (PHASES.has(data.phase)) phase.title = t(`phase.${data.phase}`); // the legend below the table says them all
   cell(row, phase, t("iter.phase"));
   cell(row, String(data.nodes), t("iter.nodes"), "num");
   const verdict = document.createElement("span");
