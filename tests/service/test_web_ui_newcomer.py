@@ -4,6 +4,7 @@ embedded service (see tests/service/test_web_ui.py for the harness)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -161,3 +162,31 @@ def test_the_phases_are_explained_once_in_the_pages_language(service: Service, b
     finally:
         browser.set_language("en-US,en")
         browser.js("localStorage.removeItem('onnx-reducer.lang')")
+
+
+def test_the_charts_best_line_never_rises(service: Service, browser: Browser) -> None:
+    """Verdicts recorded out of iteration order (checks run ahead, cached answers) carry the best of
+    their time: 50, 38, 50, 44 in iteration order is drawn 50, 38, 38, 38."""
+    browser.open(service.url + "/#/jobs")
+    rows = [
+        {"number": 1, "nodes": 50, "verdict": "fail", "best_size": 50},
+        {"number": 2, "nodes": 38, "verdict": "fail", "best_size": 38},
+        {"number": 3, "nodes": 25, "verdict": "pass", "best_size": 50},
+        {"number": 4, "nodes": 44, "verdict": "fail", "best_size": 44},
+    ]
+    drawn = browser.driver.execute_async_script(
+        """
+        const [rows, done] = arguments;
+        import("/ui/js/chart.js").then(({ drawChart, bestSteps }) => {
+          const box = document.createElement("div");
+          drawChart(box, rows, 50);
+          const line = box.querySelector("path.best-line").getAttribute("d");
+          done({ steps: bestSteps(rows).map((s) => s.best), line, label: box.firstChild.getAttribute("aria-label") });
+        });
+        """,
+        rows,
+    )
+    assert drawn["steps"] == [50, 38, 38, 38]
+    heights = [float(v) for v in re.findall(r"V([\d.]+)", drawn["line"])]
+    assert heights == sorted(heights)  # SVG y grows downwards: the line only goes down in size
+    assert drawn["label"] == plain(EN["chart.aria"], n=4, best=38)

@@ -375,7 +375,11 @@ function onEvent(state, event) {
       // an iteration answered from a cache ran no check: the checks are the others
       const cached = [...state.rows.values()].filter((r) => r.data.cached).length;
       if (!data.cached) state.job.progress.checks_run = Math.max(state.job.progress.checks_run, data.number - cached);
-      if (data.best_size !== null && data.best_size !== undefined) state.job.progress.best_size = data.best_size;
+      if (data.best_size !== null && data.best_size !== undefined) {
+        // the best never rises: an event of an earlier check that finished late carries an older best
+        const known = state.job.progress.best_size;
+        state.job.progress.best_size = known === null || known === undefined ? data.best_size : Math.min(known, data.best_size);
+      }
       fact("job-checks", flyingChecks(state));
       fact("job-best", state.job.progress.best_size ?? "–");
     }
