@@ -122,3 +122,28 @@ def test_openapi_documents_the_problem_answers(service: Service) -> None:
     for answer, status in ((missing, 404), (anonymous, 401)):
         assert answer.status_code == status and answer.headers["content-type"] == "application/problem+json"
         assert set(problem["required"]) <= set(answer.json())
+
+
+def test_each_embedded_slot_shows_its_own_check(service: Service) -> None:
+    """The checks in flight name the slot that runs them, and no two slots show the same check (the
+    slots once claimed checks under one shared name that matched neither)."""
+    with client_for(service.url, service.token) as client:
+        job_id = submit(client, chain_model(24, 15).SerializeToString(), SLOW_SPEC, mode="linear").json()["id"]
+        names = {w["name"] for w in client.get("/v1/workers").json()["items"]}
+        assert len(names) == 2  # LOCAL_WORKERS=2: two slots
+        seen = 0
+        deadline = time.monotonic() + 120
+        while seen < 5:
+            assert time.monotonic() < deadline, "no check seen in flight"
+            flights = client.get(f"/v1/jobs/{job_id}").json()["checks_in_flight"]
+            workers = client.get("/v1/workers").json()["items"]
+            shown = [(w["name"], w["job"]["check"]) for w in workers if w["job"] and w["job"]["check"]]
+            if not flights:
+                time.sleep(0.1)
+                continue
+            seen += 1
+            assert {f["worker"] for f in flights} <= names, (flights, names)
+            iterations = [check["iteration"] for _, check in shown]
+            assert len(iterations) == len(set(iterations)), shown
+        client.post(f"/v1/jobs/{job_id}/cancel")
+        assert wait_job(client, job_id)["status"] == "cancelled"

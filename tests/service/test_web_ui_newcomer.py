@@ -112,6 +112,16 @@ def test_a_running_job_in_the_list_shows_its_best_as_so_far(service: Service, br
         best = client.get(f"/v1/jobs/{job_id}").json()["progress"]["best_size"]  # read after: only smaller
         assert shown.startswith("24 → – (so far ")
         assert best <= int(shown.removeprefix("24 → – (so far ").rstrip(")")) < 24
+
+        # its page lists the checks in flight under the slot that runs each (item 9)
+        browser.driver.get(f"{service.url}/#/jobs/{job_id}")
+
+        def flight_workers() -> list[str]:
+            items = browser.driver.find_elements(By.CSS_SELECTOR, "#job-flight-list li")
+            return [str(item.text).split(" · ")[3] for item in items if item.text.count(" · ") >= 3]
+
+        browser.wait(lambda d: flight_workers(), "a check in flight")
+        assert all(re.search(r"/slot-[12]$", worker) for worker in flight_workers()), flight_workers()
         client.post(f"/v1/jobs/{job_id}/cancel")
 
 

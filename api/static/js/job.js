@@ -170,7 +170,10 @@ function renderFlights(state) {
     const item = document.createElement("li");
     item.dataset.iteration = String(flight.iteration);
     const worker = flight.you ? t("flight.you") : flight.worker || t("flight.unknown");
-    let text = t("flight.item", { number: flight.iteration, phase: flight.phase, nodes: flight.nodes, worker });
+    let text =
+      flight.phase === "layerwise" // no iteration number or candidate: the whole model, once
+        ? t("flight.layerwise", { worker })
+        : t("flight.item", { number: flight.iteration, phase: flight.phase, nodes: flight.nodes, worker });
     const since = secondsBetween(flight.started_at, null);
     if (since !== null) text += ` · ${t("flight.since", { time: formatSeconds(since) })}`;
     item.textContent = text;
@@ -387,7 +390,12 @@ function onEvent(state, event) {
   } else if (["verdict.needed", "check_started", "check.started"].includes(event.type)) {
     if (state.ended || state.rows.has(data.iteration)) return;
     if (event.type === "verdict.needed") state.awaiting = data;
-    else state.flights.set(data.iteration, data);
+    else {
+      state.flights.set(data.iteration, data);
+      // a started check is known from its event until the job is read again; a check that ends
+      // without an iteration (the layerwise run) leaves the list then, not at the next iteration
+      if (!state.ended) scheduleRefresh(state);
+    }
     if (state.job) {
       fact("job-checks", flyingChecks(state));
       renderFlights(state);
