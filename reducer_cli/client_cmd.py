@@ -23,10 +23,9 @@ from reducer_cli.client_exit import (
     exit_for_job,
     exit_for_problem,
 )
-from reducer_cli.client_output import Summary, UploadBar, event_line, job_lines, log
+from reducer_cli.client_output import EventLog, Summary, UploadBar, job_lines, log
 from reducer_client import (
     ApiError,
-    Event,
     Job,
     ModelBundleError,
     NotFoundError,
@@ -84,12 +83,6 @@ def _read_spec(name: str) -> str:
         raise InputError(f"--check-spec '{name}' cannot be read as UTF-8 text ({exc}).") from exc
 
 
-def _print_event(event: Event) -> None:
-    line = event_line(event)
-    if line is not None:
-        log(line)
-
-
 def _report_end(job: Job) -> None:
     if job.status == "succeeded":
         log(
@@ -140,12 +133,15 @@ def _guarded(ns: argparse.Namespace, action: Action) -> int:
 
 
 def _wait_and_download(client: ReducerClient, ns: argparse.Namespace, summary: Summary, job_id: str) -> int:
+    events = EventLog()
     try:
-        job = client.wait(job_id, timeout_s=ns.timeout, on_event=_print_event)
+        job = client.wait(job_id, timeout_s=ns.timeout, on_event=events)
     except WaitTimeoutError as exc:
+        events.flush()
         summary.with_job(client.get_job(job_id))
         log(f"[E] {exc}; it keeps running: onnx-reducer status {job_id} --wait (or cancel {job_id}).")
         return EXIT_STILL_RUNNING
+    events.flush()
     summary.with_job(job)
     _report_end(job)
     if job.status == "succeeded":

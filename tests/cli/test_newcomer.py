@@ -17,9 +17,11 @@ import pytest
 
 from examples.build_example_model import build_example_model
 from reducer_cli.args import EXIT_INVALID_MODEL, EXIT_USAGE
+from reducer_cli.client_output import EventLog
 from reducer_cli.main import run
 from reducer_cli.phases import PHASES
 from reducer_cli.progress import ProgressReporter
+from reducer_client import Event
 from reducer_core.candidate import Candidate
 from reducer_core.flakiness import FailureRate, FlakinessReport, Status
 from reducer_core.records import IterationRecord
@@ -179,3 +181,23 @@ def test_repeatable_verdicts_are_worded_calmly() -> None:
     message = report.message()
     assert message.startswith("the check is deterministic:") and "goes on as usual" in message
     assert "not flaky" not in message and "not monotone" not in message
+
+
+def test_submit_wait_counts_cached_verdicts_in_a_row_on_one_line() -> None:
+    lines: list[str] = []
+    events = EventLog(lines.append)
+
+    def iteration(seq: int, number: int, nodes: int, cached: str | None) -> Event:
+        data = {"number": number, "phase": "1-minimal", "nodes": nodes, "verdict": "pass", "best_size": 3}
+        return Event(seq, "iteration", data | ({"cached": cached} if cached else {"duration_s": 0.5}))
+
+    events(iteration(1, 9, 4, None))
+    for seq, nodes in enumerate((3, 5, 6, 5), start=2):
+        events(iteration(seq, 9, nodes, "job"))
+    events.flush()
+    events.flush()  # nothing more to say
+    assert len(lines) == 3, lines
+    assert "cached (job)" in lines[1]
+    assert lines[2] == (
+        "[I] iteration    9 | 1-minimal       | 3 more candidates of 5-6 nodes answered from the cache | best 3"
+    )
