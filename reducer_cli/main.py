@@ -131,6 +131,9 @@ def run(argv: Sequence[str]) -> int:
         return _run_handler(handlers[ns.command], ns, _reporter(ns))
 
 
+_RESUMABLE = ("reduce", "precision")
+
+
 def _preflight(ns: argparse.Namespace) -> int:
     check_writable(ns)
     return cli_args.EXIT_OK
@@ -177,6 +180,13 @@ def _run_handler(handler: Callable[[argparse.Namespace], int], ns: argparse.Name
         return cli_args.EXIT_USAGE
     except ReducerError as exc:
         log.error(str(exc))
+        return cli_args.EXIT_ERROR
+    except OSError as exc:  # a file that could not be read or written mid-run (a full disk, a folder made read-only)
+        where = f" '{exc.filename}'" if exc.filename else ""
+        # a write that failed mid-run (not an input that is missing) can resume from the replay
+        resumable = ns.command in _RESUMABLE and not isinstance(exc, FileNotFoundError)
+        resume = " Resume with --load-debug-replay and the replay file saved so far." if resumable else ""
+        log.error(f"{exc.strerror or exc}{where}.{resume}")
         return cli_args.EXIT_ERROR
     except KeyboardInterrupt:
         log.error("Interrupted. Resume with --load-debug-replay and the replay file saved so far.")

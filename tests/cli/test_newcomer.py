@@ -201,3 +201,12 @@ def test_submit_wait_counts_cached_verdicts_in_a_row_on_one_line() -> None:
     assert lines[2] == (
         "[I] iteration    9 | 1-minimal       | 3 more candidates of 5-6 nodes answered from the cache | best 3"
     )
+
+
+def test_a_file_error_mid_run_is_one_line(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    onnx.save(build_example_model(), "model.onnx")
+    argv = ["reduce", "model.onnx", "-o", "r.onnx", "--load-debug-replay", "gone.json", *CHECK, "polygraphy_debug.onnx"]
+    assert run(argv) == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == "[E] No such file or directory 'gone.json'."
+    assert "Traceback" not in err
