@@ -134,9 +134,18 @@ def _inspect(request: InspectRequest) -> Inspection:
             golden_format = validate_golden(request.golden, budget)
     with about_field("model"):
         model_path, bundle = _unpack(request)
-        nodes = validate_model(
-            model_path, request.size, limits.declared_bytes_floor, limits.declared_bytes_factor, limits.max_model_nodes
-        )
+        try:
+            nodes = validate_model(
+                model_path,
+                request.size,
+                limits.declared_bytes_floor,
+                limits.declared_bytes_factor,
+                limits.max_model_nodes,
+            )
+        except ProblemError as exc:
+            if not bundle:  # the model is stored under a cleaned name ending in .onnx: say the one uploaded
+                exc.detail = _as_uploaded(exc.detail, model_path, request.filename)
+            raise
     relative = model_path.relative_to(request.staging / "model").as_posix()
     return Inspection(relative, bundle, nodes, kind, needs_gpu, mode, options, golden_format)
 
@@ -219,6 +228,15 @@ def _options(fields: dict[str, str], interactive: bool = False) -> tuple[str, di
             raise ProblemError(422, "Invalid option", detail, errors=field_errors(name, detail))
         options[name] = raw in ("true", "1")
     return mode, options
+
+
+def _as_uploaded(detail: str, stored: Path, filename: str) -> str:
+    """``detail`` naming the model as it was uploaded ('report.pdf'), not as it was stored
+    ('report.pdf.onnx', or 'mymodel1.onnx' for 'my model (1).onnx')."""
+    uploaded = PurePosixPath(filename.replace("\\", "/")).name[:200] or stored.name
+    for path in {stored, stored.resolve()}:
+        detail = detail.replace(str(path), uploaded)
+    return detail
 
 
 def _unpack(request: InspectRequest) -> tuple[Path, bool]:

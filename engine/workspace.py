@@ -17,6 +17,7 @@ import onnx
 from reducer_core import modelio
 from reducer_core.candidate import Candidate
 from reducer_core.control_flow import has_shape
+from reducer_core.errors import UsageError
 from reducer_core.extract import SerializedPieces, boundary_inputs, extract, extract_bytes
 from reducer_core.graph import GraphIndex
 from reducer_core.prepare import Shape, apply_tensor_metadata, prepare
@@ -153,8 +154,13 @@ def load_workspace(options: ReduceOptions, log: Log) -> Workspace:
     if options.fp_to_fp16:
         model, sources = _to_fp16(model, sources, log)
     prepared = prepare(model, options.input_shapes, shape_inference=options.shape_inference)
-    options.work_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".onnx-reducer-", dir=options.work_dir))
+    try:
+        options.work_dir.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=".onnx-reducer-", dir=options.work_dir))
+    except OSError as exc:
+        raise UsageError(
+            f"Cannot write in the working folder '{options.work_dir}' ({exc.strerror}); use a writable one."
+        ) from None
     inline_weights = options.work_dir / f"{options.artifact_stem}.weights"
     try:
         return _prepare_workspace(options, log, prepared, sources, scratch, inline_weights)

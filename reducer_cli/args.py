@@ -4,8 +4,12 @@ with the same spelling, aliases and meaning, plus a few of our own (marked below
 from __future__ import annotations
 
 import argparse
+import tomllib
+from importlib import metadata
+from pathlib import Path
 
 from reducer_cli.client_args import add_client_parsers
+from reducer_cli.phases import phase_legend
 from reducer_cli.service_cmd import add_service_parsers
 from reducer_core.strategies import MODES
 from reducer_core.verdict import Pinning
@@ -16,6 +20,38 @@ EXIT_USAGE = 2
 EXIT_ORIGINAL_PASSED = 3
 EXIT_INVALID_MODEL = 4
 EXIT_INTERRUPTED = 130
+
+
+# Commands that read a local model file: a missing one is bad usage (exit 2) for each of them, as it
+# is for `submit`; exit 4 is kept for a model that was read and refused.
+LOCAL_MODEL_COMMANDS = frozenset({"reduce", "precision", "golden", "inspect"})
+
+
+def missing_file_message(name: str, what: str = "Model file") -> str | None:
+    """Why ``name`` cannot be read as a file given on the command line, or None when it can."""
+    path = Path(name)
+    if path.is_file():
+        return None
+    if path.is_dir():
+        return f"{what} '{name}' is a folder; give the file itself."
+    return f"{what} '{name}' does not exist. Check the path (a relative path starts from the current folder)."
+
+
+def version_text() -> str:
+    """``onnx-reducer --version``: this package's version and the onnx/onnxruntime it runs with (what
+    a bug report needs). A source checkout that is not installed reads its pyproject.toml."""
+    try:
+        own = metadata.version("onnx-reducer")
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        own = tomllib.loads(pyproject.read_text())["project"]["version"] if pyproject.is_file() else "unknown"
+    parts = []
+    for dependency in ("onnx", "onnxruntime"):
+        try:
+            parts.append(f"{dependency} {metadata.version(dependency)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dependency} not installed")
+    return f"onnx-reducer {own} ({', '.join(parts)})"
 
 
 def _memory_size(text: str) -> int:
@@ -528,12 +564,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="onnx-reducer",
         description="Reduce a failing ONNX model to the smallest subgraph that still fails.",
     )
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     reduce = sub.add_parser(
         "reduce",
         help="Reduce a failing model (the options of `polygraphy debug reduce`).",
         description="Reduce a failing model to a minimal failing subgraph. Options and defaults follow "
         "`polygraphy debug reduce`, so switching tools means changing only the command name.",
+        epilog=phase_legend(),
     )
     _add_reduce_args(reduce)
     golden = sub.add_parser(
@@ -549,6 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Search the smallest set of nodes that must stay fp32 (the rest converted to fp16 by "
         "onnxconverter-common) for the model to pass the check spec; write that mixed-precision model and "
         "print the node names.",
+        epilog=phase_legend(),
     )
     _add_precision_args(precision)
     inspect = sub.add_parser("inspect", help="Print a model's inputs, outputs and nodes ('Op: <OpType>').")

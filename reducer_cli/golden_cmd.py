@@ -9,7 +9,7 @@ import onnx
 
 from reducer_cli import args as cli_args
 from reducer_cli.progress import ProgressReporter
-from reducer_core.errors import UsageError
+from reducer_core.errors import InvalidModelError, UsageError
 from reducer_core.tensors import TensorMap, load_tensor_file, merge_samples
 
 
@@ -37,8 +37,13 @@ def run_golden(ns: argparse.Namespace) -> int:
     model_path = Path(ns.model)
     try:
         model = onnx.load(str(model_path), load_external_data=False)
-    except (OSError, ValueError, onnx.onnx_cpp2py_export.checker.ValidationError) as exc:
+    except OSError as exc:
         raise UsageError(f"Cannot read the model '{model_path}': {exc}") from exc
+    except Exception as exc:  # protobuf raises DecodeError and others
+        raise InvalidModelError(
+            f"'{model_path}' is not a readable ONNX model ({type(exc).__name__}: {exc}). Is the file truncated "
+            "or not an .onnx file? Export or copy it again."
+        ) from exc
     samples = golden_samples(ns, model)
     external = Path(ns.external_data_dir) if ns.external_data_dir else None
     tensors, runs = write_golden(model_path, Path(ns.output), samples, external, int(ns.chunk_mb * 1024 * 1024))

@@ -264,7 +264,8 @@ class CommandLineRun(SlotSessionHooks):
             return
         if report.flaky or report.status.value == "repeatable":
             self.flakiness_said = report.status.value
-            self.log.warning(report.message())
+            # flaky is worth a warning; repeatable verdicts are news, not an alarm
+            (self.log.warning if report.flaky else self.log.info)(report.message())
 
     def on_localization(self, localization: Localization) -> None:
         self.log.info(f"Localisation: path={localization.path}: {localization.reason} ({localization.checks} check(s))")

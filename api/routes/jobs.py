@@ -278,6 +278,16 @@ def cancel_job(job_id: str, services: ServicesDep, team: TeamDep, response: Resp
     return out
 
 
+# "Job 'X' <phrase>": each status in words (not "is succeeded").
+_STATUS_PHRASES = {
+    JobStatus.QUEUED.value: "is queued",
+    JobStatus.RUNNING.value: "is still running",
+    JobStatus.SUCCEEDED.value: "has succeeded",
+    JobStatus.FAILED.value: "has failed",
+    JobStatus.CANCELLED.value: "was cancelled",
+}
+
+
 @router.post("/{job_id}/retry", status_code=202, response_model=JobOut)
 def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
     """Queue a failed job again after its cause was fixed (a broken check tool, a lost GPU, a worker
@@ -297,11 +307,11 @@ def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
             )
         if not jobs.retry(job.id):
             retryable = ", ".join(c.value for c in RETRYABLE_ERRORS)
-            why = f"failed with error code {job.error_code}" if job.error_code else str(job.status)
+            why = f"failed with error code {job.error_code}" if job.error_code else _STATUS_PHRASES[job.status]
             raise ProblemError(
                 409,
                 "Job cannot be retried",
-                f"Job '{job_id}' is {why}; only jobs that failed with one of the error codes {retryable} can be "
+                f"Job '{job_id}' {why}; only jobs that failed with one of the error codes {retryable} can be "
                 "retried (a job whose model or check spec was at fault needs a new job).",
             )
         event = EventRepository(session).append(job.id, EventKind.QUEUED, {"status": "queued", "retry": True})
