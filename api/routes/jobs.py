@@ -44,6 +44,7 @@ from persistence.repositories import (
     IterationRepository,
     JobRepository,
 )
+from reducer_core.samples import parse_samples_note
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 log = logging.getLogger("onnx_reducer.api")
@@ -187,6 +188,20 @@ def _job_out(
     return job_from_row(job, mean, reason, keep_fp32=answers.get(job.id), flaky=flaky, awaiting=_awaiting(session, job))
 
 
+def _samples(session: Session, job: Job) -> dict[str, Any] | None:
+    """How many samples the check judged and which fail, for the original model and the best one so
+    far (their verdicts' ``samples failing: [...] of N judged``); None when the check judges one
+    set of generated inputs without saying so (command, op-present, interactive)."""
+    iterations = IterationRepository(session)
+    first = iterations.original(job.id)
+    original = parse_samples_note(first.detail or "") if first is not None else None
+    if original is None:
+        return None
+    best = iterations.best_failing(job.id)
+    answer = parse_samples_note(best.detail or "") if best is not None else None
+    return {"original": original.to_json(), "min_bad": answer.to_json() if answer is not None else None}
+
+
 def _precision_answers(session: Session, jobs: Sequence[Job]) -> dict[str, list[str]]:
     """keep_fp32 of the succeeded precision jobs among ``jobs`` (one query, none without such jobs)."""
     done = [
@@ -223,6 +238,7 @@ def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
             raise not_found(f"Job '{job_id}'")
         flaky = JobRepository(session).flakiness(job_id) if job.checks_run else None
         out = _job_out(session, job, _workers_for(session, services, [job]), flaky=flaky)
+        out.samples = _samples(session, job) if job.checks_run or job.iterations_done else None
         return with_dispatch(session, job, out, services.settings).model_dump_json().encode()
 
 
