@@ -13,7 +13,7 @@ from pathlib import Path
 
 import onnx
 
-from checks.golden import DEFAULT_CHUNK_BYTES, write_golden
+from checks.golden import DEFAULT_CHUNK_BYTES, GoldenStore, write_golden
 from checks.ort_runtime import random_inputs
 from checks.spec import CheckSpec
 from reducer_core.errors import UsageError
@@ -45,6 +45,32 @@ def load_user_samples(
     loaded = input_samples(files, list(signatures), model_tensor_names(model))
     check_input_samples(loaded, signatures)
     return loaded
+
+
+def check_samples(
+    loaded: InputSamples, model: onnx.ModelProto, overrides: Mapping[str, Sequence[int | str]] | None = None
+) -> InputSamples:
+    """``loaded`` checked against ``model``'s inputs (shapes, types); returned for chaining."""
+    check_input_samples(loaded, input_signatures(model, overrides))
+    return loaded
+
+
+def check_golden_inputs(
+    path: Path, model: onnx.ModelProto, overrides: Mapping[str, Sequence[int | str]] | None = None
+) -> int:
+    """The inputs stored in a golden file (``onnx-reducer golden``, Polygraphy JSON or ``.npz``)
+    checked against ``model``'s, sample by sample; returns the number of samples."""
+    signatures = input_signatures(model, overrides)
+    store = GoldenStore.open(path)
+    try:
+        samples = [
+            {name: store.read(i, name) for name in signatures if store.has(i, name)} for i in range(store.samples)
+        ]
+    finally:
+        store.close()
+    labels = [f"{path.name}#{i}" if len(samples) > 1 else path.name for i in range(len(samples))]
+    check_input_samples(InputSamples(samples, labels), signatures)
+    return len(samples)
 
 
 def complete_samples(

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from polygraphy.json import save_json
 
 from checks.golden import GoldenStore
 from tests.checks.conftest import cli
@@ -170,3 +171,31 @@ def test_precision_judges_every_loaded_sample(folder: Path) -> None:
         cwd=folder,
     )  # fmt: skip
     assert alone.returncode == 0 and "already passes" in alone.stderr + alone.stdout
+
+
+def test_a_data_loader_scripts_feed_dicts_are_the_specs_samples(folder: Path) -> None:
+    (folder / "loader.py").write_text(
+        "import numpy as np\n\n"
+        "def load_data():\n"
+        "    for value in (0.5, 100.0):\n"
+        "        yield {'x': np.full((1, 8), value, np.float32)}\n"
+    )
+    code, log, summary = _reduce(folder, "--data-loader-script", "loader.py")
+
+    assert code == 0, log
+    assert "judges 2 sample(s) from --data-loader-script" in log
+    assert summary is not None and summary["samples"]["original"] == {"judged": 2, "failing": [1]}  # type: ignore[index]
+
+
+def test_val_range_with_a_spec_is_refused_instead_of_ignored(folder: Path) -> None:
+    code, log, _ = _reduce(folder, "--val-range", "[90,100]")
+    errors = [line for line in log.splitlines() if line.startswith("[E]")]
+    assert code == 2 and len(errors) == 1 and "input_range" in errors[0], log
+
+
+def test_a_golden_file_whose_input_does_not_fit_is_one_line_and_exit_2(folder: Path) -> None:
+    save_json([{"x": np.stack([BIG, SMALL])}], str(folder / "stacked.json"))
+    code, log, _ = _reduce(folder, "--golden", "stacked.json")
+    errors = [line for line in log.splitlines() if line.startswith("[E]")]
+    assert code == 2 and len(errors) == 1, log
+    assert "Input 'x'" in errors[0] and "float32 [2, 1, 8]" in errors[0] and "Traceback" not in log
