@@ -15,12 +15,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from api.bundles import extract_bundle, find_model, is_bundle
-from api.golden import validate_golden
+from api.golden import check_golden_fits, validate_golden
 from api.inputs import stage_inputs, validate_inputs
 from api.problems import ProblemError, about_field, field_errors
 from api.validation import validate_model
 from checks.mixed_precision import require_fp16_target
 from checks.spec import INTERACTIVE_KIND, CheckSpec, CheckSpecError, build_check, is_interactive_spec, parse_check_spec
+from checks.user_inputs import INPUT_KINDS
 from persistence.enums import JobTask
 from reducer_core.errors import UsageError
 from reducer_core.strategies import MODES
@@ -140,6 +141,9 @@ def _inspect(request: InspectRequest) -> Inspection:
         nodes = validate_model(
             model_path, request.size, limits.declared_bytes_floor, limits.declared_bytes_factor, limits.max_model_nodes
         )
+    if request.golden is not None and golden_format is not None and kind in INPUT_KINDS:
+        with about_field("golden"):
+            check_golden_fits(request.golden, golden_format, model_path)
     formats: list[str] = []
     samples = 0
     if request.inputs:

@@ -161,3 +161,18 @@ def test_inputs_that_cannot_be_honoured_are_one_problem_naming_the_field(
         assert word in problem["detail"], problem
     assert any(error.get("field") == "inputs" for error in problem.get("errors", [])), problem
     assert _stored(db_url, data_dir) == (0, [])
+
+
+def test_golden_values_whose_input_does_not_fit_are_refused_in_one_line(
+    api: str, tokens: dict[str, str], db_url: str, data_dir: Path, tmp_path: Path
+) -> None:
+    save_json([{"x": np.stack([BIG, SMALL])}], str(tmp_path / "stacked.json"))
+    with client_for(api, tokens["team-a"]) as client:
+        response = _post(client, [], golden=(tmp_path / "stacked.json").read_bytes())
+
+    assert response.status_code == 422, response.text
+    problem = response.json()
+    assert problem["detail"].startswith("The 'golden' field: Input 'x'"), problem
+    assert "float32 [1, 8]" in problem["detail"] and "float32 [2, 1, 8]" in problem["detail"]
+    assert "\n" not in problem["detail"]
+    assert _stored(db_url, data_dir) == (0, [])
