@@ -70,6 +70,13 @@ _UPLOAD_DOC = {
                             "description": "golden values (`onnx-reducer golden` zip, or Polygraphy JSON): "
                             "boundary inputs of every candidate; required by kind 'golden'",
                         },
+                        "inputs": {
+                            "type": "array",
+                            "items": {"type": "string", "format": "binary"},
+                            "description": "input samples (repeatable part: .npz, one sample each, or "
+                            "Polygraphy JSON, one per feed dict; several files are several samples, in order): "
+                            "a compare/golden/error check judges every one; not with 'golden'",
+                        },
                         "mode": {"type": "string", "enum": ["auto", "bisect", "linear", "minimize"]},
                         "task": {
                             "type": "string",
