@@ -10,6 +10,10 @@ the second (large) one fails a compare fp32-vs-fp16 spec."""
 from __future__ import annotations
 
 import io
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -176,3 +180,32 @@ def test_golden_values_whose_input_does_not_fit_are_refused_in_one_line(
     assert "float32 [1, 8]" in problem["detail"] and "float32 [2, 1, 8]" in problem["detail"]
     assert "\n" not in problem["detail"]
     assert _stored(db_url, data_dir) == (0, [])
+
+
+def test_submit_sends_every_input_file_in_order_and_a_bad_one_exits_2(
+    api: str, tokens: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "chain.onnx").write_bytes(MODEL)
+    (tmp_path / "spec.yaml").write_text(COMPARE)
+    (tmp_path / "small.npz").write_bytes(_npz(x=SMALL))
+    (tmp_path / "big.npz").write_bytes(_npz(x=BIG))
+    (tmp_path / "stacked.npz").write_bytes(_npz(x=np.stack([BIG, SMALL])))
+    env = {**os.environ, "ONNX_REDUCER_SERVER": api, "ONNX_REDUCER_TOKEN": tokens["team-a"]}
+
+    def submit(*files: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "reducer_cli.main", "submit", "chain.onnx", "--check-spec", "spec.yaml"]
+        return subprocess.run(
+            [*command, "--json", "--load-inputs", *files],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    sent = submit("big.npz", "small.npz")
+    refused = submit("small.npz", "stacked.npz")
+
+    assert sent.returncode == 0, sent.stderr
+    job_id = json.loads(sent.stdout)["job_id"]
+    with client_for(api, tokens["team-a"]) as client:
+        stored = [client.get(f"/v1/jobs/{job_id}/artifacts/inputs-{i}").content for i in range(2)]
+    assert stored == [(tmp_path / "big.npz").read_bytes(), (tmp_path / "small.npz").read_bytes()]
+    assert refused.returncode == 2, refused.stderr
+    assert "Input 'x'" in refused.stdout + refused.stderr and "float32 [2, 1, 8]" in refused.stdout + refused.stderr
