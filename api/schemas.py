@@ -94,6 +94,10 @@ class JobOut(BaseModel):
     ``repeats`` (passing runs a candidate needs), ``rechecks`` and the ``evidence``. Filled by
     ``GET /v1/jobs/{id}`` (null in job lists)."""
     awaiting_verdict: AwaitingVerdict | None = None
+    samples: dict[str, Any] | None = None
+    """When the check judged several input samples (kinds compare, golden, error): ``original`` and
+    ``min_bad`` (the best model so far; a precision job's: the mixed model), each ``{judged,
+    failing}`` with the failing samples' indices in input order. Filled by ``GET /v1/jobs/{id}``."""
     links: dict[str, str]
 
 

@@ -21,7 +21,8 @@ from reducer_core.errors import UsageError
 from reducer_core.extract import SerializedPieces, boundary_inputs, extract, extract_bytes
 from reducer_core.graph import GraphIndex
 from reducer_core.prepare import Shape, apply_tensor_metadata, prepare
-from reducer_core.tensors import TensorMap, load_tensor_file, merge_samples
+from reducer_core.samples import input_samples
+from reducer_core.tensors import TensorMap, load_tensor_file
 
 
 class Log(Protocol):
@@ -214,11 +215,15 @@ def _to_fp16(
 
 def initial_values(options: ReduceOptions, model: onnx.ModelProto) -> TensorMap:
     """Tensor values known before any run: a --data-loader-script's first feed (it overrides the
-    other data options, as in Polygraphy), then --load-inputs, then --val-range inputs."""
+    other data options, as in Polygraphy), then --load-inputs (its first sample; files of other
+    tensors merged into it), then --val-range inputs."""
     from engine.data_loader import feeds_from_script, ranged_inputs
 
     values: TensorMap = feeds_from_script(options.data_loader_script) if options.data_loader_script else {}
-    samples = merge_samples([load_tensor_file(p) for p in options.load_inputs]) if options.load_inputs else []
+    files = [(path.name, load_tensor_file(path)) for path in options.load_inputs]
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in initializers]
+    samples = input_samples(files, inputs).samples if files else []  # several files: several samples
     for name, value in (samples[0] if samples else {}).items():
         values.setdefault(name, value)
     if options.val_ranges:

@@ -176,7 +176,8 @@ def _add_golden_args(parser: argparse.ArgumentParser) -> None:
         dest="load_inputs",
         nargs="+",
         default=[],
-        help="Input values (Polygraphy JSON or .npz); each sample in them is one golden sample.",
+        help="Input values (Polygraphy JSON or .npz); several files are several samples, in order, and each "
+        "sample in them is one golden sample.",
     )
     parser.add_argument("--seed", type=int, default=1, help="Seed for generated inputs (sample i uses seed+i).")
     parser.add_argument("--samples", type=int, default=1, help="Number of generated input samples (default 1).")
@@ -323,8 +324,10 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         dest="load_inputs",
         nargs="+",
         default=[],
-        help="Tensor values (Polygraphy JSON or .npz): inputs for fallback inference, and the "
-        "values used when a removed branch's output is frozen to a constant.",
+        help="Input samples (Polygraphy JSON or .npz; several files are several samples, in order). A "
+        "--check-spec of kind compare, golden or error judges every sample (its fail_if decides); the first "
+        "sample also feeds fallback inference and the values of removed branches frozen to constants. Files "
+        "of other tensors (Polygraphy layerwise outputs) add values to the samples.",
     )
     shapes.add_argument("--seed", type=int, default=1, help="Seed for generated inputs (fallback inference).")
     shapes.add_argument(
@@ -478,6 +481,16 @@ def _add_precision_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--golden", default=None, metavar="GOLDEN", help="Golden values feeding the spec's check.")
     parser.add_argument(
+        "--load-inputs",
+        "--load-input-data",
+        dest="load_inputs",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="Input samples for the spec's check (Polygraphy JSON or .npz; several files are several samples, "
+        "in order): every sample is judged and the spec's fail_if decides. Instead of --golden.",
+    )
+    parser.add_argument(
         "--summary-json", default=None, help="Write the summary (keep_fp32: the node names, and every check) here."
     )
     parser.add_argument(
@@ -542,7 +555,6 @@ def _add_precision_args(parser: argparse.ArgumentParser) -> None:
         artifacts_dir="polygraphy_artifacts",
         shape_inference=True,
         force_fallback_shape_inference=False,
-        load_inputs=[],
         seed=1,
         link_weights=False,
         silent=False,

@@ -172,6 +172,7 @@ def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
     model = _input_file(ns.model, "Model file")
     spec = _read_spec(ns.check_spec)
     golden = _input_file(ns.golden, "--golden") if ns.golden else None
+    inputs = [_input_file(path, "--load-inputs") for path in ns.load_inputs]
     source = model_source(model)
     if isinstance(source, TarSource):
         extra = len(source.members) - 1
@@ -181,6 +182,7 @@ def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
         source,
         spec,
         golden=golden,
+        inputs=inputs,
         mode=ns.mode,
         model_path=ns.model_path,
         reduce_inputs=ns.reduce_inputs,

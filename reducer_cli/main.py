@@ -20,6 +20,7 @@ from reducer_core.errors import (
     ReducerError,
     UsageError,
 )
+from reducer_core.samples import samples_lines
 from reducer_core.verdict import Goal
 
 
@@ -40,7 +41,7 @@ def _reduce(ns: argparse.Namespace) -> int:
     if ns.bundle and ns.check is None and ns.check_spec is None:
         raise UsageError("--bundle needs a check repro.py can run: give --check COMMAND or --check-spec SPEC.")
     plan = plan_from_args(ns)
-    check = build_check(ns)
+    check = build_check(ns, log)
     if plan.parallel and ns.check is None and getattr(ns, "check_spec", None) is None:
         raise UsageError(
             f"--jobs {plan.jobs}: interactive mode (no --check) asks about one model at a time; give "
@@ -52,6 +53,8 @@ def _reduce(ns: argparse.Namespace) -> int:
     try:
         result = run.run()
         log.summary(result)
+        for line in samples_lines(result):
+            log.info(line)
         if plan.parallel:
             log.info(f"slots: {plan.jobs}  checks run ahead of the reduction: {speculative_checks(result)}")
         run.write_results(result)
@@ -70,7 +73,7 @@ def _precision(ns: argparse.Namespace) -> int:
 
     log = _reporter(ns)
     log.goal = Goal.PASS
-    check = build_precision_check(ns)
+    check = build_precision_check(ns, log)
     workspace = load_workspace(options_from_args(ns), log)
     try:
         run = PrecisionRun.begin(ns, workspace, check, log)

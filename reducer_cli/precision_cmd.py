@@ -22,16 +22,19 @@ from checks.spec import build_check as build_spec_check
 from engine.precision import PrecisionPlan, PrecisionSession, WrittenMixed, reference_run
 from engine.session import SessionCheck
 from engine.workspace import Workspace
+from reducer_cli.check_inputs import check_golden
 from reducer_cli.progress import ProgressReporter
 from reducer_cli.reduce_cmd import CommandLineRun, spec_from_args
 from reducer_core.records import ReductionResult
+from reducer_core.samples import samples_lines, samples_summary
 
 
-def build_precision_check(args: argparse.Namespace) -> SessionCheck:
-    """The ``--check-spec`` check (``--golden`` feeds it): one that runs the model in fp16."""
+def build_precision_check(args: argparse.Namespace, log: ProgressReporter | None = None) -> SessionCheck:
+    """The ``--check-spec`` check (``--golden`` or ``--load-inputs`` feed it, every sample: see
+    ``reducer_cli.check_inputs``): one that runs the model in fp16."""
     spec = require_fp16_target(spec_from_args(args))
-    golden = Path(args.golden) if args.golden else None
-    return SessionCheck(build_spec_check(spec, golden), spec, golden, task="precision")
+    golden, digest = check_golden(args, spec, Path(args.golden) if args.golden else None, log)
+    return SessionCheck(build_spec_check(spec, golden), spec, golden, digest, task="precision")
 
 
 def _build(spec: CheckSpec, golden: Path | None) -> ModelCheck:
@@ -117,6 +120,10 @@ def summary_lines(result: ReductionResult, keep_fp32: list[str]) -> list[str]:
         f"checks run: {result.checks_run}  cache hits: {result.cache_hits}  iterations: {len(result.iterations)}",
         f"time: {result.elapsed_s:.2f}s total, {result.check_time_s:.2f}s in checks",
         f"fp16 model: {result.original.kind.value} [{result.original.signature or 'no signature'}]",
+        *(
+            line.replace("original model", "fp16 model").replace("minimal model", "mixed model")
+            for line in samples_lines(result)
+        ),
     ]
 
 
@@ -139,6 +146,7 @@ def precision_summary(
         "elapsed_s": result.elapsed_s,
         "check_time_s": result.check_time_s,
         "fp16_verdict": result.original.to_json(),
+        **samples_summary(result),  # "original": the fp16 model, "min_bad": the mixed model
         "iterations": [
             {
                 "number": r.number,

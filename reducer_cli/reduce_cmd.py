@@ -28,6 +28,7 @@ from engine.parallel import Job
 from engine.session import ReductionSession, SessionCheck, SlotSessionHooks
 from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.bundle_cmd import write_cli_bundle
+from reducer_cli.check_inputs import check_golden
 from reducer_cli.progress import ProgressReporter
 from reducer_cli.slots import SlotFolders, SlotPlan, refuse_absolute_artifact, slot_plan, slot_relative
 from reducer_core import modelio
@@ -38,6 +39,7 @@ from reducer_core.errors import UsageError
 from reducer_core.graph import GraphIndex
 from reducer_core.prepare import parse_shape_arg
 from reducer_core.records import IterationRecord, Localization, ReductionResult
+from reducer_core.samples import samples_summary
 from reducer_core.session import Answer, CheckRequest, Request, SessionConfig
 from reducer_core.verdict import Verdict, VerdictKind
 
@@ -94,11 +96,11 @@ def spec_from_args(args: argparse.Namespace) -> CheckSpec | None:
     return spec
 
 
-def build_check(args: argparse.Namespace) -> SessionCheck:
+def build_check(args: argparse.Namespace, log: ProgressReporter | None = None) -> SessionCheck:
     spec = spec_from_args(args)
+    golden, digest = check_golden(args, spec, Path(args.golden) if args.golden else None, log)
     if spec is not None:
-        golden = Path(args.golden) if args.golden else None
-        return SessionCheck(build_spec_check(spec, golden), spec, golden)
+        return SessionCheck(build_spec_check(spec, golden), spec, golden, digest)
     if args.check is None:
         return SessionCheck(InteractiveCheck(args.iter_artifact))
     if not args.check:
@@ -340,6 +342,7 @@ class CommandLineRun(SlotSessionHooks):
             extra["localization"] = result.localization.to_json()
         if self.failure_rate is not None:
             extra["original_failure_rate"] = self.failure_rate
+        extra.update(samples_summary(result))  # the samples judged and those failing
         return extra
 
     def write_results(self, result: ReductionResult) -> None:

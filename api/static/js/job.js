@@ -241,6 +241,19 @@ function flakiness(job) {
   return typeof value === "string" ? value : "";
 }
 
+/** The input samples the check judged and which fail: the original's and the best model's. */
+function samples(job) {
+  const report = job.samples;
+  if (!report || !report.original) return "";
+  const describe = (r) =>
+    r.failing.length
+      ? t("job.samples.failing", { failing: r.failing.join(", "), judged: r.judged })
+      : t("job.samples.none", { judged: r.judged });
+  const parts = [t("job.samples.original", { text: describe(report.original) })];
+  if (report.min_bad) parts.push(t("job.samples.best", { text: describe(report.min_bad) }));
+  return parts.join(" · ");
+}
+
 function bestSoFar(state) {
   let best = null;
   for (const { data } of state.rows.values()) {
@@ -276,6 +289,7 @@ function render(state) {
   optionalFact("job-waiting", job.status === "queued" ? job.waiting_reason || "" : "");
   optionalFact("job-localization", localization(job));
   optionalFact("job-flaky", flakiness(job));
+  optionalFact("job-samples", samples(job));
   optionalFact("job-keep-fp32", keptFp32(job));
   if (job.error) {
     fact("job-error", `${job.error.code}${job.error.message ? `: ${job.error.message}` : ""}`);
