@@ -5,6 +5,7 @@ settings are enforced by the workers' heartbeat (embedded here: the same loop as
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -171,3 +172,16 @@ def test_the_workers_heartbeat_enforces_retention(retaining_api: str, tokens: di
             time.sleep(0.2)
         assert a.get(f"/v1/jobs/{job_id}").status_code == 404
     assert not (data_dir / "jobs" / job_id).exists()
+
+
+def test_onnx_reducer_delete(embedded_api: str, tokens: dict[str, str], service_env: dict[str, str]) -> None:
+    with client_for(embedded_api, tokens["team-a"]) as a:
+        job_id = submit(a, EXAMPLE).json()["id"]
+        assert wait_job(a, job_id)["status"] == "succeeded"
+        command = ["onnx-reducer", "delete", job_id, "--server", embedded_api, "--token", tokens["team-a"]]
+        deleted = subprocess.run(command, env=service_env, capture_output=True, text=True, timeout=120, check=False)
+        assert deleted.returncode == 0, deleted.stderr
+        assert f"job {job_id} deleted" in deleted.stderr
+        assert a.get(f"/v1/jobs/{job_id}").status_code == 404
+        again = subprocess.run(command, env=service_env, capture_output=True, text=True, timeout=120, check=False)
+        assert again.returncode == 2, again.stderr  # no such job

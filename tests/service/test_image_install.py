@@ -183,7 +183,10 @@ def test_every_installed_module_imports_from_the_wheel(venv: Path, tmp_path: Pat
         ["onnx-reducer", "db", "upgrade", "--help"],
         ["onnx-reducer", "token", "--help"],
         ["onnx-reducer", "reduce", "--help"],
-        *(["onnx-reducer", name, "--help"] for name in ("submit", "status", "download", "cancel", "retry", "jobs")),
+        *(
+            ["onnx-reducer", name, "--help"]
+            for name in ("submit", "status", "download", "cancel", "retry", "delete", "jobs")
+        ),
         ["python", "-m", "celery", "-A", "worker.celery_app", "worker", "--help"],
     ],
     ids=lambda argv: " ".join(argv[1:3]),
@@ -196,7 +199,7 @@ def test_every_image_entry_point_starts(venv: Path, tmp_path: Path, argv: list[s
     assert "usage" in result.stdout.lower()
 
 
-@pytest.mark.parametrize("command", ["status", "jobs", "download"])
+@pytest.mark.parametrize("command", ["status", "jobs", "download", "delete"])
 def test_the_client_commands_run_from_the_wheel(venv: Path, tmp_path: Path, command: str) -> None:
     """Past --help: the client package is imported and the command reaches for the server (none
     listens on port 9 here: exit 8, server unreachable)."""
