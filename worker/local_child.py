@@ -13,26 +13,22 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 
 from checks.capabilities import Capabilities
 from checks.lifeline import die_with_parent_now
-from persistence.enums import JobStatus
 from persistence.jsonlog import configure_logging
-from persistence.repositories import ClaimResult, JobRepository
+from persistence.repositories import ClaimResult
 from persistence.repositories.units import UnitRepository
+from worker.cancel_watch import start_cancel_watch
 from worker.context import RunnerContext, context_from_settings
-from worker.endings import end_job
 from worker.node import lower_priority
-from worker.prepared import PREPARING
 from worker.run_job import run_job
 from worker.settings import WorkerSettings
 from worker.unit_run import cleanup_if_ended
 
 LINGER_S = 5.0
 LOOK_S = 0.2
-CANCEL_LOOK_S = 0.25  # a cancel reaches a job being prepared within this (plus the query)
 
 
 def main(argv: list[str]) -> int:
@@ -43,7 +39,7 @@ def main(argv: list[str]) -> int:
     ctx = context_from_settings(settings)
     if len(argv) > 1:
         ctx.runtime = Capabilities.from_json(json.loads(argv[1]))
-    threading.Thread(target=_watch_cancels, args=(ctx,), name="cancel-watch", daemon=True).start()
+    start_cancel_watch(ctx, lambda jobs: _exit_after_cancel(ctx, jobs))  # a cancel reaches a job in preparation
     try:
         result = run_job(argv[0], ctx)
         _linger(ctx)
@@ -53,24 +49,13 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _watch_cancels(ctx: RunnerContext) -> None:
-    """While this process prepares a job (``PREPARING``: loading a big model checks no cancel flag
-    for many seconds), a cancel of that job ends it here at once: the job is ended as cancelled,
-    its folder cleaned, and this process exits (freeing the model's memory); the server's slot
-    starts a fresh one for its next work."""
-    while True:
-        time.sleep(CANCEL_LOOK_S)
-        preparing = PREPARING.jobs()
-        if not preparing:
-            continue
-        with ctx.db.session() as session:
-            cancelled = [job_id for job_id in preparing if JobRepository(session).cancel_requested(job_id)]
-        if cancelled:
-            for job_id in cancelled:
-                end_job(ctx, job_id, JobStatus.CANCELLED, None, None)
-                cleanup_if_ended(ctx, job_id)
-            print(ClaimResult.FINISHED.value, flush=True)
-            os._exit(0)
+def _exit_after_cancel(ctx: RunnerContext, cancelled: list[str]) -> None:
+    """A job this process prepared was cancelled and ended: its folder goes, and this process
+    exits now, freeing the model's memory (the server's slot starts a fresh one for its next work)."""
+    for job_id in cancelled:
+        cleanup_if_ended(ctx, job_id)
+    print(ClaimResult.FINISHED.value, flush=True)
+    os._exit(0)
 
 
 def _linger(ctx: RunnerContext) -> None:

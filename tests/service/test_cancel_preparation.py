@@ -1,6 +1,6 @@
 """Cancelling a job while its big model is being prepared (loading a 60k-node model takes seconds
-and checks no cancel flag): the embedded server's job process ends the job within 2 s and exits,
-freeing the model's memory."""
+and checks no cancel flag) ends it within 2 s: the embedded server's job process ends the job and
+exits, freeing the model's memory; a Celery worker ends it and goes on (``worker.cancel_watch``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from examples.build_example_model import build_example_model
 from tests.service.commands import EMBEDDED_COMMAND
-from tests.service.conftest import BIN, client_for
-from tests.service.helpers import chain_model, free_port, start, submit, wait_http
+from tests.service.conftest import BIN, Processes, client_for, start_api
+from tests.service.helpers import chain_model, free_port, start, submit, wait_http, wait_job
 from tests.service.test_embedded import _wait_for_child
 
 
@@ -69,3 +70,32 @@ def test_cancel_reaches_a_job_in_preparation_within_2_s(tmp_path: Path) -> None:
         assert not _alive(child), "the job process (holding the model) did not exit"
     finally:
         server.stop()
+
+
+def test_cancel_reaches_a_celery_workers_preparation_within_2_s(
+    processes: Processes, tokens: dict[str, str], data_dir: Path
+) -> None:
+    """A farm worker (Celery, solo pool) keeps running; the job is ended at once all the same and
+    the worker then takes the next job."""
+    processes.worker()
+    url = start_api(processes)
+    model = chain_model(60_000, 30_000).SerializeToString()
+    with client_for(url, tokens["team-a"]) as client:
+        response = submit(client, model)
+        assert response.status_code == 202, response.text
+        job_id = response.json()["id"]
+        work = data_dir / "jobs" / job_id / "work"
+        deadline = time.monotonic() + 90
+        while not any(work.glob("process-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)  # preparation has begun: the worker made its folder
+        assert any(work.glob("process-*"))
+        started = time.monotonic()
+        assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+        while client.get(f"/v1/jobs/{job_id}").json()["status"] != "cancelled" and time.monotonic() < started + 30:
+            time.sleep(0.05)
+        elapsed = time.monotonic() - started
+        assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
+        assert elapsed < 2.0, f"cancel took {elapsed:.1f} s"
+        assert client.get(f"/v1/jobs/{job_id}/iterations").json()["items"] == []
+        after = submit(client, build_example_model().SerializeToString()).json()["id"]
+        assert wait_job(client, after)["status"] == "succeeded"  # the worker goes on
