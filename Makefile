@@ -51,7 +51,7 @@ example: $(RUNTIME_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check reducer_core reducer_cli reducer_client checks engine persistence api worker migrations tests/service tests/client
+	$(BIN)/ruff format --check reducer_core reducer_cli reducer_client checks engine persistence api worker tests/service tests/client
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

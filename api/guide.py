@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import html
+import sys
 from pathlib import Path
 
 from fastapi import APIRouter
@@ -14,16 +15,24 @@ from markdown_it import MarkdownIt
 
 from api.problems import not_found
 
-DOCS_DIR = Path(__file__).resolve().parent.parent / "docs"
+# A source checkout reads docs/ itself; an installed wheel carries the guides as data files
+# (pyproject.toml, [tool.setuptools.data-files]) under its prefix's share/onnx-reducer/docs.
+DOCS_DIRS = (Path(__file__).resolve().parent.parent / "docs", Path(sys.prefix) / "share" / "onnx-reducer" / "docs")
 GUIDES = {"check-specs": "Check specs", "ci": "CI and the command-line client"}
 GUIDE_CSP = "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'"
 
 router = APIRouter(include_in_schema=False)
 
 
+def _guide_file(name: str) -> Path:
+    """docs/NAME.md of the checkout, else of the installed wheel's data files."""
+    candidates = [folder / f"{name}.md" for folder in DOCS_DIRS]
+    return next((path for path in candidates if path.is_file()), candidates[0])
+
+
 @functools.cache
 def _render(name: str) -> str:
-    text = (DOCS_DIR / f"{name}.md").read_text(encoding="utf-8")
+    text = _guide_file(name).read_text(encoding="utf-8")
     body = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -37,6 +46,6 @@ def _render(name: str) -> str:
 @router.get("/guide/{name}")
 def guide(name: str) -> HTMLResponse:
     """docs/NAME.md as a page; 404 for any other name (or a checkout without docs/)."""
-    if name not in GUIDES or not (DOCS_DIR / f"{name}.md").is_file():
+    if name not in GUIDES or not _guide_file(name).is_file():
         raise not_found(f"Guide '{name[:50]}'")
     return HTMLResponse(_render(name), headers={"Content-Security-Policy": GUIDE_CSP, "Cache-Control": "no-cache"})

@@ -15,6 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from api.inspection import Inspection, InspectRequest, Refusal, inspect_upload, warm_up
 from api.problems import ProblemError
+from checks.lifeline import exit_with_parent_process
 
 
 def busy(retry_after_s: int) -> ProblemError:
@@ -38,7 +39,10 @@ class IntakePool:
             if self._executor is None:
                 # spawn: a fresh interpreter, never a fork of the api's threads and connections
                 context = multiprocessing.get_context("spawn")
-                self._executor = ProcessPoolExecutor(self.workers, mp_context=context)
+                # the workers leave with the api, also when it is SIGKILLed (checks.lifeline)
+                self._executor = ProcessPoolExecutor(
+                    self.workers, mp_context=context, initializer=exit_with_parent_process
+                )
             return self._executor
 
     def warm(self) -> None:

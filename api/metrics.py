@@ -158,3 +158,31 @@ class _MeasureMiddleware:
             route = getattr(scope.get("route"), "path", "unmatched")
             self.latency.labels(scope["method"], route).observe(time.perf_counter() - started)
             self.requests.labels(scope["method"], route, str(status)).inc()
+
+
+class TeamNeutralView(Collector):
+    """``source``'s metrics with the ``team`` label summed away: what /metrics shows a scrape without
+    the metrics token (farm totals, no team names, no team's own counters)."""
+
+    def __init__(self, source: CollectorRegistry) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.source.collect():
+            if not any("team" in sample.labels for sample in family.samples):
+                yield family
+                continue
+            merged: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+            for sample in family.samples:
+                labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "team"))
+                merged[(sample.name, labels)] = merged.get((sample.name, labels), 0.0) + sample.value
+            neutral = Metric(family.name, family.documentation, family.type, family.unit)
+            for (name, labels), value in merged.items():
+                neutral.add_sample(name, dict(labels), value)
+            yield neutral
+
+
+def team_neutral_registry(source: CollectorRegistry) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TeamNeutralView(source))
+    return registry

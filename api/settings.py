@@ -34,6 +34,9 @@ class ApiSettings(ServiceSettings):
     # GET /v1/jobs/{id} answers from a body at most this old (the api's own cancel/retry/verdict and
     # the status events its streams send drop it at once); pollers then cost no query each
     job_read_cache_s: float = Field(default=0.5, ge=0, le=5)
+    # /metrics: a scrape sending "Authorization: Bearer METRICS_TOKEN" sees the per-team series;
+    # without a token the view is team-neutral (team labels summed away); a wrong token is 401
+    metrics_token: str | None = Field(default=None, repr=False)
 
 
 def load_api_settings() -> ApiSettings:

@@ -18,15 +18,22 @@ one GPU. Two mechanisms:
   and every worker heartbeat call ``kill_orphaned_checks``, which kills each process of this user
   carrying the mark of a process that no longer runs.
 
-Elsewhere than Linux both are no-ops."""
+Elsewhere than Linux both are no-ops.
+
+The api's intake workers (``multiprocessing`` spawn children) call ``exit_with_parent_process``:
+they leave with the api, and so does multiprocessing's resource tracker (it exits once every
+process holding its pipe is gone)."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -73,6 +80,24 @@ def die_with_parent() -> Callable[[], None] | None:
             os._exit(1)
 
     return in_child
+
+
+def exit_with_parent_process() -> None:
+    """For a ``multiprocessing`` child (the api's intake workers): end this process as soon as the
+    process that started it is gone, also after a SIGKILL. A daemon thread waits on the parent's
+    sentinel (a pipe multiprocessing keeps open in the parent until it exits), so the lifeline holds
+    whichever of the parent's threads started the child; ``PR_SET_PDEATHSIG`` would follow that
+    thread, which a thread pool may retire. No-op outside a multiprocessing child."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        multiprocessing.connection.wait([sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="lifeline", daemon=True).start()
 
 
 def owner_mark(pid: int) -> str | None:

@@ -228,7 +228,10 @@ def parse_check_spec(text: str) -> CheckSpec:
 
 
 def _load_document(text: str) -> Any:
-    loader = _SpecLoader(text)
+    try:
+        loader = _SpecLoader(text)  # the reader refuses NUL and other control characters here
+    except yaml.YAMLError as exc:
+        raise CheckSpecError(f"check spec: not valid YAML/JSON: {_clip(str(exc), 300)}") from exc
     try:
         return loader.get_single_data()
     except yaml.YAMLError as exc:

@@ -1,4 +1,6 @@
-"""Run the Alembic migrations in ``migrations/`` programmatically (``onnx-reducer db upgrade``)."""
+"""Run the Alembic migrations in ``persistence/migrations/`` programmatically (``onnx-reducer db upgrade``).
+
+They live inside the package so that an installed wheel (the images install one) carries them."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from alembic.config import Config
 
 from persistence.db import normalize_url
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
 def alembic_config(url: str) -> Config:

@@ -1,4 +1,4 @@
-"""The arguments of ``onnx-reducer submit | status | download | cancel | retry | jobs``. Kept apart
+"""The arguments of ``onnx-reducer submit | status | download | cancel | retry | delete | jobs``. Kept apart
 from the commands (reducer_cli/client_cmd.py) so that building the parser imports no HTTP client:
 every ``onnx-reducer`` start-up (``inspect`` runs once per check in Polygraphy-style reductions)
 stays as fast as before."""
@@ -11,7 +11,7 @@ from reducer_core.strategies import MODES
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 SERVER_ENV, TOKEN_ENV = "ONNX_REDUCER_SERVER", "ONNX_REDUCER_TOKEN"
-CLIENT_COMMANDS = ("submit", "status", "download", "cancel", "retry", "jobs")
+CLIENT_COMMANDS = ("submit", "status", "download", "cancel", "retry", "delete", "jobs")
 
 EXIT_EPILOG = """exit codes: 0 reduced (or: done); 1 other error; 2 bad usage, a refused check spec or no such job;
 3 the original model did not fail the check; 4 the model was refused (invalid, unsafe, too large);
@@ -158,6 +158,10 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     cancel.add_argument("job", help="Job id or URL.")
     retry = _command(sub, common, "retry", "Queue a failed job again (it resumes from its last finished check).")
     retry.add_argument("job", help="Job id or URL.")
+    delete = _command(
+        sub, common, "delete", "Delete a job (cancelled first if it runs) and the results no other job shares."
+    )
+    delete.add_argument("job", help="Job id or URL.")
     jobs = _command(sub, common, "jobs", "List the team's jobs, newest first.")
     jobs.add_argument("--status", choices=("queued", "running", "succeeded", "failed", "cancelled"), default=None)
     jobs.add_argument("--limit", type=int, default=20, help="At most this many jobs (default 20).")

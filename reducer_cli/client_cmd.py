@@ -1,5 +1,5 @@
-"""``onnx-reducer submit | status | download | cancel | retry | jobs``: the service from a terminal or a
-CI pipeline, through ``reducer_client``. Arguments: reducer_cli/client_args.py; exit codes:
+"""``onnx-reducer submit | status | download | cancel | retry | delete | jobs``: the service from a
+terminal or a CI pipeline, through ``reducer_client``. Arguments: reducer_cli/client_args.py; exit codes:
 reducer_cli/client_exit.py (and docs/ci.md)."""
 
 from __future__ import annotations
@@ -264,6 +264,14 @@ def _cancel(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
     return EXIT_OK
 
 
+def _delete(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> int:
+    job_id = job_id_of(ns.job)
+    client.delete_job(job_id)
+    summary.job_id = job_id
+    log(f"[I] job {job_id} deleted (cancelled first if it was running), with the results no other job shares")
+    return EXIT_OK
+
+
 def _retry(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> int:
     job = client.retry_job(job_id_of(ns.job))
     summary.with_job(job)
@@ -300,5 +308,6 @@ HANDLERS = {
     "download": _handler(_download_cmd),
     "cancel": _handler(_cancel),
     "retry": _handler(_retry),
+    "delete": _handler(_delete),
     "jobs": _handler(_jobs),
 }

@@ -260,6 +260,13 @@ class ReducerClient:
         path = self._path(job_id, "cancel")
         return Job.from_json(_json(self._send(lambda: self._http.build_request("POST", path))))
 
+    def delete_job(self, job_id: str) -> None:
+        """Delete a job: cancelled first if it still runs, then its results and the stored files no
+        other job shares are removed. The server answers 409 while a cancelled job is still stopping
+        (send it again a few seconds later)."""
+        path = self._path(job_id)
+        self._send(lambda: self._http.build_request("DELETE", path)).close()
+
     def retry_job(self, job_id: str) -> Job:
         """Queue a job again that failed for a reason outside its model and spec (it resumes)."""
         path = self._path(job_id, "retry")

@@ -28,6 +28,7 @@ from persistence.contracts import QUEUES, RUN_JOB_TASK
 from persistence.jsonlog import configure_logging
 from persistence.notify import RedisNotifier
 from worker.broker import BrokerMessages
+from worker.cancel_watch import start_cancel_watch
 from worker.context import RunnerContext, context_from_settings
 from worker.node import WorkerNode, direct_queue, lower_priority, worker_name
 from worker.settings import WorkerSettings, load_worker_settings
@@ -94,6 +95,7 @@ class _CeleryWorker:
     def on_ready(self, sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is self.app:
             self.node.presence.start()
+            start_cancel_watch(self.ctx)  # a cancel reaches a job in preparation at once
 
     def on_shutdown(self, sender: Any = None, **_: Any) -> None:
         if self._node is not None:

@@ -12,17 +12,21 @@ a slot's process stays warm while a job's checks come and go instead of starting
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
 from checks.capabilities import Capabilities
 from checks.lifeline import die_with_parent_now
 from persistence.jsonlog import configure_logging
+from persistence.repositories import ClaimResult
 from persistence.repositories.units import UnitRepository
+from worker.cancel_watch import start_cancel_watch
 from worker.context import RunnerContext, context_from_settings
 from worker.node import lower_priority
 from worker.run_job import run_job
 from worker.settings import WorkerSettings
+from worker.unit_run import cleanup_if_ended
 
 LINGER_S = 5.0
 LOOK_S = 0.2
@@ -38,6 +42,7 @@ def main(argv: list[str]) -> int:
         ctx.runtime = Capabilities.from_json(json.loads(argv[1]))
     if len(argv) > 2:
         ctx.worker = argv[2]  # the embedded slot this process works for: its checks show under that name
+    start_cancel_watch(ctx, lambda jobs: _exit_after_cancel(ctx, jobs))  # a cancel reaches a job in preparation
     try:
         result = run_job(argv[0], ctx)
         _linger(ctx)
@@ -45,6 +50,15 @@ def main(argv: list[str]) -> int:
         ctx.db.dispose()
     print(result.value, flush=True)
     return 0
+
+
+def _exit_after_cancel(ctx: RunnerContext, cancelled: list[str]) -> None:
+    """A job this process prepared was cancelled and ended: its folder goes, and this process
+    exits now, freeing the model's memory (the server's slot starts a fresh one for its next work)."""
+    for job_id in cancelled:
+        cleanup_if_ended(ctx, job_id)
+    print(ClaimResult.FINISHED.value, flush=True)
+    os._exit(0)
 
 
 def _linger(ctx: RunnerContext) -> None:

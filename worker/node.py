@@ -44,6 +44,9 @@ def presence_timings(settings: WorkerSettings) -> PresenceTimings:
         forget_after_s=settings.worker_forget_after_s,
         sweep_interval_s=settings.blob_sweep_interval_s,
         sweep_min_age_s=settings.blob_sweep_min_age_s,
+        retention_interval_s=settings.retention_interval_s,
+        retention_max_age_s=settings.retention_max_age_s,
+        retention_max_team_bytes=settings.retention_max_team_bytes,
     )
 
 

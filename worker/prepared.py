@@ -14,6 +14,8 @@ import os
 import shutil
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,6 +192,34 @@ def _place(store: ArtifactStore, key: str, target: Path) -> None:
         shutil.copyfile(store.path(key), target)
 
 
+class Preparing:
+    """The jobs this process is preparing right now (loading a big model takes long and checks no
+    cancel flag): the embedded job process's cancel watch reads it (``worker.local_child``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, int] = {}
+
+    @contextmanager
+    def of(self, job_id: str) -> Iterator[None]:
+        with self._lock:
+            self._jobs[job_id] = self._jobs.get(job_id, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._jobs[job_id] -= 1
+                if not self._jobs[job_id]:
+                    del self._jobs[job_id]
+
+    def jobs(self) -> list[str]:
+        with self._lock:
+            return list(self._jobs)
+
+
+PREPARING = Preparing()
+
+
 class PreparedJobs:
     """The jobs this process keeps prepared (least recently used dropped first)."""
 
@@ -203,7 +233,8 @@ class PreparedJobs:
             self._jobs.move_to_end(job.job_id)
             return prepared
         self.drop(job.job_id)
-        prepared = prepare(job, ctx)
+        with PREPARING.of(job.job_id):
+            prepared = prepare(job, ctx)
         self._jobs[job.job_id] = prepared
         while len(self._jobs) > self.keep:
             _, oldest = self._jobs.popitem(last=False)

@@ -36,6 +36,7 @@ from checks.spec import requirements_of
 from persistence.models import utcnow
 from persistence.repositories import JobRepository, WorkerRepository, WorkerStatus
 from persistence.repositories.units import UnitRepository
+from persistence.retention import enforce_retention
 from worker.context import RunnerContext
 from worker.maintenance import sweep_unreferenced_blobs
 
@@ -116,6 +117,9 @@ class PresenceTimings:
     forget_after_s: float
     sweep_interval_s: float
     sweep_min_age_s: float
+    retention_interval_s: float = 600.0
+    retention_max_age_s: float = 0.0  # 0: no age limit
+    retention_max_team_bytes: int = 0  # 0: no size cap
 
 
 Resend = Callable[[str], None]  # sends a job to this worker's own queue
@@ -141,6 +145,7 @@ class WorkerPresence:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="worker-presence", daemon=True)
         self._next_sweep = 0.0
+        self._next_retention = 0.0
         activity.on_change = self._wake.set
 
     def start(self) -> WorkerPresence:
@@ -190,6 +195,24 @@ class WorkerPresence:
             if removed:
                 log.info("removed %d stored blobs that nothing refers to", removed)
             self._next_sweep = time.monotonic() + self.timings.sweep_interval_s
+        if time.monotonic() >= self._next_retention:
+            self._enforce_retention()
+            self._next_retention = time.monotonic() + self.timings.retention_interval_s
+
+    def _enforce_retention(self) -> None:
+        timings = self.timings
+        if timings.retention_max_age_s <= 0 and timings.retention_max_team_bytes <= 0:
+            return
+        deleted = enforce_retention(
+            self.ctx.db, self.ctx.layout, timings.retention_max_age_s, timings.retention_max_team_bytes
+        )
+        if deleted:
+            log.info(
+                "retention: deleted %d finished jobs (%s), %d stored blobs",
+                len(deleted),
+                ", ".join(job.job_id for job in deleted[:10]) + (", ..." if len(deleted) > 10 else ""),
+                sum(job.blobs_removed for job in deleted),
+            )
 
     def _take_lost_job(self) -> None:
         idle = self.activity.idle_for()

@@ -49,6 +49,7 @@ def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
         with bind_job(taken.job_id):
             if taken.unit is None:
                 start_job(ctx, taken.job_id)
+                cleanup_if_ended(ctx, taken.job_id)  # e.g. cancelled while it was prepared (worker.cancel_watch)
             else:
                 UnitRun(ctx, taken.unit).run()
     if worked:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+import hmac
+from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Header, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.deps import ServicesDep
+from api.metrics import team_neutral_registry
 from api.problems import problem_response
 from api.services import Services
 
@@ -50,6 +52,20 @@ async def readyz(services: ServicesDep) -> Any:
     return problem_response(503, "Not ready", f"Dependencies not ready: {failing}.", checks=checks)
 
 
-@router.get("/metrics", response_class=Response)
-def metrics(services: ServicesDep) -> Response:
+@router.get("/metrics", response_class=Response, response_model=None)
+def metrics(services: ServicesDep, authorization: Annotated[str | None, Header()] = None) -> Response:
+    """Prometheus metrics. With ``Authorization: Bearer METRICS_TOKEN``: every series, per team;
+    without: the team-neutral view (team labels summed away); a wrong or unset-on-server token: 401."""
+    if authorization is None:
+        return Response(generate_latest(team_neutral_registry(services.registry)), media_type=CONTENT_TYPE_LATEST)
+    scheme, _, given = authorization.partition(" ")
+    expected = services.settings.metrics_token
+    if scheme.lower() != "bearer" or not expected or not hmac.compare_digest(given.strip(), expected):
+        return problem_response(
+            401,
+            "Unauthorized",
+            "Wrong metrics token: send 'Authorization: Bearer <METRICS_TOKEN>' (the api's setting), or no "
+            "Authorization header for the team-neutral view.",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     return Response(generate_latest(services.registry), media_type=CONTENT_TYPE_LATEST)

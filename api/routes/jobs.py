@@ -11,6 +11,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
+from api import deletion
 from api.cursor import decode_cursor, encode_cursor
 from api.deps import ServicesDep, TeamDep
 from api.farm import WorkerView, load_workers, waiting_reason
@@ -301,6 +302,15 @@ def cancel_job(job_id: str, services: ServicesDep, team: TeamDep, response: Resp
     if out.status == JobStatus.CANCELLED.value:
         response.status_code = 200
     return out
+
+
+@router.delete("/{job_id}", status_code=204, response_class=Response)
+async def delete_job(job_id: str, services: ServicesDep, team: TeamDep) -> Response:
+    """Cancel the job (if it still runs), then delete it: its rows, its folder and the stored blobs
+    no other job refers to. 204; 404 for another team's job; 409 while a cancelled job has not
+    stopped within seconds (send it again)."""
+    await deletion.delete_job(services, team.id, job_id)
+    return Response(status_code=204)
 
 
 # "Job 'X' <phrase>": each status in words (not "is succeeded").

@@ -1,46 +1,99 @@
 """TensorRT targets (GPU workers only; imported lazily): an engine built from the candidate with
-fp32, fp16, bf16 or int8 (calibrated on the check's own inputs), run through Polygraphy's
-TensorRT backend."""
+fp32, fp16, bf16 or int8, run through Polygraphy's TensorRT backend.
+
+TensorRT 10 builds a weakly typed network and takes the precision as builder flags (``fp16``,
+``bf16``, ``int8`` calibrated on the check's own inputs). TensorRT 11 removed those flags and the
+calibrators: every network is strongly typed, so the precision must be in the model itself. There
+the fp16 model is converted in ONNX first, as ``precision`` writes it (onnxconverter-common, inputs
+and outputs kept fp32, the nodes the model names in ``checks.mixed_precision`` kept fp32), and
+built strongly typed; bf16 and int8 (which would need a bf16 or a quantized Q/DQ model) are refused
+with a message saying so."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
+from checks.mixed_precision import keep_fp32_of
 from checks.runtimes import RuntimeUnavailableError
+from checks.runtimes.onnxruntime import to_fp16
 from checks.spec import RuntimeSpec
+
+STRONGLY_TYPED_FROM = 11  # the first TensorRT major without builder precision flags
+
+
+def tensorrt_major(version: str) -> int:
+    """The major of a ``tensorrt.__version__`` ("10.8.0.43" -> 10); 0 when unreadable."""
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """How the engine is built: from which model, strongly typed or with which builder flags."""
+
+    convert_to_fp16: bool  # the model is converted to fp16 in ONNX before the build
+    strongly_typed: bool
+    fp16: bool = False
+    bf16: bool = False
+    int8: bool = False
+
+
+def build_plan(precision: str, major: int) -> BuildPlan:
+    """The build of ``precision`` on TensorRT ``major``; raises RuntimeUnavailableError for what
+    that TensorRT cannot build."""
+    if major < STRONGLY_TYPED_FROM:
+        return BuildPlan(
+            convert_to_fp16=False,
+            strongly_typed=False,
+            fp16=precision == "fp16",
+            bf16=precision == "bf16",
+            int8=precision == "int8",
+        )
+    if precision in ("bf16", "int8"):
+        raise RuntimeUnavailableError(
+            f"TensorRT {major} builds strongly typed networks only (no {precision} builder flag, no calibrator): "
+            f"precision {precision} needs a model that is already {precision} (bf16 tensors, or Q/DQ nodes for "
+            "int8). Use precision fp16 or fp32 here, or run the check on a TensorRT 10 worker."
+        )
+    return BuildPlan(convert_to_fp16=precision == "fp16", strongly_typed=True)
 
 
 class TensorRTRunner:
     def __init__(self, spec: RuntimeSpec, model: onnx.ModelProto, workdir: Path) -> None:
         try:
-            import tensorrt  # noqa: F401
+            import tensorrt
             from polygraphy.backend import trt as poly_trt
         except ImportError as exc:
             raise RuntimeUnavailableError(f"TensorRT is not installed here ({exc}); run on a GPU worker") from exc
         self._trt = poly_trt
         self.spec = spec
+        self.major = tensorrt_major(str(getattr(tensorrt, "__version__", "")))
+        self.plan = build_plan(spec.precision, self.major)
+        if self.plan.convert_to_fp16:
+            model = to_fp16(model, keep_fp32_of(model))
         self.path = workdir / "trt_candidate.onnx"
         onnx.save(model, str(self.path), save_as_external_data=model.ByteSize() > 1_800_000_000)
         self._runner: Any = None
 
+    def loaders(self, feeds: Mapping[str, np.ndarray]) -> tuple[Any, Any]:
+        """Polygraphy's network and config loaders for this build (nothing is built yet)."""
+        poly_trt, plan = self._trt, self.plan
+        if plan.strongly_typed:
+            return poly_trt.NetworkFromOnnxPath(str(self.path), strongly_typed=True), poly_trt.CreateConfig()
+        calibrator = poly_trt.Calibrator([dict(feeds)]) if plan.int8 else None
+        config = poly_trt.CreateConfig(fp16=plan.fp16, bf16=plan.bf16, int8=plan.int8, calibrator=calibrator)
+        return poly_trt.NetworkFromOnnxPath(str(self.path)), config
+
     def _build(self, feeds: Mapping[str, np.ndarray]) -> Any:
-        poly_trt = self._trt
-        precision = self.spec.precision
-        calibrator = poly_trt.Calibrator([dict(feeds)]) if precision == "int8" else None
-        config = poly_trt.CreateConfig(
-            fp16=precision == "fp16",
-            bf16=precision == "bf16",
-            int8=precision == "int8",
-            calibrator=calibrator,
-        )
-        network = poly_trt.NetworkFromOnnxPath(str(self.path))
-        engine = poly_trt.EngineFromNetwork(network, config=config)
-        return poly_trt.TrtRunner(engine)
+        network, config = self.loaders(feeds)
+        engine = self._trt.EngineFromNetwork(network, config=config)
+        return self._trt.TrtRunner(engine)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._runner is None:

@@ -4,7 +4,14 @@ import json
 
 import pytest
 
-from checks.spec import CheckSpecError, build_check, parse_check_spec
+from checks.spec import (
+    CheckSpecError,
+    Requirements,
+    build_check,
+    is_interactive_spec,
+    parse_check_spec,
+    requirements_of,
+)
 from reducer_core.errors import UsageError
 from tests.checks.conftest import COMPARE_FP16, OP_PRESENT_MUL
 
@@ -109,3 +116,14 @@ def test_messages_quote_a_bounded_part_of_a_huge_value() -> None:
         parse_check_spec(huge)
     assert "repeat: must be an integer" in str(info.value)
     assert len(str(info.value)) < 200
+
+
+@pytest.mark.parametrize(
+    "text", ["\x00kind: op-present\nops: [Mul]", "kind: op-present\x07", "\ufffekind: interactive"]
+)
+def test_control_characters_are_a_spec_error(text: str) -> None:
+    """The YAML reader refuses them while the loader is built: a CheckSpecError (4xx), never a crash."""
+    assert is_interactive_spec(text) is False
+    with pytest.raises(CheckSpecError, match="not valid YAML/JSON: unacceptable character"):
+        parse_check_spec(text)
+    assert requirements_of(text) == Requirements()

@@ -29,6 +29,7 @@ from tests.service.helpers import Proc, free_port, start, wait_http
 
 ADMIN_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+METRICS_TOKEN = "test-metrics-scrape-token"  # the apis started here show per-team metrics to it
 BIN = str(Path(sys.executable).parent)
 
 
@@ -88,6 +89,7 @@ def service_env(db_url: str, redis_url: str, data_dir: Path) -> dict[str, str]:
         WORKER_HEARTBEAT_S="1",
         DISPATCH_GRACE_S="2",
         SSE_HEARTBEAT_S="1",
+        METRICS_TOKEN=METRICS_TOKEN,
         PATH=BIN + os.pathsep + env.get("PATH", ""),
         PYTHONPATH=str(Path(__file__).resolve().parents[2]),
     )
@@ -138,6 +140,13 @@ def command_api_url(processes: Processes) -> str:
     """The api with command checks allowed, as are workers started afterwards (ALLOW_COMMAND_CHECKS)."""
     processes.env["ALLOW_COMMAND_CHECKS"] = "true"
     return start_api(processes)
+
+
+def scrape(base_url: str) -> str:
+    """/metrics as a scrape with the metrics token sees it (every series, per team)."""
+    response = httpx.get(base_url + "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+    response.raise_for_status()
+    return response.text
 
 
 def client_for(base_url: str, token: str) -> httpx.Client:

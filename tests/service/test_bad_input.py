@@ -126,6 +126,9 @@ CASES: dict[str, tuple[bytes, str, dict[str, str], int, str]] = {
     "command-check-disabled": (EXAMPLE, "kind: command\ncommand: [true]\n", {}, 422, "disabled"),
     "bad-mode": (EXAMPLE, OP_PRESENT_MUL, {"mode": "sideways"}, 422, "mode"),
     "missing-spec": (EXAMPLE, "", {}, 422, "check_spec"),
+    "spec-with-nul": (EXAMPLE, "\x00kind: op-present\nops: [Mul]\n", {}, 422, "unacceptable character #x0000"),
+    "spec-with-bel": (EXAMPLE, "kind: op-present\x07\nops: [Mul]\n", {}, 422, "unacceptable character #x0007"),
+    "spec-with-fffe": (EXAMPLE, "\ufffekind: op-present\nops: [Mul]\n", {}, 422, "unacceptable character #xfffe"),
 }
 
 

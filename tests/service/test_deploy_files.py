@@ -3,16 +3,24 @@ linted, and their commands are exactly the ones the service tests run."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import re
 import shlex
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
+from api.settings import ApiSettings
+from reducer_cli.args import build_parser
 from tests.service.commands import API_COMMAND, GPU_WORKER_COMMAND, MIGRATE_COMMAND, WORKER_COMMAND
+from worker.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTRUCTIONS = {"FROM", "RUN", "CMD", "ENV", "WORKDIR", "COPY", "USER", "EXPOSE", "ENTRYPOINT", "ARG", "LABEL"}
@@ -45,7 +53,7 @@ def test_compose_services_and_commands(compose: dict[str, Any]) -> None:
     assert services["worker-gpu"]["build"]["dockerfile"] == "Dockerfile.gpu"
 
 
-def _instructions(path: Path) -> list[tuple[str, str]]:
+def instructions(path: Path) -> list[tuple[str, str]]:
     lines, current = [], ""
     for raw in path.read_text().splitlines():
         if not raw.strip() or raw.lstrip().startswith("#"):
@@ -63,18 +71,107 @@ def _instructions(path: Path) -> list[tuple[str, str]]:
     [("Dockerfile", "python:3.11", API_COMMAND), ("Dockerfile.gpu", "nvcr.io/nvidia/tensorrt:", GPU_WORKER_COMMAND)],
 )
 def test_dockerfile_lint(name: str, base: str, command: list[str]) -> None:
-    instructions = _instructions(ROOT / name)
-    assert instructions[0][0] == "FROM" and instructions[0][1].startswith(base)
-    assert all(keyword in INSTRUCTIONS for keyword, _ in instructions)
-    for keyword, rest in instructions:
+    lines = instructions(ROOT / name)
+    assert all(keyword in INSTRUCTIONS for keyword, _ in lines)
+    bases = [rest for keyword, rest in lines if keyword == "FROM"]
+    # two stages: a wheel built from the whole build context (pyproject.toml decides what ships),
+    # then the image, which installs that wheel and copies nothing else of the project
+    assert bases[0].endswith(" AS wheel") and bases[-1].startswith(base) and len(bases) == 2
+    final = lines[[i for i, (keyword, _) in enumerate(lines) if keyword == "FROM"][-1] :]
+    for keyword, rest in lines:
         if keyword == "RUN":
             subprocess.run(["bash", "-n", "-c", rest], check=True)
             assert "curl" not in rest and "| sh" not in rest
-        if keyword == "COPY":
+            assert "-e ." not in rest
+        if keyword == "COPY" and not rest.startswith("--from="):
             for source in shlex.split(rest)[:-1]:
                 assert (ROOT / source).exists(), source
-    cmd = [json.loads(rest) for keyword, rest in instructions if keyword == "CMD"]
+    assert [rest for keyword, rest in final if keyword == "COPY"] == ["--from=wheel /wheels /wheels"]
+    assert any(
+        keyword == "RUN" and rest.startswith("pip install --no-cache-dir /wheels/*.whl") for keyword, rest in final
+    )
+    cmd = [json.loads(rest) for keyword, rest in lines if keyword == "CMD"]
     assert cmd == [command]
-    assert ("USER", "reducer") in instructions
-    copied = {shlex.split(rest)[0] for keyword, rest in instructions if keyword == "COPY"}
-    assert {"persistence", "api", "worker", "migrations"} <= copied
+    assert ("USER", "reducer") in final
+
+
+TOP_LEVEL = {"services", "volumes", "networks", "configs", "secrets", "name"}
+CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
+# what the images hold: the wheel's console script, its dependency celery and the interpreter
+IMAGE_PROGRAMS = {"onnx-reducer", "celery", "python"}
+
+
+def test_compose_validates(compose: dict[str, Any]) -> None:
+    """What `docker compose config` checks (keys, references, interpolation) and more: the services
+    built from the images run only what the images contain, with variables the settings know."""
+    assert {key for key in compose if not key.startswith("x-")} <= TOP_LEVEL
+    services, volumes = compose["services"], set(compose["volumes"])
+    settings_fields = {name.upper() for name in (*ApiSettings.model_fields, *WorkerSettings.model_fields)}
+    interpolated = set(re.findall(r"\$\{(\w+)", (ROOT / "docker-compose.yml").read_text()))
+    deployment = (ROOT / "docs" / "deployment.md").read_text()
+    assert all(f"`{name}`" in deployment for name in interpolated), interpolated
+    for name, service in services.items():
+        assert ("image" in service) != ("build" in service), name
+        for target, condition in service.get("depends_on", {}).items():
+            assert target in services and condition["condition"] in CONDITIONS, (name, target)
+            if condition["condition"] == "service_healthy":
+                assert "healthcheck" in services[target], target
+        for mount in service.get("volumes", []):
+            source = mount.split(":")[0]
+            assert source.startswith((".", "/")) or source in volumes, (name, mount)
+        if "build" not in service:
+            continue
+        assert (ROOT / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
+        command = service["command"]
+        assert command[0] in IMAGE_PROGRAMS, command
+        if command[0] == "celery":
+            assert command[1:3] == ["-A", "worker.celery_app"]
+            importlib.import_module("worker.celery_app")
+        else:
+            parser = build_parser()
+            parser.parse_args(command[1:])
+        assert set(service["environment"]) <= settings_fields, set(service["environment"]) - settings_fields
+        probe = service.get("healthcheck", {}).get("test", [])
+        if probe[:3] == ["CMD", "python", "-c"]:
+            compile(probe[3], "healthcheck", "exec")
+
+
+# What NVIDIA's TensorRT container release notes state for each tag this project has used, and the
+# CUDA major onnxruntime-gpu wheels link (libcudart.so.N of libonnxruntime_providers_cuda.so, read
+# from the wheels). A new base tag or pin must be added here, with its source, before the image uses it.
+NGC_TENSORRT = {
+    "25.01": {"CUDA": "12.8", "cuDNN": "9.7", "TensorRT": "10.8", "Python": "3.12"},
+}
+ONNXRUNTIME_GPU_CUDA = {"1.22.0": 12, "1.23.2": 12, "1.24.4": 12, "1.25.1": 12}
+
+
+def _version_table() -> dict[str, str]:
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    section = text.split("## GPU image versions", 1)[1]
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) >= 2 and not set(cells[0]) <= {"-"}:
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def test_gpu_image_matches_the_version_table() -> None:
+    table = _version_table()
+    lines = instructions(ROOT / "Dockerfile.gpu")
+    base = [rest for keyword, rest in lines if keyword == "FROM"][-1]
+    assert base == table["base image"]
+    tag = re.fullmatch(r"nvcr\.io/nvidia/tensorrt:(\d\d\.\d\d)-py3", base)
+    assert tag, base
+    shipped = NGC_TENSORRT[tag.group(1)]
+    for component in ("CUDA", "cuDNN", "TensorRT", "Python"):
+        assert table[component] == shipped[component], component
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert Version(shipped["Python"]) in SpecifierSet(requires)
+    run = " ".join(rest for keyword, rest in lines if keyword == "RUN")
+    pins = dict(re.findall(r"\b(onnxruntime-gpu|polygraphy)==([\w.]+)", run))
+    assert pins == {"onnxruntime-gpu": table["onnxruntime-gpu"], "polygraphy": table["polygraphy"]}
+    assert ONNXRUNTIME_GPU_CUDA[pins["onnxruntime-gpu"]] == int(shipped["CUDA"].split(".")[0])
+    # the CPU wheel is removed: both provide the `onnxruntime` module
+    assert "pip uninstall --yes onnxruntime" in run
+    assert run.index("pip uninstall --yes onnxruntime") < run.index("onnxruntime-gpu==")

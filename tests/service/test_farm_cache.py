@@ -26,7 +26,7 @@ from persistence.repositories import (
     TeamRepository,
 )
 from reducer_core.cache import VerdictCache
-from tests.service.conftest import Processes, client_for, start_api
+from tests.service.conftest import Processes, client_for, scrape, start_api
 from tests.service.helpers import OP_PRESENT_MUL, chain_model, submit, wait_job
 from tests.service.web_harness import catalogue, chromium, embedded_service
 from worker.context import context_from_settings
@@ -212,7 +212,7 @@ def test_a_second_job_of_the_team_runs_no_check_and_another_team_runs_its_own(
         assert other["progress"]["checks_run"] == first["progress"]["checks_run"]
         assert other["progress"]["farm_cache_hits"] == 0
 
-    text = httpx.get(api_url + "/metrics").text
+    text = scrape(api_url)
     assert _metric(text, 'onnx_reducer_checks_total{team="team-a"}') == first["progress"]["checks_run"]
     assert _metric(text, 'onnx_reducer_checks_total{team="team-b"}') == other["progress"]["checks_run"]
     assert _metric(text, 'onnx_reducer_verdict_cache_hits_total{cache="farm",team="team-a"}') == len(checked)

@@ -13,10 +13,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import httpx
-
 from tests.service.commands import GPU_WORKER_COMMAND
-from tests.service.conftest import Processes, client_for, start_api
+from tests.service.conftest import Processes, client_for, scrape, start_api
 from tests.service.helpers import OP_PRESENT_MUL, chain_model, submit, wait_job
 
 MODEL = chain_model(6, 3).SerializeToString()
@@ -79,7 +77,7 @@ def test_workers_are_listed_team_neutrally_with_farm_metrics_and_go_offline_when
             b.get(f"/v1/jobs/{waiting_job}").json()["waiting_reason"]
             == "waiting for a free worker (1 can run it, all busy)"
         )
-        text = httpx.get(command_api_url + "/metrics").text
+        text = scrape(command_api_url)
         name = seen_by_a["name"]
         assert metric(text, "onnx_reducer_queue_depth", team="team-b", queue="cpu") == 1
         assert metric(text, "onnx_reducer_worker_busy", worker=name) == 1
@@ -88,7 +86,7 @@ def test_workers_are_listed_team_neutrally_with_farm_metrics_and_go_offline_when
         a.post(f"/v1/jobs/{busy_job}/cancel")
         done = wait_job(b, waiting_job)
         assert done["status"] == "succeeded" and done["waiting_reason"] is None
-        text = httpx.get(command_api_url + "/metrics").text
+        text = scrape(command_api_url)
         assert (
             metric(text, "onnx_reducer_checks_total", team="team-b") == done["progress"]["checks_run"]
         )  # the cancelled one ended unjudged

@@ -569,6 +569,20 @@ async function cancel() {
   }
 }
 
+async function deleteJob() {
+  if (!current) return;
+  const state = current;
+  $("delete-job").disabled = true;
+  clearError();
+  try {
+    await api(jobPath(state), { method: "DELETE" });
+    if (current === state) location.hash = "#/jobs";
+  } catch (err) {
+    showError(err);
+    $("delete-job").disabled = false;
+  }
+}
+
 // -- graphs --------------------------------------------------------------------------------------
 
 async function graphOf(state, name, maxNodes) {
@@ -694,6 +708,20 @@ export function bindJob() {
     cancel();
   });
   dialog.addEventListener("close", () => $("cancel-job").focus());
+  const deleting = $("delete-dialog");
+  $("delete-job").addEventListener("click", () => {
+    if (!current || $("delete-job").disabled) return;
+    deleting.showModal();
+    $("delete-keep").focus();
+  });
+  $("delete-keep").addEventListener("click", () => deleting.close("keep"));
+  $("delete-confirm").addEventListener("click", () => {
+    deleting.close("delete");
+    deleteJob();
+  });
+  deleting.addEventListener("close", () => {
+    if (deleting.returnValue !== "delete") $("delete-job").focus();
+  });
   for (const button of document.querySelectorAll("[data-verdict]")) {
     button.addEventListener("click", () => answer(button.dataset.verdict));
   }

@@ -1,0 +1,60 @@
+"""``DELETE /v1/jobs/{id}``: the job is cancelled first (a running one stops within seconds), then
+deleted with what only it refers to (``persistence.retention``)."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+
+from api.interactive import cancel_now
+from api.problems import ProblemError, not_found
+from api.services import Services
+from persistence.contracts import QUEUE_INTERACTIVE
+from persistence.enums import EventKind
+from persistence.repositories import CancelOutcome, EventRepository, JobRepository
+from persistence.retention import delete_finished_job
+
+STOP_WAIT_S = 15.0  # how long DELETE waits for a running job to stop before answering 409
+POLL_S = 0.25
+
+
+def _cancel(services: Services, team_id: str, job_id: str) -> int | None:
+    """Cancel the team's job (404 for another team's or a missing one); the event seq to announce."""
+    with services.db.session() as session:
+        jobs = JobRepository(session)
+        job = jobs.for_team(team_id, job_id)
+        if job is None:
+            raise not_found(f"Job '{job_id}'")
+        outcome = jobs.request_cancel(job.id)
+        if outcome is CancelOutcome.CANCELLED:
+            return EventRepository(session).append(job.id, EventKind.CANCELLED, {"status": "cancelled"}).seq
+        if outcome is CancelOutcome.REQUESTED and job.queue == QUEUE_INTERACTIVE:
+            return cancel_now(session, job)
+    return None
+
+
+def _still_there(services: Services, team_id: str, job_id: str) -> bool:
+    with services.db.session() as session:
+        return JobRepository(session).for_team(team_id, job_id) is not None
+
+
+async def delete_job(services: Services, team_id: str, job_id: str) -> None:
+    seq = await anyio.to_thread.run_sync(_cancel, services, team_id, job_id)
+    services.job_reads.forget(team_id, job_id)
+    if seq is not None:
+        services.notify(job_id, seq)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while True:
+        deleted = await anyio.to_thread.run_sync(delete_finished_job, services.db, services.layout, job_id)
+        if deleted is not None or not await anyio.to_thread.run_sync(_still_there, services, team_id, job_id):
+            services.job_reads.forget(team_id, job_id)
+            return
+        if time.monotonic() >= deadline:
+            raise ProblemError(
+                409,
+                "Job still stopping",
+                f"Job '{job_id}' was cancelled but has not stopped yet; send the DELETE again in a few seconds.",
+                headers={"Retry-After": "5"},
+            )
+        await anyio.sleep(POLL_S)

@@ -1,0 +1,101 @@
+"""Cancelling a job while its big model is being prepared (loading a 60k-node model takes seconds
+and checks no cancel flag) ends it within 2 s: the embedded server's job process ends the job and
+exits, freeing the model's memory; a Celery worker ends it and goes on (``worker.cancel_watch``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from examples.build_example_model import build_example_model
+from tests.service.commands import EMBEDDED_COMMAND
+from tests.service.conftest import BIN, Processes, client_for, start_api
+from tests.service.helpers import chain_model, free_port, start, submit, wait_http, wait_job
+from tests.service.test_embedded import _wait_for_child
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_cancel_reaches_a_job_in_preparation_within_2_s(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DATA_DIR")}
+    env.update(PATH=BIN + os.pathsep + env.get("PATH", ""), ONNX_REDUCER_HOME=str(tmp_path / "data"))
+    port = free_port()
+    server = start([*EMBEDDED_COMMAND, "--port", str(port)], env, tmp_path, tmp_path / "serve.log")
+    model = chain_model(60_000, 30_000).SerializeToString()
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + "/healthz")
+        server.wait_for("token create --team default", timeout=30)
+        token = subprocess.run(
+            ["onnx-reducer", "token", "create", "--team", "default"],
+            cwd=tmp_path,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        with client_for(url, token) as client:
+            response = submit(client, model)
+            assert response.status_code == 202, response.text
+            job_id = response.json()["id"]
+            child = _wait_for_child(server.popen.pid, "worker.local_child", timeout=60)
+            assert child is not None
+            work = tmp_path / "data" / "jobs" / job_id / "work"
+            deadline = time.monotonic() + 60
+            while not any(work.glob("process-*")) and time.monotonic() < deadline:
+                time.sleep(0.05)  # preparation has begun: the job process made its folder
+            assert any(work.glob("process-*"))
+            assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "running"
+
+            started = time.monotonic()
+            assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+            while client.get(f"/v1/jobs/{job_id}").json()["status"] != "cancelled" and time.monotonic() < started + 30:
+                time.sleep(0.05)
+            elapsed = time.monotonic() - started
+            job = client.get(f"/v1/jobs/{job_id}").json()
+            iterations = client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]
+        assert job["status"] == "cancelled"
+        assert elapsed < 2.0, f"cancel took {elapsed:.1f} s"
+        assert iterations == []  # it was still preparing: no check ran
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the job process (holding the model) did not exit"
+    finally:
+        server.stop()
+
+
+def test_cancel_reaches_a_celery_workers_preparation_within_2_s(
+    processes: Processes, tokens: dict[str, str], data_dir: Path
+) -> None:
+    """A farm worker (Celery, solo pool) keeps running; the job is ended at once all the same and
+    the worker then takes the next job."""
+    processes.worker()
+    url = start_api(processes)
+    model = chain_model(60_000, 30_000).SerializeToString()
+    with client_for(url, tokens["team-a"]) as client:
+        response = submit(client, model)
+        assert response.status_code == 202, response.text
+        job_id = response.json()["id"]
+        work = data_dir / "jobs" / job_id / "work"
+        deadline = time.monotonic() + 90
+        while not any(work.glob("process-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)  # preparation has begun: the worker made its folder
+        assert any(work.glob("process-*"))
+        started = time.monotonic()
+        assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+        while client.get(f"/v1/jobs/{job_id}").json()["status"] != "cancelled" and time.monotonic() < started + 30:
+            time.sleep(0.05)
+        elapsed = time.monotonic() - started
+        assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
+        assert elapsed < 2.0, f"cancel took {elapsed:.1f} s"
+        assert client.get(f"/v1/jobs/{job_id}/iterations").json()["items"] == []
+        after = submit(client, build_example_model().SerializeToString()).json()["id"]
+        assert wait_job(client, after)["status"] == "succeeded"  # the worker goes on
