@@ -223,6 +223,8 @@ def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
             raise not_found(f"Job '{job_id}'")
         flaky = JobRepository(session).flakiness(job_id) if job.checks_run else None
         out = _job_out(session, job, _workers_for(session, services, [job]), flaky=flaky)
+        if JobStatus(job.status).terminal:
+            out.verified, out.suspect = ArtifactRepository(session).verification(job_id)
         return with_dispatch(session, job, out, services.settings).model_dump_json().encode()
 
 
