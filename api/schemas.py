@@ -98,7 +98,9 @@ class JobOut(BaseModel):
     """A finished reduce job: how each model it hands over was verified, ``{min_bad, min_good}``,
     each ``{status, sha256, checks, verdict?, signature?}`` (null when not found); ``status``:
     ``judged`` (the very model a check judged), ``rechecked`` (checked once more as stored, and it
-    agreed), ``disagrees`` (it did not: the job failed with ``unverified-result``). Filled by
+    agreed), ``disagrees`` (it did not: the job failed with ``unverified-result``), or for an
+    interactive job whose stored model differs from the one the person judged ``not-rechecked``
+    (a person is not asked again). Filled by
     ``GET /v1/jobs/{id}`` (null in job lists)."""
     suspect: dict[str, Any] | None = None
     """The check fails whatever the model: ``{message, evidence, crash, verdict, signature,

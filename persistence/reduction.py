@@ -12,14 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.verification import JUDGED, Verified
+from engine.verification import JUDGED, MIN_BAD, MIN_GOOD, Verified, agrees
 from engine.workspace import Workspace
 from persistence.bundles import write_bundle
 from persistence.enums import ArtifactKind
+from persistence.repositories import IterationRepository
 from persistence.store import ArtifactStore, StoredBlob
 from reducer_core.candidate import Candidate
 from reducer_core.records import ReductionResult
 from reducer_core.session import SessionConfig
+from reducer_core.verdict import Pinning, Verdict, VerdictKind
+
+NOT_RECHECKED = "not-rechecked"  # an interactive job's final model differs from what the person judged
 
 
 def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
@@ -109,3 +113,29 @@ def store_final_models(
             blob = store.put_file(write_bundle(folder / f"{kind.value}.tar", [(model.name, model), (data.name, data)]))
         finals.append(FinalModel(kind, candidate, blob, meta, model))
     return finals
+
+
+def judged_blobs(
+    session: Any, job_id: str, result: ReductionResult, pinning: bool | Pinning
+) -> dict[ArtifactKind, StoredBlob]:
+    """The stored model a check of this job judged, for min-bad (a check reproduced the failure
+    on it) and min-good (every check of it passed), when that model references no weight file
+    (it is self-contained, so it can be handed over byte for byte)."""
+    iterations = IterationRepository(session)
+    judged: dict[ArtifactKind, StoredBlob] = {}
+    wanted = {ArtifactKind.MIN_BAD: (MIN_BAD, result.min_bad), ArtifactKind.MIN_GOOD: (MIN_GOOD, result.min_good)}
+    for kind, (which, candidate) in wanted.items():
+        if candidate is None:
+            continue
+        rows = iterations.judged(job_id, candidate.fingerprint)
+        verdicts = [
+            Verdict(VerdictKind(row.verdict or VerdictKind.INFRA_ERROR.value), row.signature or "") for row, _ in rows
+        ]
+        ok = [agrees(v, which, result.original, pinning) for v in verdicts]
+        if not ok or (which == MIN_GOOD and not all(ok)) or not any(ok):
+            continue
+        for (_, artifact), good in zip(rows, ok, strict=True):
+            if good and artifact is not None and not artifact.meta.get("weights"):
+                judged[kind] = StoredBlob(artifact.storage_key, artifact.sha256, artifact.size)
+                break
+    return judged

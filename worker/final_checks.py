@@ -38,10 +38,9 @@ from engine.verification import (
 )
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
 from persistence.models import Job, utcnow
-from persistence.reduction import FinalModel, store_final_models
+from persistence.reduction import FinalModel, judged_blobs, store_final_models
 from persistence.repositories import ArtifactRepository, EventRepository, IterationRepository, JobRepository
 from persistence.repositories.units import UnitRepository
-from persistence.store import StoredBlob
 from reducer_core.verdict import Pinning, Verdict, VerdictKind
 from worker.context import RunnerContext
 from worker.endings import deadline_of, end_job, end_payload, finish_locked, time_limit_message
@@ -82,21 +81,8 @@ def plan_finals(
     checks remain (under the job's row lock)."""
     result = reduction.result
     iterations = IterationRepository(session)
-    judged: dict[ArtifactKind, StoredBlob] = {}
     pinning = reduction.machine.config.pin_signature
-    for kind, candidate in ((ArtifactKind.MIN_BAD, result.min_bad), (ArtifactKind.MIN_GOOD, result.min_good)):
-        if candidate is None:
-            continue
-        rows = iterations.judged(job.id, candidate.fingerprint)
-        verdicts = [Verdict(_kind(row.verdict), row.signature or "") for row, _ in rows]
-        wanted = _WHICH[kind]
-        ok = [agrees(v, wanted, result.original, pinning) for v in verdicts]
-        if not rows or (wanted == MIN_GOOD and not all(ok)) or not any(ok):
-            continue
-        for (_, artifact), good in zip(rows, ok, strict=True):
-            if good and artifact is not None and not artifact.meta.get("weights"):
-                judged[kind] = StoredBlob(artifact.storage_key, artifact.sha256, artifact.size)
-                break
+    judged = judged_blobs(session, job.id, result, pinning)
     models = store_final_models(ctx.layout.store, prepared.workspace, result, prepared.work_dir, judged)
     located = result.localization is not None and result.localization.path == "layerwise"
     original_row = next(iter(iterations.list(job.id, 0, 1)), None)

@@ -29,6 +29,7 @@ from reducer_cli.client_output import job_lines
 from reducer_client import Job
 from tests.service.conftest import client_for
 from tests.service.helpers import OP_PRESENT_MUL, chain_model, submit
+from tests.service.web_harness import catalogue, chromium, embedded_service
 from worker.context import RunnerContext, context_from_settings
 from worker.run_job import run_job
 from worker.settings import WorkerSettings
@@ -157,3 +158,27 @@ def test_a_model_dependent_check_that_fails_every_candidate_is_not_flagged(
     assert job["status"] == "succeeded", job
     assert job["suspect"] is None
     assert exit_for_job(Job.from_json(job)) == EXIT_OK
+
+
+@pytest.mark.slow
+def test_the_job_page_says_what_was_verified_and_that_the_check_is_suspect(tmp_path: Path) -> None:
+    en = catalogue("en")
+    spec = f'kind: command\ncommand: ["{sys.executable}", /nonexistent/chek.py, "{{model}}"]\n'
+    with embedded_service(tmp_path, run_jobs=False) as service, client_for(service.url, service.token) as client:
+        settings = WorkerSettings(
+            database_url=f"sqlite:///{tmp_path / 'onnx-reducer.db'}",
+            data_dir=service.data_dir,
+            allow_command_checks=True,
+        )
+        ctx = context_from_settings(settings)
+        job_id = submit(client, chain_model(length=6, mul_at=3).SerializeToString(), spec).json()["id"]
+        run_job(job_id, ctx)
+        ctx.db.dispose()
+        with chromium() as browser:
+            browser.open(f"{service.url}/#/jobs/{job_id}")
+            browser.sign_in(service.token)
+            browser.wait(lambda d: browser.text("job-verified") != "", "the verified fact")
+            assert browser.text("job-verified") == f"{en['job.verified.min_bad']}: {en['job.verified.judged']}"
+            browser.wait(lambda d: browser.text("job-suspect-text").startswith(en["job.suspect"]), "the suspect check")
+            assert "cannot open the check script" in browser.text("job-suspect-text")
+            assert "can't open file" in browser.text("job-suspect-output")

@@ -250,6 +250,7 @@ function verification(job) {
 function verifiedStatus(status) {
   if (status === "judged") return t("job.verified.judged");
   if (status === "rechecked") return t("job.verified.rechecked");
+  if (status === "not-rechecked") return t("job.verified.not_rechecked");
   return t("job.verified.disagrees");
 }
 
