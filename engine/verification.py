@@ -189,23 +189,28 @@ def worth_preflight(records: Iterable[IterationRecord], localization: Localizati
 
 def identity_model(index: GraphIndex, ir_cap: int | None = None) -> onnx.ModelProto:
     """A trivial model unrelated to the original's nodes: one Identity per graph input (same
-    names, types and shapes), or a single Constant when the graph has no inputs."""
+    names, types and shapes), or a single Constant when the graph has no inputs. When the
+    original has Identity nodes itself (a check may look for them), the inputs are the outputs,
+    with no node at all."""
     source = index.model
     inputs = [i for i in source.graph.input if i.name in set(index.graph_inputs)]
     nodes: list[onnx.NodeProto] = []
     outputs: list[onnx.ValueInfoProto] = []
-    for number, value in enumerate(inputs):
-        name = f"onnx_reducer_identity_{number}"
-        nodes.append(helper.make_node("Identity", [value.name], [name], name=name))
-        out = onnx.ValueInfoProto()
-        out.CopyFrom(value)
-        out.name = name
-        outputs.append(out)
-    if not inputs:
+    if inputs and any(node.op_type == "Identity" for node in source.graph.node):
+        outputs = list(inputs)  # the inputs are the outputs: no node
+    elif inputs:
+        for number, value in enumerate(inputs):
+            name = f"onnx_reducer_identity_{number}"
+            nodes.append(helper.make_node("Identity", [value.name], [name], name=name))
+            out = onnx.ValueInfoProto()
+            out.CopyFrom(value)
+            out.name = name
+            outputs.append(out)
+    else:
         constant = helper.make_tensor("value", onnx.TensorProto.FLOAT, [1], [0.0])
         nodes.append(helper.make_node("Constant", [], ["onnx_reducer_constant"], value=constant))
         outputs.append(helper.make_tensor_value_info("onnx_reducer_constant", onnx.TensorProto.FLOAT, [1]))
-    graph = helper.make_graph(nodes, "onnx_reducer_trivial", list(inputs), outputs)
+    graph = helper.make_graph(nodes, "onnx_reducer_trivial", inputs, outputs)
     opset = [o for o in source.opset_import if o.domain in ("", "ai.onnx")] or [helper.make_opsetid("", 13)]
     model = helper.make_model(graph, opset_imports=opset, producer_name="onnx-reducer")
     ir = source.ir_version or model.ir_version

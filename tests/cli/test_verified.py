@@ -184,6 +184,24 @@ def test_the_trivial_model_has_the_inputs_and_runs() -> None:
     np.testing.assert_array_equal(session.run(None, {"x": feed})[0], feed)
 
 
+def test_the_trivial_model_of_a_model_with_identity_nodes_has_none() -> None:
+    """A check may look for Identity nodes (``op-present``): then the trivial model has no node."""
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"], name="id")],
+        "ids",
+        [info("x", TensorProto.FLOAT, [2])],
+        [info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    trivial = identity_model(GraphIndex.build(model))
+    onnx.checker.check_model(trivial)
+    assert not trivial.graph.node
+    assert [i.name for i in trivial.graph.input] == [o.name for o in trivial.graph.output] == ["x"]
+    session = ort.InferenceSession(trivial.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, {"x": np.ones(2, dtype=np.float32)})[0], np.ones(2))
+
+
 @pytest.mark.parametrize(
     ("output", "expected"),
     [
