@@ -431,6 +431,14 @@ class CommandLineRun(SlotSessionHooks):
         weights = self.ws.save_self_contained(candidate, path)
         if weights is not None:
             self.log.info(f"Weights of {path} written to {weights}")
+        clash = self._data_clash(path)
+        if clash is not None:
+            self.log.error(
+                f"{path} cannot be checked once more as written: its data file {clash.name} would replace a "
+                f"different file beside the iteration artifact. Write it to another folder, or name its data "
+                "with --save-external-data NAME."
+            )
+            return Verified(DISAGREES, _file_sha256(path))
         runs = self.session.machine.flakiness.repeats() if which == MIN_BAD and result.flakiness else 1
         checks, verdict = 0, None
         for _ in range(max(1, runs)):
@@ -441,19 +449,35 @@ class CommandLineRun(SlotSessionHooks):
                 return Verified(RECHECKED, _file_sha256(path), checks, verdict)
         return Verified(DISAGREES, _file_sha256(path), checks, verdict)
 
+    def _data_files(self, path: Path) -> list[tuple[Path, Path]]:
+        """(file beside ``path``, where it goes beside the checked artifact) for each data file
+        the written model references that exists and is not there already (under
+        --ignore-external-data a referenced file may be missing: the check sees what the file says)."""
+        place = self._original_place[1]
+        locations = modelio.referenced_locations(onnx.load(str(path), load_external_data=False))
+        pairs = [(path.parent / location, place.parent / location) for location in sorted(locations)]
+        return [(source, target) for source, target in pairs if source.exists() and not _same_path(source, target)]
+
+    def _data_clash(self, path: Path) -> Path | None:
+        """A data file of ``path`` whose place beside the checked artifact holds another file (the
+        user's own weights, say): it is never replaced."""
+        for source, target in self._data_files(path):
+            if target.exists() and not os.path.samefile(source, target):
+                return target
+        return None
+
     def _check_file(self, path: Path) -> tuple[Verdict, str]:
         """Run the check on the file ``path`` as it is: it is copied where the check that judged
-        the original reads its model (with the external-data files it references, linked)."""
+        the original reads its model (with the external-data files it references, linked there
+        for the check; ``_data_clash`` made sure none replaces another file)."""
         check, place = self._original_place
         place.parent.mkdir(parents=True, exist_ok=True)
         made: list[Path] = []
-        if path.resolve() != place.resolve():
+        if not (place.exists() and os.path.samefile(path, place)):
             shutil.copyfile(path, place)
-        for location in modelio.referenced_locations(onnx.load(str(path), load_external_data=False)):
-            source, target = path.parent / location, place.parent / location
-            if target.resolve() != source.resolve():
+        for source, target in self._data_files(path):
+            if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.unlink(missing_ok=True)
                 _link_or_copy(source, target)
                 made.append(target)
         try:
@@ -523,6 +547,10 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
 
 
 def _file_sha256(path: Path) -> str:

@@ -22,6 +22,7 @@ from reducer_core.graph import GraphIndex
 from tests.cli.helpers import ITER, checks_logged, fails_when_present, node, reduce, save_branchy, write_script
 
 JUDGED_LOG = "judged.log"
+ITER_IN_WORK = "work/polygraphy_debug.onnx"
 
 
 def sha256(path: str | Path) -> str:
@@ -228,3 +229,33 @@ def test_a_runtime_error_is_not_the_checks_own_crash() -> None:
     )
     assert checker_crash(runtime) is None
     assert checker_crash("mismatch: max abs error 3.2 > atol 1e-3") is None
+
+
+def test_a_model_with_external_data_is_checked_with_its_data_beside_it(in_tmp: Path) -> None:
+    onnx.save(weighted_model(), "model.onnx")
+    check = logging_check(fails_when_present(node("Q")))
+    code = reduce(
+        "model.onnx", "-o", "out/bad.onnx", "--save-external-data", "--summary-json", "summary.json", check=check
+    )
+    assert code == EXIT_OK
+    verified = summary()["verified"]
+    assert isinstance(verified, dict) and verified["min_bad"]["status"] == "rechecked"
+    assert Path("out/bad.onnx.data").is_file() and not Path("bad.onnx.data").exists(), "the link beside it is gone"
+    session = ort.InferenceSession("out/bad.onnx", providers=["CPUExecutionProvider"])
+    assert [n.name for n in onnx.load("out/bad.onnx").graph.node] == [node("Q")] and session.get_inputs()
+
+
+def test_a_data_file_never_replaces_another_file_beside_the_artifact(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The written model's data file has the name of a file of the user's beside the iteration
+    artifact: that file is left alone, and the written model is reported as not verified."""
+    onnx.save(weighted_model(), "model.onnx")
+    Path("work").mkdir()
+    Path("work/weights.bin").write_bytes(b"the user's own file")
+    script = logging_check(fails_when_present(node("Q")))[0]
+    options = ["-o", "out/bad.onnx", "--iter-artifact", ITER_IN_WORK, "--save-external-data", "weights.bin"]
+    code = reduce("model.onnx", *options, check=[script, ITER_IN_WORK])
+    assert code == EXIT_UNVERIFIED
+    assert Path("work/weights.bin").read_bytes() == b"the user's own file"
+    assert "cannot be checked once more as written" in capsys.readouterr().err
