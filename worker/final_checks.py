@@ -68,6 +68,7 @@ class Finals:
     nodes_after: int
     payload: dict[str, Any] = field(default_factory=dict)
     suspect: Suspect | None = None
+    repeats: int = 1  # runs a min-bad gets to reproduce the failure (a check known to be flaky: more)
 
     @property
     def complete(self) -> bool:
@@ -100,6 +101,7 @@ def plan_finals(
         original_output=(original_row.output_tail or "") if original_row is not None else "",
         nodes_after=len(result.min_bad),
         payload=payload,
+        repeats=max(1, reduction.machine.flakiness.repeats()) if result.flakiness is not None else 1,
     )
 
 
@@ -170,9 +172,15 @@ def _check_models(prepared: PreparedJob, finals: Finals) -> None:
         if model.local is None:
             continue
         which = _WHICH[model.kind]
-        verdict, output = prepared.check.run(model.local)
-        status = RECHECKED if agrees(verdict, which, finals.original, finals.pinning) else DISAGREES
-        verified = Verified(status, model.blob.sha256, 1, verdict)
+        runs = finals.repeats if which == MIN_BAD else 1  # failures are trusted, passes repeated
+        checks = 0
+        while True:
+            verdict, output = prepared.check.run(model.local)
+            checks += 1
+            status = RECHECKED if agrees(verdict, which, finals.original, finals.pinning) else DISAGREES
+            if status == RECHECKED or checks >= runs:
+                break
+        verified = Verified(status, model.blob.sha256, checks, verdict)
         model.meta["verified"] = verified.to_json()
         log.info("job %s: final check of %s: %s (%s)", finals.job_id, model.kind.value, status, verdict.kind.value)
         if status == DISAGREES:
