@@ -22,7 +22,7 @@ from api.intake_pool import IntakePool
 from api.job_cache import JobReadCache
 from api.metrics import install_metrics
 from api.problems import install_problem_handlers
-from api.routes import artifacts, events, graphs, health, jobs, me, workers
+from api.routes import artifacts, bundle, events, graphs, health, jobs, me, workers
 from api.services import Services
 from api.settings import ApiSettings
 from api.shared_reads import SharedReads
@@ -103,7 +103,7 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
     install_problem_handlers(app)
     install_metrics(app, registry, db, settings)
     app.add_middleware(ShedMiddleware, max_inflight=settings.max_inflight_requests, retry_after_s=1)
-    for module in (jobs, workers, events, artifacts, graphs, me, health):
+    for module in (jobs, workers, events, artifacts, bundle, graphs, me, health):
         app.include_router(module.router)
     _install_web_ui(app)
     _install_offline_docs(app)

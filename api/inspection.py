@@ -25,7 +25,7 @@ from reducer_core.errors import UsageError
 from reducer_core.strategies import MODES
 
 # the form's true/false fields, each with its value when left out (kept in the job's options)
-BOOL_FIELDS = {"reduce_inputs": True, "reduce_outputs": True, "pin_signature": True, "confirm_flaky": False}
+BOOL_FIELDS = {"reduce_inputs": True, "reduce_outputs": True, "pin_signature": True, "confirm_flaky": True}
 GOLDEN_FLOOR_BYTES = 64 * 1024**2  # what golden JSON may decode to at least (NPZ payloads inflate)
 
 
@@ -124,7 +124,7 @@ def _inspect(request: InspectRequest) -> Inspection:
         spec = _parse_spec(request)
     kind, needs_gpu = (spec.kind, spec.needs_gpu) if spec is not None else (INTERACTIVE_KIND, False)
     with about_field("mode"):
-        mode, options = _options(request.fields)
+        mode, options = _options(request.fields, interactive=spec is None)
     with about_field("task"):
         options |= _task(request.fields, spec)
     golden_format = None
@@ -204,13 +204,16 @@ def _refuse_golden_for_interactive(request: InspectRequest) -> None:
         raise ProblemError(422, "Invalid check spec", detail, errors=field_errors("golden", detail))
 
 
-def _options(fields: dict[str, str]) -> tuple[str, dict[str, Any]]:
+def _options(fields: dict[str, str], interactive: bool = False) -> tuple[str, dict[str, Any]]:
+    """The form's mode and true/false options (``BOOL_FIELDS``; ``confirm_flaky`` is off by default
+    for an interactive job: a person would be asked the same question again)."""
     mode = fields.get("mode", "auto").strip() or "auto"
     if mode not in MODES:
         raise ProblemError(422, "Invalid mode", f"mode '{mode[:50]}' is not one of: {', '.join(MODES)}.")
     options: dict[str, Any] = {}
     for name, default in BOOL_FIELDS.items():
-        raw = fields.get(name, str(default).lower()).strip().lower()
+        left_out = default and not (interactive and name == "confirm_flaky")
+        raw = fields.get(name, str(left_out).lower()).strip().lower()
         if raw not in ("true", "false", "1", "0"):
             detail = f"{name} must be true or false, not '{raw[:50]}'."
             raise ProblemError(422, "Invalid option", detail, errors=field_errors(name, detail))

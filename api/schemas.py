@@ -216,11 +216,12 @@ def job_from_row(
         "iterations": f"{base}/iterations",
         "min_bad": f"{base}/artifacts/min-bad",
         "min_good": f"{base}/artifacts/min-good",
+        "bundle": f"{base}/bundle",
         "original": f"{base}/artifacts/original",
         "cancel": f"{base}/cancel",
     }
     if task is JobTask.PRECISION:
-        links = {k: v for k, v in links.items() if k not in ("min_bad", "min_good")}
+        links = {k: v for k, v in links.items() if k not in ("min_bad", "min_good", "bundle")}
         links["mixed"] = f"{base}/artifacts/mixed"
     return JobOut(
         id=job.id,

@@ -60,6 +60,12 @@ def reach(source: str, target: str, expected: int, what: str) -> Failure:
     return Failure(label, "reach", "path_present.py", ("--from", source, "--to", target), expected, what)
 
 
+def body_node(name: str, expected: int) -> Failure:
+    """Fails when the named node is present anywhere, in or out of Loop/If bodies."""
+    label = f"body:{name}"
+    return Failure(label, "body", "body_node_present.py", ("--node", name), expected, "a culprit inside a body")
+
+
 def numeric(fault: str, bias: float = 1.0) -> Failure:
     label = f"numeric:{fault.split('/', 1)[1]}"
     args = ("--fault", fault, "--bias", str(bias))
@@ -118,6 +124,11 @@ FAILURES: dict[str, list[Failure]] = {
         pair("big10k/300/add", "big10k/1700/act"),
         op_present("Sigmoid"),
     ],
+    # Failures inside control-flow bodies: the ideal answer is the culprit out of its body (1
+    # node), or kept in its Loop and If when it reads the loop's condition (3 nodes).
+    "loop30": [body_node("body/culprit", 1)],
+    "if20": [body_node("else/culprit", 1)],
+    "nested2": [body_node("inner_then/culprit", 3)],
     # Polygraphy writes ~1 GB per iteration here (several minutes per run): one failure only.
     "big10k_1g": [
         node("big10k/1500/mul"),

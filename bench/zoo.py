@@ -13,6 +13,7 @@ Models (see bench/README.md):
 - ``multi_io``     2 inputs, 2 outputs, branches that cross.
 - ``dynamic``      a chain whose batch dimension is symbolic (dim_param "batch").
 - ``big10k``       10,000 nodes: 2,000 residual blocks Gather/Add/Mul/Tanh/Add, tiny weights.
+- ``loop30``, ``if20``, ``nested2``  failures inside Loop/If bodies (``control_flow_zoo.py``).
 - ``big10k_1g``    the same graph (same nodes, same names), but every Gather reads an
                    [8192, 16] float32 table in one external-data file: ~1 GB of weights.
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from control_flow_zoo import if_model, loop_model, nested_model
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
@@ -259,6 +261,9 @@ SMALL: dict[str, Callable[[], onnx.ModelProto]] = {
     "multi_io": multi_io,
     "dynamic": dynamic,
     "big10k": big10k,
+    "loop30": loop_model,
+    "if20": if_model,
+    "nested2": nested_model,
 }
 ALL_MODELS = (*SMALL, "big10k_1g")
 

@@ -4,9 +4,11 @@ slot's own working folder, with the slot's device.
     check = for_slot(check, folder=Path("onnx_reducer_slots/slot2"), extra_env={"CUDA_VISIBLE_DEVICES": "1"})
 
 A command (``--check``, or a spec of kind ``command``) runs with its working directory in
-``folder``, where the slot's iteration artifact has the name the command uses; the other kinds
-read the model path they are given and run in a private folder anyway, so only their environment
-changes. ``extra_env`` is added to the environment the check would have had."""
+``folder`` (``reducer_cli.slots``: a mirror of the working folder at the same path below the slot's
+root, so that relative paths mean what they mean without slots), where the slot's iteration
+artifact has the name the command uses; ``PWD`` names that folder, as a shell that changed into it
+would. The other kinds read the model path they are given and run in a private folder anyway, so
+only their environment changes. ``extra_env`` is added to the environment the check would have had."""
 
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ def for_slot(check: ModelCheck, folder: Path | None, extra_env: Mapping[str, str
     if isinstance(check, CommandCheck):
         base = os.environ if check.env is None else check.env
         cwd = folder if folder is not None else check.cwd
-        return dataclasses.replace(check, env={**base, **extra_env}, cwd=cwd, compiled=[])
+        here = {"PWD": str(folder)} if folder is not None and "PWD" in base else {}
+        return dataclasses.replace(check, env={**base, **here, **extra_env}, cwd=cwd, compiled=[])
     if isinstance(check, SpecCommandCheck):
         env = {**(safe_child_env() if check.env is None else check.env), **extra_env}
         return dataclasses.replace(check, env=env, cwd=folder if folder is not None else check.cwd)

@@ -28,8 +28,9 @@ NOT_RECHECKED = "not-rechecked"  # an interactive job's final model differs from
 
 def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
     """A job's session options: the command line's defaults; min-good always wanted (it is stored).
-    ``confirm_flaky`` (off unless asked: jobs stored before it existed resume unchanged) matters to
-    reduce jobs only: a precision job's session takes no ``SessionConfig``."""
+    ``confirm_flaky``: the api stores it with every new job (on unless the upload says false); a job
+    stored before it existed has none and keeps it off, so its saved session resumes unchanged. It
+    matters to reduce jobs only: a precision job's session takes no ``SessionConfig``."""
     return SessionConfig(
         mode=mode,
         reduce_inputs=bool(options.get("reduce_inputs", True)),

@@ -183,12 +183,31 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         "time. minimize: delta debugging, ends 1-minimal. auto (default): optimistic descent, "
         "then minimize; fewest checks for the smallest result.",
     )
-    parser.add_argument(
+    confirm = parser.add_mutually_exclusive_group()
+    confirm.add_argument(
         "--confirm-flaky",
+        dest="confirm_flaky",
         action="store_true",
-        help="The check may be flaky: re-check once each candidate that makes an answer of 2-3 nodes "
-        "look minimal (a flaky single culprit whose one-node candidate happened to pass shows no other "
-        "inconsistency). Inconsistent verdicts are re-checked without it. [onnx-reducer]",
+        default=None,
+        help="The default (but with interactive verdicts): an answer of 2-3 nodes gets up to 3 re-checks "
+        "of the candidates inside it that passed once (a flaky single culprit whose one-node candidate "
+        "happened to pass shows no other inconsistency); one-node answers and larger ones pay nothing. "
+        "[onnx-reducer]",
+    )
+    confirm.add_argument(
+        "--no-confirm-flaky",
+        dest="confirm_flaky",
+        action="store_false",
+        help="Take a 2-3-node answer as it is: no re-checks unless verdicts were inconsistent (then "
+        "they are re-checked anyway). Saves up to 3 checks with a check known to be deterministic. "
+        "[onnx-reducer]",
+    )
+    parser.add_argument(
+        "--no-reduce-bodies",
+        dest="reduce_bodies",
+        action="store_false",
+        help="Keep the bodies of Loop and If nodes whole, as Polygraphy does (by default they are "
+        "reduced too once the outer graph is minimal). [onnx-reducer]",
     )
     passes = parser.add_mutually_exclusive_group()
     passes.add_argument(
@@ -295,6 +314,13 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
     out.add_argument("-q", "--quiet", action="count", default=0, help="Less log output.")
     out.add_argument("--no-progress", dest="progress", action="store_false", help="No live progress line.")
     out.add_argument("--summary-json", default=None, help="[onnx-reducer] Write the final summary as JSON here.")
+    out.add_argument(
+        "--bundle",
+        default=None,
+        metavar="FILE.zip",
+        help="[onnx-reducer] Write a bug-report bundle here: min_bad/min_good models, the inputs min-bad sees, "
+        "the check, the environment and a repro.py that needs only onnx, onnxruntime and numpy.",
+    )
     _add_polygraphy_compat_args(parser)
     _add_spec_args(parser)
     _add_check_args(parser)
@@ -310,8 +336,10 @@ def _add_parallel_args(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="Run up to N checks at once (default 1, or one per --devices entry): the check the reduction "
         "waits for plus speculative ones it is likely to need next. Same answer as one at a time with a "
-        "deterministic check. Each slot writes its iteration artifact into its own folder, "
-        "onnx_reducer_slots/slotI/ (mirroring the working folder), and runs a --check command there.",
+        "deterministic check. Each slot writes its iteration artifact into its own folder and runs a --check "
+        "command there: a mirror of the working folder at the same path under onnx_reducer_slots/slotI/ (links "
+        "to the entries of each folder on the way, copies of small files), so relative paths ('..' too), "
+        "absolute paths and the environment mean what they mean with --jobs 1.",
     )
     group.add_argument(
         "--devices",

@@ -102,12 +102,21 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         default=None,
         help="Count any failure, not only one like the original's (as for reduce).",
     )
-    submit.add_argument(
+    confirm = submit.add_mutually_exclusive_group()
+    confirm.add_argument(
         "--confirm-flaky",
+        dest="confirm_flaky",
         action="store_true",
         default=None,
-        help="The check may be flaky: re-check once what makes an answer of 2 to 3 nodes look minimal "
-        "(as for reduce; the form field confirm_flaky).",
+        help="Re-check what makes an answer of 2 to 3 nodes look minimal, up to 3 checks (the server's "
+        "default, as for reduce; the form field confirm_flaky).",
+    )
+    confirm.add_argument(
+        "--no-confirm-flaky",
+        dest="confirm_flaky",
+        action="store_false",
+        default=None,
+        help="Take a 2-3-node answer as it is (as for reduce; sends confirm_flaky=false).",
     )
     submit.add_argument(
         "--idempotency-key",
@@ -128,6 +137,12 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="NAME",
         help="min-bad, min-good, mixed, original, golden or iteration-N (repeatable; default: min-bad and min-good, "
         "or mixed for a precision job).",
+    )
+    download.add_argument(
+        "--bundle",
+        action="store_true",
+        help="Download the bug-report bundle (bundle.zip: min-bad/min-good, the inputs min-bad sees, the check, "
+        "the worker's environment and a repro.py) instead of the models.",
     )
     cancel = _command(sub, common, "cancel", "Cancel a job.")
     cancel.add_argument("job", help="Job id or URL.")

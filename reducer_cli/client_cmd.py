@@ -235,6 +235,10 @@ def _download_cmd(client: ReducerClient, ns: argparse.Namespace, summary: Summar
     if job.status != "succeeded":
         log(f"[E] job {job.id} is {job.status}: it has no reduced model to download.")
         return exit_for_job(job)
+    if getattr(ns, "bundle", False):
+        summary.add_file(path := client.download_bundle(job.id, Path(ns.output_dir)))
+        log(f"[I] wrote {path} (unzip it and run `python repro.py`)")
+        return EXIT_OK
     _download(client, job.id, results_of(job), Path(ns.output_dir), summary)
     return EXIT_OK
 

@@ -34,8 +34,10 @@ def _reduce(ns: argparse.Namespace) -> int:
     )
 
     log = _reporter(ns)
-    if not ns.output and not ns.min_good:
-        raise UsageError("Give -o/--output (where to write the reduced model) and/or --min-good.")
+    if not ns.output and not ns.min_good and not ns.bundle:
+        raise UsageError("Give -o/--output (where to write the reduced model), --min-good and/or --bundle FILE.zip.")
+    if ns.bundle and ns.check is None and ns.check_spec is None:
+        raise UsageError("--bundle needs a check repro.py can run: give --check COMMAND or --check-spec SPEC.")
     plan = plan_from_args(ns)
     check = build_check(ns)
     if plan.parallel and ns.check is None and getattr(ns, "check_spec", None) is None:

@@ -46,9 +46,11 @@ from engine.verification import (
 )
 from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.args import EXIT_OK, EXIT_SUSPECT, EXIT_UNVERIFIED
+from reducer_cli.bundle_cmd import write_cli_bundle
 from reducer_cli.progress import ProgressReporter
-from reducer_cli.slots import SlotFolders, SlotPlan, slot_plan, slot_relative, top_level_names
+from reducer_cli.slots import SlotFolders, SlotPlan, refuse_absolute_artifact, slot_plan, slot_relative
 from reducer_core import modelio
+from reducer_core.bodies import describe
 from reducer_core.cache import cache_key
 from reducer_core.candidate import Candidate
 from reducer_core.errors import UsageError
@@ -138,9 +140,19 @@ def config_from_args(args: argparse.Namespace) -> SessionConfig:
         reduce_outputs=args.reduce_outputs,
         pin_signature=args.pin_signature,
         localize=args.localize,
-        min_good=bool(args.min_good),
-        confirm_flaky=bool(getattr(args, "confirm_flaky", False)),
+        min_good=bool(args.min_good or getattr(args, "bundle", None)),  # a bundle carries min-good
+        confirm_flaky=confirms_flaky(args),
+        reduce_bodies=getattr(args, "reduce_bodies", True),
     )
+
+
+def confirms_flaky(args: argparse.Namespace) -> bool:
+    """``--confirm-flaky``/``--no-confirm-flaky``; by default on, but for interactive verdicts (no
+    ``--check`` and no ``--check-spec``: a person would be asked the same question again)."""
+    asked = getattr(args, "confirm_flaky", None)
+    if asked is not None:
+        return bool(asked)
+    return args.check is not None or getattr(args, "check_spec", None) is not None
 
 
 def plan_from_args(args: argparse.Namespace) -> SlotPlan:
@@ -153,6 +165,8 @@ def plan_from_args(args: argparse.Namespace) -> SlotPlan:
             slot_relative("--iter-info", args.iteration_info)
         for artifact in args.artifacts or ():
             slot_relative("--artifacts", artifact)
+        working = [str(Path.cwd()), *([os.environ["PWD"]] if "PWD" in os.environ else [])]
+        refuse_absolute_artifact(args.check or (), args.iter_artifact, working)
     return plan
 
 
@@ -254,9 +268,9 @@ class CommandLineRun(SlotSessionHooks):
             self._original_place = (check, path)
 
     def _create_slots(self) -> None:
-        relative = [self.iter_path] + [Path(p) for p in (self.args.iteration_info, *(self.args.artifacts or ())) if p]
-        private = top_level_names(relative) | top_level_names([Path(loc) for loc in self.ws.sources.files])
-        slots = SlotFolders(Path.cwd(), self.plan.jobs, private)
+        written = [Path(p) for p in (self.args.iteration_info, *(self.args.artifacts or ())) if p]
+        weights = [self.iter_path.parent / loc for loc in self.ws.sources.files]
+        slots = SlotFolders(Path.cwd(), self.plan.jobs, [self.iter_path, *written, *weights])
         slots.create()
         self.slots = slots  # only now ours to remove (create refuses a folder it did not make)
         for slot in range(1, self.plan.jobs + 1):
@@ -403,6 +417,8 @@ class CommandLineRun(SlotSessionHooks):
         self._describe(result.min_bad)
         if self.suspect is not None:
             self.log.error(self.suspect.message + "\n==== the original's failure output ====\n" + self.suspect.output)
+        if getattr(self.args, "bundle", None):
+            write_cli_bundle(self.args, self.ws, result, self.session.check, self.log)
 
     def _say_written(self, what: str, path: str, verified: Verified) -> None:
         if verified.status == JUDGED:
@@ -507,7 +523,7 @@ class CommandLineRun(SlotSessionHooks):
 
     def _describe(self, candidate: Candidate) -> None:
         if len(candidate) <= 10:
-            labels = ", ".join(self.ws.index.label(n) for n in sorted(candidate.nodes))
+            labels = ", ".join(describe(self.ws.index, candidate))
             self.log.info(f"Minimal failing nodes: {labels}")
 
     def discard_skip_current_replay(self) -> None:
@@ -564,7 +580,7 @@ def write_summary_json(
         **(extra or {}),
         "nodes_before": result.nodes_before,
         "nodes_after": len(result.min_bad),
-        "min_bad_nodes": [index.label(n) for n in sorted(result.min_bad.nodes)],
+        "min_bad_nodes": describe(index, result.min_bad),  # a node's label, with what its body keeps
         "min_good_nodes": len(result.min_good) if result.min_good is not None else None,
         "checks_run": result.checks_run,
         "cache_hits": result.cache_hits,

@@ -185,7 +185,7 @@ class ReducerClient:
         external-data files lie next to it: those are bundled on the fly; or a prepared
         ``UploadSource``, see ``model_source``) with a check spec (YAML or JSON text); ``task``:
         ``reduce`` (the server's default) or ``precision`` (which nodes must stay fp32); an option left
-        ``None`` is not sent (the server's default; ``confirm_flaky``: off). Streamed from
+        ``None`` is not sent (the server's default; ``confirm_flaky``: on). Streamed from
         disk; ``progress(sent, total)`` sees the file bytes go out. Retries reuse one
         ``Idempotency-Key`` (a new one unless given), so at most one job is created."""
         key = idempotency_key or uuid.uuid4().hex
@@ -336,13 +336,21 @@ class ReducerClient:
         """Stream an artifact (``min-bad``, ``min-good``, ``original``, ``golden``, ``iteration-N``) to
         ``directory/filename`` (default: the artifact's name with the server's suffix: ``.onnx``, or
         ``.tar`` for a model with external weights, which holds the model and its weight files)."""
-        directory.mkdir(parents=True, exist_ok=True)
         path = self._path(job_id, "artifacts", quote(artifact, safe=""))
+        return self._stream_to(path, directory, lambda response: filename or f"{artifact}{_suffix_from(response)}")
+
+    def download_bundle(self, job_id: str, directory: Path, *, filename: str = "bundle.zip") -> Path:
+        """Stream a finished reduce job's bug-report bundle (a zip: min-bad/min-good, the inputs
+        min-bad sees, the check, the worker's environment, ``repro.py``, README) to ``directory``."""
+        return self._stream_to(self._path(job_id, "bundle"), directory, lambda response: filename)
+
+    def _stream_to(self, path: str, directory: Path, name: Callable[[httpx.Response], str]) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
         attempts = max(1, self.retry.attempts)
         for attempt in range(1, attempts + 1):
             response = self._send(lambda: self._http.build_request("GET", path), stream=True)
             try:
-                return self._save(response, directory, filename or f"{artifact}{_suffix_from(response)}")
+                return self._save(response, directory, name(response))
             except _RETRYABLE_TRANSPORT as exc:
                 if attempt == attempts:
                     raise self._unreachable(exc, attempt) from exc

@@ -1,6 +1,9 @@
 """A candidate is a set of node indices of the prepared graph, optionally with a *primary* node
 whose inputs stay graph inputs while other boundary tensors may be frozen to constants
-(Polygraphy's input-side reduction)."""
+(Polygraphy's input-side reduction), and optionally with edits inside control-flow bodies:
+``body`` holds the hierarchical ids of the body nodes removed (``"5/body/12"``: node 12 of the
+``body`` of top-level node 5; ``"5/then_branch/3/body/0"`` one level deeper) and ``"5/inline"``
+when node 5 is replaced by what is left of its body (``reducer_core.bodies``)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from functools import cached_property
 class Candidate:
     nodes: frozenset[int]
     primary: int | None = None
+    body: frozenset[str] = frozenset()
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -23,14 +27,24 @@ class Candidate:
         digest = hashlib.sha256(",".join(map(str, sorted(self.nodes))).encode())
         if self.primary is not None:
             digest.update(f"|primary={self.primary}".encode())
+        if self.body:  # a candidate without body edits keeps the fingerprint it always had
+            digest.update(("|body=" + ",".join(sorted(self.body))).encode())
         return digest.hexdigest()[:24]
 
     def to_json(self) -> dict[str, object]:
-        return {"nodes": sorted(self.nodes), "primary": self.primary}
+        data: dict[str, object] = {"nodes": sorted(self.nodes), "primary": self.primary}
+        if self.body:
+            data["body"] = sorted(self.body)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> Candidate:
         nodes = data["nodes"]
         primary = data.get("primary")
-        assert isinstance(nodes, list)
-        return cls(frozenset(int(n) for n in nodes), int(primary) if isinstance(primary, int) else None)
+        body = data.get("body") or []
+        assert isinstance(nodes, list) and isinstance(body, list)
+        return cls(
+            frozenset(int(n) for n in nodes),
+            int(primary) if isinstance(primary, int) else None,
+            frozenset(str(b) for b in body),
+        )

@@ -105,11 +105,7 @@ def _loop_outputs(model: onnx.ModelProto, node: onnx.NodeProto, types: TypeMap) 
     if body is None:
         return []
     initial = [types.get(name) if name else None for name in node.input[2:]]
-    call_types: list[onnx.TypeProto | None] = [
-        helper.make_tensor_type_proto(onnx.TensorProto.INT64, []),
-        helper.make_tensor_type_proto(onnx.TensorProto.BOOL, []),
-        *initial,
-    ]
+    call_types = loop_call_types(node, types)
     produced = infer_body(model, body, call_types, types)
     carried = produced[1 : 1 + len(initial)]
     scanned = produced[1 + len(initial) :]
@@ -134,6 +130,27 @@ def infer_body(
 ) -> list[onnx.TypeProto | None]:
     """The types of ``body``'s outputs, inferred on the body alone: its inputs typed by
     ``call_types`` (None keeps the declared type) and its outer-scope reads by ``outer``."""
+    inferred = infer_body_graph(model, body, call_types, outer)
+    if inferred is None:
+        return [None for _ in body.output]
+    known = type_map(inferred)
+    return [known.get(output.name) if has_shape(known.get(output.name)) else None for output in body.output]
+
+
+def loop_call_types(node: onnx.NodeProto, outer: TypeMap) -> list[onnx.TypeProto | None]:
+    """The types a Loop passes its body: iteration number, condition, initial carried values."""
+    return [
+        helper.make_tensor_type_proto(onnx.TensorProto.INT64, []),
+        helper.make_tensor_type_proto(onnx.TensorProto.BOOL, []),
+        *(outer.get(name) if name else None for name in node.input[2:]),
+    ]
+
+
+def infer_body_graph(
+    model: onnx.ModelProto, body: onnx.GraphProto, call_types: Sequence[onnx.TypeProto | None], outer: TypeMap
+) -> onnx.GraphProto | None:
+    """``body`` inferred on its own (see ``infer_body``), with every tensor's type it could find
+    in its value_info; None when inference fails."""
     graph = onnx.GraphProto()
     graph.CopyFrom(body)
     for info, call_type in zip(graph.input, call_types, strict=False):
@@ -151,9 +168,8 @@ def infer_body(
         if complete_control_flow_shapes(inferred):  # a Loop or If nested in the body
             inferred = onnx.shape_inference.infer_shapes(inferred, strict_mode=False, data_prop=True)
     except (onnx.shape_inference.InferenceError, ValueError, RuntimeError):
-        return [None for _ in body.output]
-    known = type_map(inferred.graph)
-    return [known.get(output.name) if has_shape(known.get(output.name)) else None for output in body.output]
+        return None
+    return inferred.graph
 
 
 def _merge(a: onnx.TypeProto | None, b: onnx.TypeProto | None) -> onnx.TypeProto | None:

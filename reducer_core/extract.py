@@ -11,7 +11,10 @@ Rules (ARCHITECTURE.md §2):
   no-longer-read outputs marked either: they stay dangling, as in Polygraphy's subgraphs. Only a
   node none of whose outputs would be marked (it was dead in the original) has all of them marked;
 - opset imports, IR version (capped), metadata, model-local functions and nested bodies (which
-  keep their outer-scope references, now satisfied by inputs or initializers) are preserved.
+  keep their outer-scope references, now satisfied by inputs or initializers) are preserved;
+- a candidate with body edits (``Candidate.body``) has its Loop/If bodies rewritten by
+  ``reducer_core.bodies``: the tensors it hoists become graph inputs after the others; an
+  inlined node's body nodes take its place (their inputs and dangling outputs become the graph's).
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from reducer_core import bodies
 from reducer_core.candidate import Candidate
 from reducer_core.errors import MissingTypeError
-from reducer_core.graph import GraphIndex
+from reducer_core.graph import GraphIndex, node_reads
 
 
 def boundary_inputs(index: GraphIndex, nodes: frozenset[int]) -> list[str]:
@@ -134,10 +138,54 @@ def extract(
     node's inputs and have a value here become constants instead of graph inputs (Polygraphy's
     branch freezing on the input side).
     """
+    if candidate.body:
+        return _extract_edited(index, candidate, ir_version_cap)
     model, order, inner = _extract_light(index, candidate, frozen_values, ir_version_cap)
     graph = model.graph
     graph.node.extend(index.nodes[n] for n in order)
     graph.value_info.extend(_value_info(index, name, required=False) for name in inner)
+    return model
+
+
+def _extract_edited(index: GraphIndex, candidate: Candidate, ir_version_cap: int | None) -> onnx.ModelProto:
+    edited = bodies.edit(index, candidate.nodes, candidate.body)
+    if edited.inlined:
+        return _extract_inlined(index, edited, ir_version_cap)
+    model, _, inner = _extract_light(index, Candidate(candidate.nodes), None, ir_version_cap)
+    graph = model.graph
+    graph.node.extend(edited.nodes)
+    graph.input.extend(_typed(name, tensor_type) for name, tensor_type in edited.hoisted.items())
+    graph.value_info.extend(_value_info(index, name, required=False) for name in inner)
+    return model
+
+
+def _typed(name: str, tensor_type: onnx.TypeProto | None) -> onnx.ValueInfoProto:
+    info = onnx.ValueInfoProto(name=name)
+    if tensor_type is not None:
+        info.type.CopyFrom(tensor_type)
+    return info
+
+
+def _extract_inlined(index: GraphIndex, edited: bodies.Edited, ir_version_cap: int | None) -> onnx.ModelProto:
+    """A model of the nodes left in one body: what they read and nothing produces becomes a
+    graph input (an initializer when it is one), what no node of them reads a graph output."""
+    model = _copy_model_shell(index.model, ir_version_cap)
+    graph = model.graph
+    produced = {name for node in edited.nodes for name in node.output if name}
+    consumed = {name for node in edited.nodes for name in node_reads(node)}
+    read = dict.fromkeys(name for node in edited.nodes for name in node_reads(node) if name not in produced)
+    for name in read:
+        if name in index.initializers:
+            graph.initializer.append(index.initializers[name])
+        elif name in edited.hoisted:
+            graph.input.append(_typed(name, edited.hoisted[name]))
+        else:
+            graph.input.append(_value_info(index, name, required=True))
+    graph.node.extend(edited.nodes)
+    for node in edited.nodes:
+        graph.output.extend(
+            _typed(name, edited.types.get(name)) for name in node.output if name and name not in consumed
+        )
     return model
 
 
@@ -186,6 +234,9 @@ def extract_bytes(
     ir_version_cap: int | None = None,
 ) -> bytes:
     """``extract(...).SerializeToString()``, parsed equal, built from pre-serialized pieces."""
+    if candidate.body:  # rewritten bodies: no pre-serialized pieces to reuse
+        edited: bytes = extract(pieces.index, candidate, frozen_values, ir_version_cap).SerializeToString()
+        return edited
     model, order, inner = _extract_light(pieces.index, candidate, frozen_values, ir_version_cap)
     graph = model.graph.SerializeToString()
     body = b"".join([graph, *(pieces.nodes[n] for n in order), *map(pieces.value_info, inner)])

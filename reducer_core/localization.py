@@ -5,8 +5,11 @@
 2. ``find_suspect`` takes the first one whose kind matches the original failure (``nonfinite``
    for an overflow, ``tolerance`` otherwise) and proposes its producer node alone.
 3. ``min_good_probes``: candidates next to a minimal failing one that may pass (its producers
-   without it, then its consumers without it), so that a run settled by localisation, or a
-   strategy that saw no clean pass, still has a closest passing model to offer."""
+   without it, then its consumers without it, then the nodes the layerwise run showed in
+   tolerance: every node before the first mismatching tensor), so that a run settled by
+   localisation, or a strategy that saw no clean pass, still has a closest passing model to offer.
+   On real exports the neighbours often fail too: a producer that alone is off by more than the
+   tolerance in fp16, consumers that read the overflowing tensor."""
 
 from __future__ import annotations
 
@@ -69,10 +72,14 @@ def find_suspect(space: SearchSpace, layerwise: LayerwiseResult, original: Verdi
     return Suspect(reason, Candidate(frozenset({producer})), tensor)
 
 
-def min_good_probes(space: SearchSpace, min_bad: Candidate) -> list[Candidate]:
+def min_good_probes(
+    space: SearchSpace, min_bad: Candidate, layerwise: LayerwiseResult | None = None
+) -> list[Candidate]:
     """Passing-model candidates beside ``min_bad``, cheapest first: the nodes feeding it, then the
     nodes it feeds (whole upstream / downstream cones where the user keeps the model's inputs /
-    outputs fixed), each without ``min_bad`` and within the search space's constraints."""
+    outputs fixed), each without ``min_bad`` and within the search space's constraints; then, with
+    a ``layerwise`` run, every node before the producer of its first mismatching tensor (node order
+    is topological: the largest candidate whose every tensor the layerwise run found in tolerance)."""
     index, nodes = space.index, min_bad.nodes
     if space.reduce_inputs:
         upstream = frozenset[int]().union(*(index.preds[n] for n in nodes))
@@ -82,9 +89,21 @@ def min_good_probes(space: SearchSpace, min_bad: Candidate) -> list[Candidate]:
         downstream = frozenset[int]().union(*(index.succs[n] for n in nodes))
     else:
         downstream = index.descendants(nodes, space.start)
+    sides = [upstream, downstream]
+    first = first_mismatch_node(space, layerwise) if layerwise is not None else None
+    if first is not None:
+        sides.append(frozenset(n for n in space.start if n < first))
     probes: list[Candidate] = []
-    for side in (upstream, downstream):
+    for side in sides:
         candidate = space.candidate(side - nodes)
         if candidate.nodes and candidate not in probes:
             probes.append(candidate)
     return probes
+
+
+def first_mismatch_node(space: SearchSpace, layerwise: LayerwiseResult) -> int | None:
+    """The earliest node (in node order) producing a tensor the layerwise run found mismatching;
+    None without one. Reads the compact result: the first mismatch of each kind is kept."""
+    producers = [space.index.producer.get(tensor) for _, tensor in layerwise.mismatches]
+    found = [p for p in producers if p is not None]
+    return min(found) if found else None

@@ -38,7 +38,9 @@ class _Records:
 class Reduction:
     """Run ``strategy`` to the end, asking ``oracle(candidate, iteration)`` only for candidates not
     in ``cache``. ``pin_signature``: count a candidate as failing only when it fails like the
-    original. ``should_stop`` is polled between checks; ``on_iteration`` sees every verdict."""
+    original. ``should_stop`` is polled between checks; ``on_iteration`` sees every verdict;
+    ``confirm_flaky``: ``SessionConfig.confirm_flaky`` (a 2-3-node answer's passing candidates
+    are checked again, so ``oracle`` may see a candidate twice)."""
 
     def __init__(
         self,
@@ -49,6 +51,7 @@ class Reduction:
         on_iteration: Callable[[IterationRecord], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         infra_retries: int = 2,
+        confirm_flaky: bool = True,
     ) -> None:
         space = strategy.space
         config = SessionConfig(
@@ -57,6 +60,7 @@ class Reduction:
             reduce_outputs=space.reduce_outputs,
             pin_signature=pin_signature,
             infra_retries=infra_retries,
+            confirm_flaky=confirm_flaky,
         )
         listener = _Records(on_iteration or (lambda record: None))
         self.machine = ReductionMachine(space.index, config, cache, listener, strategy)

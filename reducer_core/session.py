@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Generator
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol
 
+from reducer_core.body_reduction import BodySearch
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.errors import CheckInfraError, GoalUnreachableError, OriginalDidNotFailError, ReplayMismatchError
@@ -43,10 +44,13 @@ STATE_VERSION = 1
 class SessionConfig:
     """What a session does. ``localize``: run the accuracy flowchart first (compare/golden checks);
     ``not_localized``: why not, when a spec check does not (reported as the localisation's reason);
-    ``min_good``: spend up to two checks on a passing model next to the result when none was seen.
-    ``confirm_flaky``: the check may be flaky; re-check once what makes an answer of 2 to
-    ``CONFIRM_LIMIT`` nodes look minimal, although nothing was inconsistent (off by default: a
-    deterministic check never has a candidate checked twice).
+    ``min_good``: spend up to three checks on a passing model next to the result when none was seen
+    (``reducer_core.localization.min_good_probes``).
+    ``confirm_flaky`` (on by default): an answer of 2 to ``CONFIRM_LIMIT`` nodes that nothing showed
+    inconsistent gets up to ``CONFIRM_LIMIT`` re-checks of the candidates inside it that passed
+    once (what made it look minimal: a flaky single culprit whose one-node candidate happened to
+    pass ends there). A deterministic check pays those re-checks on such answers only: none on a
+    one-node or larger answer. ``Goal.FAILURE`` sessions only.
     ``goal``: ``Goal.PASS`` looks for the smallest node set with which the check passes (the nodes
     kept in fp32 of ``onnx-reducer precision``): the empty set is the original (it must not pass),
     the whole set must pass, and neither localisation nor min-good probes apply."""
@@ -59,21 +63,34 @@ class SessionConfig:
     min_good: bool = False
     infra_retries: int = 2
     not_localized: str = field(default="", compare=False)
-    confirm_flaky: bool = False
+    confirm_flaky: bool = True
     goal: Goal = Goal.FAILURE
+    reduce_bodies: bool = True
+    """Reduce inside the bodies of the Loop/If nodes left once the outer graph is minimal
+    (``reducer_core.body_reduction``); False keeps them whole, as Polygraphy does."""
+
+    @property
+    def confirms(self) -> bool:
+        """Whether small answers are confirmed (``confirm_flaky`` means nothing to ``Goal.PASS``)."""
+        return self.confirm_flaky and self.goal is Goal.FAILURE
 
     def space(self, index: GraphIndex) -> SearchSpace:
         subgraphs = self.goal is Goal.FAILURE
         return SearchSpace(index, index.all_nodes(), self.reduce_inputs, self.reduce_outputs, subgraphs)
 
     def to_json(self) -> dict[str, Any]:
-        """The fields that decide which checks run (and so must match on resume); ``goal`` and
-        ``confirm_flaky`` only when not the default (sessions saved before them resume unchanged)."""
-        skip = {"infra_retries", "not_localized", "goal"} | ({"confirm_flaky"} if not self.confirm_flaky else set())
+        """The fields that decide which checks run (and so must match on resume); ``goal`` only when
+        not the default and ``confirm_flaky`` only when on (sessions saved before them, and a
+        session saved without confirmation, resume unchanged: ``_check_state``)."""
+        skip = {"infra_retries", "not_localized", "goal", "confirm_flaky"}
         saved = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        if self.confirms:
+            saved["confirm_flaky"] = True
         saved["pin_signature"] = _pinning_json(Pinning.of(self.pin_signature))
         if self.goal is not Goal.FAILURE:
             saved["goal"] = self.goal.value
+        if "reduce_bodies" in saved and self.reduce_bodies:
+            del saved["reduce_bodies"]  # the default: sessions saved before it resume unchanged
         return saved
 
 
@@ -194,6 +211,7 @@ class ReductionMachine:
         self.flakiness = FlakinessTracker()
         self._verified: Strategy | None = None  # the search again, once the check proved flaky
         self._probed_good: Candidate | None = None
+        self._bodies: BodySearch | None = None  # the second level: inside Loop/If bodies
         self._flow: _Flow = self._run()
         self._step: _Step | None = None
         self._started = False
@@ -246,12 +264,16 @@ class ReductionMachine:
     def best_bad(self) -> Candidate:
         if self._found is not None:
             return self._found
+        if self._bodies is not None:
+            return self._bodies.best_bad
         return self.strategy.best_bad if self._verified is None else self._verified.best_bad
 
     @property
     def min_good(self) -> Candidate | None:
         search = self.strategy if self._verified is None else self._verified
         good = search.best_good if self._found is None else None
+        if self._bodies is not None and self._bodies.best_good is not None:
+            good = self._bodies.best_good
         return good if good is not None else self._probed_good
 
     @property
@@ -343,6 +365,7 @@ class ReductionMachine:
             self._found = yield from self._localize(original)
         if self._found is None:
             yield from self._reduce(original)
+            yield from self._reduce_bodies()
         if self.config.min_good and self.min_good is None:
             self._probed_good = yield from self._probe_min_good()
 
@@ -392,23 +415,42 @@ class ReductionMachine:
             strategy.observe(candidate, failed, passed)
             if self.flakiness.flaky:
                 break  # what the search did next was steered by passes that may be false
-        if self.config.confirm_flaky and self.flakiness.status is Status.UNKNOWN:
+        if self.config.confirms and self.flakiness.status is Status.UNKNOWN:
             yield from self._confirm_small_answer()
         if self.flakiness.flaky:
             yield from self._reduce_verified()
 
+    def _reduce_bodies(self) -> _Flow:
+        """Hierarchical delta debugging's second level (``reducer_core.body_reduction``): inside
+        the bodies of the Loop/If nodes of the minimal outer answer. Not for a flaky check, nor
+        with inputs or outputs pinned (hoisted body tensors become graph inputs)."""
+        space = self.strategy.space
+        if self.flakiness.flaky or not (self.config.reduce_bodies and space.reduce_inputs and space.reduce_outputs):
+            return
+        bodies = BodySearch.start(self.index, self.strategy.best_bad, self.config.mode)
+        if bodies is None:
+            return
+        self._bodies = bodies
+        while (candidate := bodies.propose()) is not None:
+            verdict = yield _CheckStep(candidate, bodies.phase)
+            assert isinstance(verdict, Verdict)
+            bodies.observe(candidate, self._reproduces(verdict), self._clean_miss(verdict))
+
     def _confirm_small_answer(self) -> Generator[_Step, Answer, None]:
-        """An answer of 2 to ``CONFIRM_LIMIT`` nodes: re-check once each candidate inside it that
-        passed (at most ``CONFIRM_LIMIT``; ``SessionConfig.confirm_flaky``). A flaky single culprit
-        ends here when the one-node candidate happened to pass and nothing else was inconsistent;
-        a deterministic check pays these re-checks and nothing else."""
+        """An answer of 2 to ``CONFIRM_LIMIT`` nodes: ``CONFIRM_LIMIT`` re-checks, taking in turn the
+        candidates inside it that passed their one run, largest first (``SessionConfig.confirm_flaky``).
+        A flaky single culprit ends here when the one-node candidate happened to pass and nothing else
+        was inconsistent; a failing re-check makes the check flaky and the verified search finds the
+        culprit. A deterministic check pays these re-checks and nothing else."""
         best = self.strategy.best_bad
         if not 2 <= len(best) <= CONFIRM_LIMIT:
             return
-        for candidate in self.flakiness.passing_inside(best)[:CONFIRM_LIMIT]:
-            verdict = yield _CheckStep(candidate, "flaky-confirm", 1)
-            assert isinstance(verdict, Verdict)
-            self._record_run(candidate, 1, verdict)
+        inside = self.flakiness.passing_inside(best)
+        for turn in range(CONFIRM_LIMIT if inside else 0):
+            candidate = inside[turn % len(inside)]
+            repeat = self.flakiness.runs(candidate)
+            verdict = yield _CheckStep(candidate, "flaky-confirm", repeat)
+            self._record_run(candidate, repeat, verdict)
             if self.flakiness.flaky:
                 return
 
@@ -457,7 +499,7 @@ class ReductionMachine:
         self.flakiness.refute()
 
     def _probe_min_good(self) -> Generator[_Step, Answer, Candidate | None]:
-        for candidate in min_good_probes(self.strategy.space, self.best_bad):
+        for candidate in min_good_probes(self.strategy.space, self.best_bad, self.layerwise):
             verdict = yield _CheckStep(candidate, "min-good")
             if isinstance(verdict, Verdict) and verdict.kind is VerdictKind.PASS:
                 return candidate
@@ -665,6 +707,8 @@ def _check_state(state: dict[str, Any], index: GraphIndex, config: SessionConfig
     if state.get("graph", index.fingerprint) != index.fingerprint:
         raise ReplayMismatchError("The saved session belongs to a different model.")
     saved = state.get("config")
+    if saved is not None and "confirm_flaky" not in saved:
+        saved = {**saved, "confirm_flaky": True} if config.confirms else saved  # confirming only adds checks at the end
     if saved is not None and saved != config.to_json():
         raise ReplayMismatchError(f"The saved session was made with other options ({saved}), not {config.to_json()}.")
 

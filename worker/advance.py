@@ -26,6 +26,7 @@ from engine.workspace import Workspace
 from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
 from persistence.models import CheckUnit, Iteration, Job, utcnow
 from persistence.reduction import store_results
+from persistence.report_bundle import store_bundle
 from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
 from persistence.repositories.units import NewUnit, UnitRepository
 from persistence.store import StoredBlob
@@ -241,6 +242,18 @@ def _succeed(
         stored = store_precision_results(ctx.layout.store, reduction, result, prepared.work_dir)
     else:
         stored = store_results(ctx.layout.store, workspace, result, prepared.work_dir)
+        golden = prepared.session_check.golden
+        bundle = store_bundle(
+            ctx.layout.store,
+            workspace,
+            result,
+            prepared.spec,
+            golden,
+            prepared.work_dir,
+            job.model_filename,
+            ctx.worker,
+        )
+        stored |= {ArtifactKind.BUNDLE: bundle} if bundle is not None else {}
     for kind, (blob, meta) in stored.items():
         ArtifactRepository(session).put(job.id, kind, kind.value, blob, meta)
     job.nodes_after = len(result.min_bad)

@@ -39,8 +39,10 @@ from engine.verification import (
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
 from persistence.models import Job, utcnow
 from persistence.reduction import FinalModel, judged_blobs, store_final_models
+from persistence.report_bundle import store_bundle
 from persistence.repositories import ArtifactRepository, EventRepository, IterationRepository, JobRepository
 from persistence.repositories.units import UnitRepository
+from persistence.store import StoredBlob
 from reducer_core.verdict import Pinning, Verdict, VerdictKind
 from worker.context import RunnerContext
 from worker.endings import deadline_of, end_job, end_payload, finish_locked, time_limit_message
@@ -69,6 +71,7 @@ class Finals:
     payload: dict[str, Any] = field(default_factory=dict)
     suspect: Suspect | None = None
     repeats: int = 1  # runs a min-bad gets to reproduce the failure (a check known to be flaky: more)
+    extra: dict[ArtifactKind, tuple[StoredBlob, dict[str, Any]]] = field(default_factory=dict)  # the bundle
 
     @property
     def complete(self) -> bool:
@@ -85,6 +88,16 @@ def plan_finals(
     pinning = reduction.machine.config.pin_signature
     judged = judged_blobs(session, job.id, result, pinning)
     models = store_final_models(ctx.layout.store, prepared.workspace, result, prepared.work_dir, judged)
+    bundle = store_bundle(
+        ctx.layout.store,
+        prepared.workspace,
+        result,
+        prepared.spec,
+        prepared.session_check.golden,
+        prepared.work_dir,
+        job.model_filename,
+        ctx.worker,
+    )
     located = result.localization is not None and result.localization.path == "layerwise"
     original_row = next(iter(iterations.list(job.id, 0, 1)), None)
     labels = [prepared.workspace.index.label(n) for n in sorted(result.min_bad.nodes)][:50]
@@ -102,6 +115,7 @@ def plan_finals(
         nodes_after=len(result.min_bad),
         payload=payload,
         repeats=max(1, reduction.machine.flakiness.repeats()) if result.flakiness is not None else 1,
+        extra={ArtifactKind.BUNDLE: bundle} if bundle is not None else {},
     )
 
 
@@ -118,6 +132,8 @@ def succeed(session: Any, job: Job, finals: Finals) -> int:
         if model.kind is ArtifactKind.MIN_BAD:
             meta["suspect"] = finals.suspect.to_json() if finals.suspect is not None else None
         artifacts.put(job.id, model.kind, model.kind.value, model.blob, meta)
+    for kind, (blob, extra_meta) in finals.extra.items():
+        artifacts.put(job.id, kind, kind.value, blob, extra_meta)
     job.nodes_after = job.best_size = finals.nodes_after
     disagreeing = [m for m in finals.models if m.meta.get("verified", {}).get("status") == DISAGREES]
     if disagreeing:

@@ -84,9 +84,10 @@ _UPLOAD_DOC = {
                         "pin_signature": {"type": "boolean"},
                         "confirm_flaky": {
                             "type": "boolean",
-                            "default": False,
-                            "description": "the check may be flaky: re-check once what makes an answer of 2 "
-                            "to 3 nodes look minimal (the CLI's --confirm-flaky; reduce jobs only)",
+                            "default": True,
+                            "description": "re-check what makes an answer of 2 to 3 nodes look minimal, up "
+                            "to 3 checks, so a flaky single culprit is found (the CLI's default; false: "
+                            "--no-confirm-flaky; reduce jobs only)",
                         },
                     },
                 }

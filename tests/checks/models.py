@@ -115,3 +115,22 @@ def conv_reshape_error_model() -> onnx.ModelProto:
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
     return model
+
+
+def lossy_overflow_model(width: int = 16) -> onnx.ModelProto:
+    """x -> Relu -> Mul(*20) -> Add(+2000) -> Sub(-2000) [lossy] -> Mul(*8000) [overflow] -> Mul(1e-4) -> y
+
+    Like a real export, the overflowing node's neighbours fail on their own as well: the lossy Sub
+    (fp16 stores 2000 + v with a spacing of 1, so v comes back up to 0.5 off: beyond the tolerance
+    alone, with golden inputs) feeds it, and its reader gets the overflowing tensor. The nodes
+    before the Sub are within tolerance in fp16."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu_in"),
+        helper.make_node("Mul", ["r", "k20"], ["v"], name="widen"),
+        helper.make_node("Add", ["v", "k2000"], ["b"], name="offset"),
+        helper.make_node("Sub", ["b", "k2000"], ["d"], name="lossy"),
+        helper.make_node("Mul", ["d", "k8000"], ["p"], name="overflow"),
+        helper.make_node("Mul", ["p", "k1e-4"], ["y"], name="scale_down"),
+    ]
+    inits = [_const("k20", 20.0), _const("k2000", 2000.0), _const("k8000", 8000.0), _const("k1e-4", 1e-4)]
+    return _model(nodes, inits, width)

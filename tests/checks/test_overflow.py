@@ -11,7 +11,7 @@ import onnx
 from checks.spec import build_check, parse_check_spec
 from reducer_core.verdict import VerdictKind
 from tests.checks.conftest import COMPARE_FP16, cli
-from tests.checks.models import overflow_model
+from tests.checks.models import lossy_overflow_model, overflow_model
 
 
 def _reduce(tmp_path: Path, *extra: str) -> dict[str, object]:
@@ -55,6 +55,33 @@ def test_a_run_settled_by_localisation_writes_the_closest_passing_model_too(tmp_
     spec = parse_check_spec(COMPARE_FP16)
     verdict, _ = build_check(spec, golden=tmp_path / "model.golden").run(tmp_path / "good.onnx")
     assert verdict.kind is VerdictKind.PASS
+
+
+def test_a_localised_run_whose_neighbours_fail_too_writes_the_nodes_before_the_first_mismatch(
+    tmp_path: Path,
+) -> None:
+    """As on real exports: the overflowing node's producer alone is off by more than the tolerance
+    in fp16 and its reader gets the overflowing tensor, so both neighbours fail (the run reported
+    "min-good: none found" and wrote no --min-good before). The third probe, every node before the
+    first mismatching tensor, passes: written, and it passes the same spec on its own."""
+    onnx.save(lossy_overflow_model(), str(tmp_path / "model.onnx"))
+    (tmp_path / "spec.yaml").write_text(COMPARE_FP16)
+    assert cli("golden", "model.onnx", "-o", "model.golden", cwd=tmp_path).returncode == 0
+    args = ["reduce", "model.onnx", "-o", "min.onnx", "--check-spec", "spec.yaml", "--golden", "model.golden"]
+    proc = cli(*args, "--min-good", "good.onnx", "--summary-json", "s.json", "--no-progress", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["localization"]["path"] == "layerwise"
+    assert summary["min_bad_nodes"] == ["Mul:overflow"]
+    probes = [it for it in summary["iterations"] if it["phase"] == "min-good"]
+    assert [it["verdict"] for it in probes] == ["fail", "fail", "pass"]
+    assert summary["min_good_nodes"] == 3
+    assert [n.name for n in onnx.load(str(tmp_path / "good.onnx")).graph.node] == ["relu_in", "widen", "offset"]
+    spec = parse_check_spec(COMPARE_FP16)
+    verdict, _ = build_check(spec, golden=tmp_path / "model.golden").run(tmp_path / "good.onnx")
+    assert verdict.kind is VerdictKind.PASS
+    bad, _ = build_check(spec, golden=tmp_path / "model.golden").run(tmp_path / "min.onnx")
+    assert bad.kind is VerdictKind.FAIL
 
 
 def test_golden_inputs_reduce_to_exactly_the_overflowing_node_by_reduction(tmp_path: Path) -> None:

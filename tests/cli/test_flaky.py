@@ -7,7 +7,8 @@ seed, the iteration model's bytes and how many times those bytes were checked be
 reproducible. The seeds are cases
 where the check's first verdict on a candidate holding the culprit was a false pass that, before
 flakiness was handled, left a second node in the answer (seed 3: a pass that contained a failing
-candidate shows the inconsistency; seed 6: nothing else is inconsistent, ``--confirm-flaky``)."""
+candidate shows the inconsistency; seed 6: nothing else is inconsistent, the default confirmation
+of a 2-3-node answer shows it, and ``--no-confirm-flaky`` ends at the 2 nodes)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def flaky_check(seed: int, culprit: str = node("C"), p: float = 0.7) -> list[str
     return command(ITER, culprit, p, seed, Path("runs.log"))
 
 
-@pytest.mark.parametrize(("seed", "options"), [(3, ()), (6, ("--confirm-flaky",))])
+@pytest.mark.parametrize(("seed", "options"), [(3, ()), (6, ()), (6, ("--confirm-flaky",))])
 def test_flaky_check_ends_at_the_single_culprit_and_reports_the_rate(
     in_tmp: Path, capsys: pytest.CaptureFixture[str], seed: int, options: tuple[str, ...]
 ) -> None:
@@ -51,3 +52,14 @@ def test_deterministic_check_reports_no_flakiness(in_tmp: Path, capsys: pytest.C
     runs = Path("runs.log").read_text().split()
     assert len(runs) == len(set(runs)) == summary["checks_run"]  # nothing checked twice
     assert "flaky:" not in capsys.readouterr().err
+
+
+def test_no_confirm_flaky_takes_a_small_answer_as_it_is(in_tmp: Path) -> None:
+    argv = ("-o", "r.onnx", "--fail-regex", "FLAKY-FAIL", "--summary-json", "s.json", "--no-confirm-flaky")
+    assert reduce(save_branchy(), *argv, check=flaky_check(6)) == 0
+    names = node_names("r.onnx")
+    assert len(names) == 2 and node("C") in names  # the one-node candidate's false pass stands
+    summary = json.loads(Path("s.json").read_text())
+    assert summary["flaky"] is None
+    runs = Path("runs.log").read_text().split()
+    assert len(runs) == len(set(runs)) == summary["checks_run"]  # nothing checked twice

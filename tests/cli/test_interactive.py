@@ -86,3 +86,19 @@ def test_interactive_console_script_with_answers_on_stdin(in_tmp: Path, monkeypa
     assert proc.returncode == 0, proc.stderr
     assert node_names("r.onnx") == node_names("expected.onnx") == [node("H")]
     assert proc.stderr.count("[p]ass or [f]ail?") == len(user.answers)
+
+
+def test_a_person_is_not_asked_again_to_confirm_a_small_answer_unless_asked(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default confirmation of 2-3-node answers re-checks candidates; with interactive verdicts
+    that would ask a person the same question again, so it is off unless ``--confirm-flaky``."""
+    asked: dict[tuple[str, ...], int] = {}
+    for options in [(), ("--no-confirm-flaky",), ("--confirm-flaky",)]:
+        user = FakeUser(node("C"), node("E"))
+        monkeypatch.setattr(sys, "stdin", user)
+        assert reduce(save_branchy(), "-o", "r.onnx", *options) == 0
+        assert sorted(node_names("r.onnx")) == sorted([node("C"), node("E")])
+        asked[options] = len(user.answers)
+    assert asked[()] == asked[("--no-confirm-flaky",)]
+    assert asked[("--confirm-flaky",)] == asked[()] + 3

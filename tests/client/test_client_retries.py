@@ -171,9 +171,11 @@ def test_submit_sends_confirm_flaky_only_when_asked(
     base = ["submit", str(model), "--check-spec", str(spec), "--server", url, "--token", "t"]
     assert run([*base, "--confirm-flaky"]) == 0
     assert run(base) == 0
-    asked, plain = (_form_fields(body) for body in script.bodies)
-    assert script.requests == [("POST", "/v1/jobs")] * 2
+    assert run([*base, "--no-confirm-flaky"]) == 0
+    asked, plain, off = (_form_fields(body) for body in script.bodies)
+    assert script.requests == [("POST", "/v1/jobs")] * 3
     assert asked["confirm_flaky"] == "true" and "pin_signature" not in asked
+    assert off["confirm_flaky"] == "false"
     assert "confirm_flaky" not in plain and plain["check_spec"] == "kind: op-present\nops: [Mul]\n"
     with ReducerClient(url, "t") as client:
         client.submit(model, "kind: op-present\nops: [Mul]\n", confirm_flaky=False)

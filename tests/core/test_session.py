@@ -12,7 +12,7 @@ from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.errors import CheckInfraError, ReplayMismatchError
 from reducer_core.graph import GraphIndex
-from reducer_core.localization import LayerwiseResult
+from reducer_core.localization import LayerwiseResult, min_good_probes
 from reducer_core.records import IterationRecord, Localization
 from reducer_core.session import (
     CheckRequest,
@@ -21,7 +21,7 @@ from reducer_core.session import (
     Request,
     SessionConfig,
 )
-from reducer_core.strategies import MODES
+from reducer_core.strategies import MODES, SearchSpace
 from reducer_core.verdict import Verdict, VerdictKind
 from tests.models import FAIL, PASS, branchy_model, index_of, names_in
 
@@ -206,21 +206,77 @@ def test_localisation_settles_in_three_checks_and_probes_the_producers_for_min_g
 
 def test_the_min_good_probe_tries_the_consumers_when_the_producers_fail_too(branchy: GraphIndex) -> None:
     """B's output (read by C and E) mismatches and B alone reproduces; B has no producer (it reads
-    a graph input), so the consumers C and E are the probe; with them failing too there is none."""
+    a graph input), so the consumers C and E are the probe; with them failing too, the nodes before
+    the first mismatch (A); with A failing as well there is none."""
     tensor = _tensor_of(branchy, "B")
     machine = fresh(branchy, LOCALIZING)
     run(machine, answers(branchy, {"B"}, [("nonfinite", tensor)]))
     assert names_in(branchy, machine.result.min_good or Candidate(frozenset())) == {"C", "E"}
 
-    def e_fails_alone(request: Request) -> Verdict | LayerwiseResult:
-        if isinstance(request, CheckRequest) and "E" in names_in(branchy, request.candidate):
-            return OVERFLOW
-        return answers(branchy, {"B"}, [("nonfinite", tensor)])(request)
+    def failing_alone(*names: str) -> Answerer:
+        def answer(request: Request) -> Verdict | LayerwiseResult:
+            if isinstance(request, CheckRequest) and names_in(branchy, request.candidate) & set(names):
+                return OVERFLOW
+            return answers(branchy, {"B"}, [("nonfinite", tensor)])(request)
 
+        return answer
+
+    before = fresh(branchy, LOCALIZING)
+    run(before, failing_alone("E"))
+    assert names_in(branchy, before.result.min_good or Candidate(frozenset())) == {"A"}
     failing = fresh(branchy, LOCALIZING)
-    run(failing, e_fails_alone)
+    run(failing, failing_alone("E", "A"))
     assert failing.result.min_good is None
-    assert [r.phase for r in failing.records][-1] == "min-good"
+    probes = [names_in(branchy, r.candidate) for r in failing.records if r.phase == "min-good"]
+    assert probes == [{"C", "E"}, {"A"}]  # B has no producer
+
+
+def test_a_localised_run_whose_neighbours_fail_too_offers_the_nodes_before_the_first_mismatch(
+    branchy: GraphIndex,
+) -> None:
+    """Like a real export: H's output overflows and H alone reproduces; its producers E and G fail
+    alone too (E's output is off by more than the tolerance: the layerwise run's first mismatch) and
+    its reader F gets the overflowing tensor. The probe then takes every node before E (the index's
+    topological order: A, B, G, C, E, D, H, F), which the layerwise run found in tolerance: A, B, G,
+    C, and it passes."""
+    layerwise = [("tolerance", _tensor_of(branchy, "E")), ("nonfinite", _tensor_of(branchy, "H"))]
+    lossy = Verdict(VerdictKind.FAIL, "mismatch:tolerance")
+
+    def answer(request: Request) -> Verdict | LayerwiseResult:
+        if isinstance(request, LayerwiseRequest):
+            return LayerwiseResult(FAIL, tuple(layerwise))
+        present = names_in(branchy, request.candidate)
+        if present & {"H", "F"}:
+            return OVERFLOW
+        return lossy if "E" in present else PASS
+
+    whole = fresh(branchy, LOCALIZING)
+    sequence = run(whole, answer)
+    probes = [r for r in whole.records if r.phase == "min-good"]
+    assert [names_in(branchy, r.candidate) for r in probes] == [{"E", "G"}, {"F"}, {"A", "B", "G", "C"}]
+    assert [r.verdict for r in probes] == [lossy, OVERFLOW, PASS]
+    result = whole.result
+    assert names_in(branchy, result.min_bad) == {"H"} and result.localization is not None
+    assert result.localization.path == "layerwise"
+    assert result.min_good is not None and names_in(branchy, result.min_good) == {"A", "B", "G", "C"}
+    assert result.checks_run == 6  # original, layerwise run, H alone, three probes
+    for stop in range(1, len(sequence)):  # the probes replay from the state like the rest
+        first = fresh(branchy, LOCALIZING)
+        run(first, answer, limit=stop)
+        second = resumed(branchy, LOCALIZING, json.loads(json.dumps(first.state())))
+        run(second, answer)
+        assert second.result.min_good == result.min_good and second.checks_run == result.checks_run
+
+
+def test_without_a_layerwise_run_the_probe_has_no_nodes_before_a_mismatch(branchy: GraphIndex) -> None:
+    space = SearchSpace(branchy, branchy.all_nodes())
+    h = Candidate(frozenset({_node(branchy, "H")}))
+    assert [names_in(branchy, c) for c in min_good_probes(space, h)] == [{"E", "G"}, {"F"}]
+    nothing = LayerwiseResult(FAIL, (("nonfinite", "x0"),))  # a graph input: no producer, no prefix
+    assert [names_in(branchy, c) for c in min_good_probes(space, h, nothing)] == [{"E", "G"}, {"F"}]
+    kept = SearchSpace(branchy, branchy.all_nodes(), reduce_outputs=False)  # the prefix closed downwards
+    first = LayerwiseResult(FAIL, (("tolerance", _tensor_of(branchy, "E")),))
+    assert all(not c.nodes & h.nodes for c in min_good_probes(kept, h, first))
 
 
 def test_a_suspect_that_does_not_reproduce_falls_back_to_reduction(branchy: GraphIndex) -> None:

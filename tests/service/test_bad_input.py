@@ -203,22 +203,26 @@ def test_idempotency_key_returns_the_same_job(api: str, tokens: dict[str, str]) 
 def test_confirm_flaky_is_kept_in_the_jobs_options_and_part_of_the_same_request(
     api: str, tokens: dict[str, str]
 ) -> None:
-    """The form's ``confirm_flaky`` (off when left out) is stored with the other options and shown by
+    """The form's ``confirm_flaky`` (on when left out) is stored with the other options and shown by
     ``GET /v1/jobs/{id}``; an Idempotency-Key reused with it changed is another request."""
     with client_for(api, tokens["team-a"]) as client:
-        asked = submit(client, EXAMPLE, confirm_flaky="true", pin_signature="false")
+        asked = submit(client, EXAMPLE, confirm_flaky="false", pin_signature="false")
         plain = submit(client, EXAMPLE)
         assert asked.status_code == plain.status_code == 202, (asked.text, plain.text)
         options = client.get(f"/v1/jobs/{asked.json()['id']}").json()["options"]
         default = client.get(f"/v1/jobs/{plain.json()['id']}").json()["options"]
         headers = {"Idempotency-Key": "flaky-1"}
         files, data = {"model": ("m.onnx", EXAMPLE)}, {"check_spec": OP_PRESENT_MUL}
-        first = client.post("/v1/jobs", headers=headers, files=files, data=data | {"confirm_flaky": "1"})
-        same = client.post("/v1/jobs", headers=headers, files=files, data=data | {"confirm_flaky": "true"})
+        first = client.post("/v1/jobs", headers=headers, files=files, data=data | {"confirm_flaky": "0"})
+        same = client.post("/v1/jobs", headers=headers, files=files, data=data | {"confirm_flaky": "false"})
         other = client.post("/v1/jobs", headers=headers, files=files, data=data)
         refused = submit(client, EXAMPLE, confirm_flaky="sometimes")
-    assert options == {"reduce_inputs": True, "reduce_outputs": True, "pin_signature": False, "confirm_flaky": True}
-    assert default["confirm_flaky"] is False and default["pin_signature"] is True
+        person = submit(client, EXAMPLE, "kind: interactive\n")
+        assert person.status_code == 202, person.text
+        interactive = client.get(f"/v1/jobs/{person.json()['id']}").json()["options"]
+    assert options == {"reduce_inputs": True, "reduce_outputs": True, "pin_signature": False, "confirm_flaky": False}
+    assert default["confirm_flaky"] is True and default["pin_signature"] is True
+    assert interactive["confirm_flaky"] is False  # a person is not asked again unless the form says so
     assert first.status_code == same.status_code == 202 and first.json()["id"] == same.json()["id"]
     assert other.status_code == 422 and "Idempotency-Key" in other.json()["title"]
     assert refused.status_code == 422 and refused.json()["errors"][0]["field"] == "confirm_flaky"

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,6 +122,14 @@ def test_the_sign_in_states_say_what_to_do_next(service: Service, browser: Brows
     assert all(service.token not in f"{r.path}?{r.query}" for r in service.seen)  # headers only
 
 
+def _download_the_bundle(browser: Browser, job_id: str) -> None:
+    """The bug-report zip (min-bad, the inputs it sees, the check, repro.py) from the page's button."""
+    browser.find("download-bundle").click()
+    report = browser.downloads / f"{job_id}-bundle.zip"
+    browser.wait(lambda d: report.is_file() and zipfile.is_zipfile(report), "the bundle download", timeout=20)
+    assert {"min_bad.onnx", "repro.py", "README.md"} <= set(zipfile.ZipFile(report).namelist())
+
+
 def test_drop_the_example_watch_it_and_compare_the_graphs(service: Service, browser: Browser) -> None:
     browser.open(service.url + "/#/new")
     browser.sign_in(service.token)
@@ -161,6 +170,7 @@ def test_drop_the_example_watch_it_and_compare_the_graphs(service: Service, brow
     expected = browser.downloads / f"{job_id}-min-bad.onnx"
     browser.wait(lambda d: expected.is_file() and expected.stat().st_size > 0, "the min-bad download", timeout=20)
     assert [n.op_type for n in onnx.load(str(expected)).graph.node] == ["Mul"]
+    _download_the_bundle(browser, job_id)
     rows[0].find_element(By.CSS_SELECTOR, "button.link").click()  # iteration 1: the original
     first = browser.downloads / f"{job_id}-iteration-1.onnx"
     browser.wait(lambda d: first.is_file() and first.stat().st_size > 0, "the iteration download", timeout=20)
@@ -547,6 +557,7 @@ def test_a_precision_job_from_the_form_shows_the_nodes_to_keep_in_fp32(service: 
     browser.wait(lambda d: browser.text("job-keep-fp32") == "scale_up", "the nodes kept in fp32")
     assert browser.find("download-mixed").is_displayed()
     assert not browser.find("download-min-bad").is_displayed()
+    assert not browser.find("download-bundle").is_displayed()
     with client_for(service.url, service.token) as client:
         job = client.get(f"/v1/jobs/{job_id}").json()
     assert job["task"] == "precision" and job["keep_fp32"] == ["scale_up"]

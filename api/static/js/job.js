@@ -340,6 +340,8 @@ function renderButtons(state) {
   $("download-min-bad").hidden = precision;
   $("download-min-good").hidden = precision;
   $("download-mixed").hidden = !precision;
+  $("download-bundle").hidden = precision;
+  $("download-bundle").disabled = status !== "succeeded";
   $("download-mixed").disabled = status !== "succeeded";
   const best = bestSoFar(state);
   const early = status === "cancelled" || status === "failed";
@@ -537,8 +539,9 @@ async function download(name, button) {
   button.disabled = true;
   clearError();
   try {
-    const response = await api(jobPath(state, `/artifacts/${name}`));
-    await saveResponse(response, `${state.id}-${name}.onnx`);
+    const bundle = name === "bundle"; // the bug-report zip (GET /v1/jobs/{id}/bundle)
+    const response = await api(jobPath(state, bundle ? "/bundle" : `/artifacts/${name}`));
+    await saveResponse(response, `${state.id}-${name}${bundle ? ".zip" : ".onnx"}`);
   } catch (err) {
     showError(err);
   } finally {

@@ -1,0 +1,44 @@
+"""``GET /v1/jobs/{id}/bundle``: a finished reduce job's bug-report bundle (a zip: min-bad and
+min-good with the weights they read, the inputs min-bad sees, the check, the worker's environment,
+``repro.py`` and a README; ``engine.bundle``). The worker that finished the job built and stored
+it (``persistence.report_bundle``); this route serves the stored file, team-scoped like every
+artifact."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse
+
+from api.deps import ServicesDep, TeamDep
+from api.problems import ProblemError
+from api.routes.jobs import load_job
+from persistence.enums import ArtifactKind, JobStatus, JobTask
+from persistence.repositories import ArtifactRepository
+
+router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
+
+
+@router.get(
+    "/{job_id}/bundle",
+    response_class=FileResponse,
+    responses={200: {"content": {"application/zip": {}}}},
+)
+def download_bundle(job_id: str, services: ServicesDep, team: TeamDep) -> FileResponse:
+    job = load_job(services, team.id, job_id)
+    with services.db.session() as session:
+        artifact = ArtifactRepository(session).get(job.id, ArtifactKind.BUNDLE, ArtifactKind.BUNDLE.value)
+    if artifact is None:
+        raise ProblemError(404, "No bug-report bundle", _why_none(job.status, JobTask.of(job.options), job_id))
+    path = services.layout.store.path(artifact.storage_key)
+    return FileResponse(path, filename=f"{job_id}-bundle.zip", media_type="application/zip")
+
+
+def _why_none(status: str, task: JobTask, job_id: str) -> str:
+    if task is JobTask.PRECISION:
+        return f"Job '{job_id}' is a precision job; download its mixed-precision model (artifacts/mixed) instead."
+    if status != JobStatus.SUCCEEDED.value:
+        return f"Job '{job_id}' is {status}; a bundle is built when a reduction succeeds. Download artifacts/min-bad."
+    return (
+        f"Job '{job_id}' has no bundle: it finished before bundles existed, its check is interactive, or the "
+        "worker could not build one (see its log). Download artifacts/min-bad and artifacts/min-good instead."
+    )

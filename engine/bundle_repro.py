@@ -1,0 +1,421 @@
+"""Reproduce the failure of an onnx-reducer bug-report bundle.
+
+    python repro.py [MODEL] [--save-outputs FOLDER]
+
+MODEL defaults to the bundle's ``min_bad.onnx``. The check the reduction ran is in ``check.json``
+beside this script; this script judges MODEL the same way and exits 1 when the failure
+reproduces, 0 when it does not, 2 when it cannot run the check here. It needs only ``onnx``,
+``onnxruntime`` and ``numpy`` (plus TensorRT through Polygraphy for a TensorRT target) and
+nothing of onnx-reducer. ``--save-outputs`` writes the reference (``expected.npz``) and target
+(``observed.npz``) outputs of the first sample to FOLDER.
+
+(The bundle's ``repro.py`` is this file: onnx-reducer copies it in unchanged.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+HERE = Path(__file__).resolve().parent
+REPRODUCED, NOT_REPRODUCED, CANNOT_RUN = 1, 0, 2
+_NOT_REGISTERED = re.compile(
+    r"(?P<op>[\w.]+:\w+)\(-?\d+\) is not a registered function/op|No importer registered for op: (?P<trt>\w+)"
+)
+_NP_FROM_ONNX: dict[int, Any] = {
+    onnx.TensorProto.FLOAT: np.float32,
+    onnx.TensorProto.FLOAT16: np.float16,
+    onnx.TensorProto.DOUBLE: np.float64,
+    onnx.TensorProto.INT64: np.int64,
+    onnx.TensorProto.INT32: np.int32,
+    onnx.TensorProto.INT8: np.int8,
+    onnx.TensorProto.UINT8: np.uint8,
+    onnx.TensorProto.BOOL: np.bool_,
+}
+_ORT_TYPES: dict[str, Any] = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+    "tensor(bool)": np.bool_,
+}
+
+
+class CannotRunError(Exception):
+    """The check cannot run here (a runtime or a converted model is missing)."""
+
+
+# --- inputs ----------------------------------------------------------------------------------------
+
+
+def _npz_samples(stem: str) -> list[dict[str, np.ndarray]]:
+    """``stem.npz`` (sample 0), ``stem_1.npz``, ``stem_2.npz``, ... as name -> array maps."""
+    samples: list[dict[str, np.ndarray]] = []
+    while True:
+        path = HERE / (f"{stem}.npz" if not samples else f"{stem}_{len(samples)}.npz")
+        if not path.exists():
+            return samples
+        with np.load(path, allow_pickle=False) as archive:
+            samples.append({name: archive[name] for name in archive.files})
+
+
+def graph_inputs(model: onnx.ModelProto) -> dict[str, tuple[int, list[int]]]:
+    initializers = {t.name for t in model.graph.initializer}
+    found: dict[str, tuple[int, list[int]]] = {}
+    for value in model.graph.input:
+        if value.name not in initializers:
+            tensor_type = value.type.tensor_type
+            shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor_type.shape.dim]
+            found[value.name] = (tensor_type.elem_type, shape)
+    return found
+
+
+def generated_inputs(model: onnx.ModelProto, seed: int, low: float, high: float) -> dict[str, np.ndarray]:
+    """The values the check generated: uniform in [low, high), one draw per input in graph order
+    from ``numpy.random.default_rng(seed)``, symbolic dimensions as 1 (as Polygraphy does)."""
+    rng = np.random.default_rng(seed)
+    values: dict[str, np.ndarray] = {}
+    for name, (elem_type, shape) in graph_inputs(model).items():
+        dtype = _NP_FROM_ONNX.get(elem_type, np.float32)
+        if np.issubdtype(dtype, np.floating):
+            values[name] = rng.uniform(low, high, size=shape).astype(dtype)
+        elif dtype == np.bool_:
+            values[name] = rng.integers(0, 2, size=shape).astype(np.bool_)
+        else:
+            values[name] = rng.integers(int(low), int(high) + 1, size=shape).astype(dtype)
+    return values
+
+
+def feeds_for(
+    model: onnx.ModelProto, spec: Mapping[str, Any], golden: Mapping[str, np.ndarray] | None
+) -> dict[str, np.ndarray]:
+    """Golden values by tensor name where the bundle has them, generated values otherwise."""
+    low, high = spec.get("input_range", [0.0, 1.0])
+    feeds = generated_inputs(model, int(spec.get("seed", 1)), float(low), float(high))
+    for name, value in feeds.items():
+        if golden is not None and name in golden:
+            feeds[name] = np.asarray(golden[name]).astype(value.dtype, copy=False)
+    return feeds
+
+
+# --- runtimes --------------------------------------------------------------------------------------
+
+
+def converted_model(model_path: Path, role: str, runtime: Mapping[str, Any]) -> Path:
+    """The model a runtime runs: fp16 targets of onnxruntime run the converted model the bundle
+    ships beside each model (``min_bad.target.onnx``), made as onnx-reducer's check made it."""
+    if runtime.get("runtime", "onnxruntime") != "onnxruntime" or runtime.get("precision", "fp32") == "fp32":
+        return model_path
+    shipped = model_path.with_name(f"{model_path.stem}.{role}.onnx")
+    if shipped.exists():
+        return shipped
+    raise CannotRunError(
+        f"the {role} runs the model in {runtime.get('precision')}; this bundle ships the converted model only for "
+        f"its own models ({model_path.stem}.{role}.onnx is missing). Convert {model_path.name} the same way "
+        "(onnxconverter-common, inputs and outputs kept fp32) or run the bundle's min_bad.onnx / min_good.onnx."
+    )
+
+
+def run_model(
+    model_path: Path, role: str, runtime: Mapping[str, Any], feeds: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    path = converted_model(model_path, role, runtime)
+    if runtime.get("runtime", "onnxruntime") == "tensorrt":
+        return _run_tensorrt(path, runtime, feeds)
+    import onnxruntime as ort
+
+    provider = runtime.get("provider") or "CPUExecutionProvider"
+    if provider not in ort.get_available_providers():
+        raise CannotRunError(f"onnxruntime here has no {provider} (available: {ort.get_available_providers()})")
+    options = ort.SessionOptions()
+    options.graph_optimization_level = {
+        "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[runtime.get("optimization", "all")]
+    options.log_severity_level = 3
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=[provider])
+    types = {i.name: i.type for i in session.get_inputs()}
+    feed = {}
+    for name, ort_type in types.items():
+        dtype = _ORT_TYPES.get(ort_type)
+        feed[name] = np.asarray(feeds[name]) if dtype is None else np.asarray(feeds[name]).astype(dtype, copy=False)
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feed), strict=True))
+
+
+def _run_tensorrt(path: Path, runtime: Mapping[str, Any], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    try:
+        from polygraphy.backend import trt as poly_trt  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        raise CannotRunError(f"the target is TensorRT: install TensorRT and Polygraphy ({exc})") from exc
+    precision = runtime.get("precision", "fp32")
+    calibrator = poly_trt.Calibrator([dict(feeds)]) if precision == "int8" else None
+    config = poly_trt.CreateConfig(
+        fp16=precision == "fp16", bf16=precision == "bf16", int8=precision == "int8", calibrator=calibrator
+    )
+    engine = poly_trt.EngineFromNetwork(poly_trt.NetworkFromOnnxPath(str(path)), config=config)
+    with poly_trt.TrtRunner(engine) as runner:
+        return {name: np.asarray(value) for name, value in runner.infer(dict(feeds)).items()}
+
+
+# --- comparing -------------------------------------------------------------------------------------
+
+
+def compare_tensor(name: str, reference: np.ndarray, target: np.ndarray, atol: float, rtol: float) -> str | None:
+    """Polygraphy's elementwise rule: an element mismatches when ``|t - r| > atol`` and
+    ``|t - r| > rtol * |r|``; finiteness must agree. Returns a description of a mismatch."""
+    ref, tgt = np.asarray(reference), np.asarray(target)
+    if ref.shape != tgt.shape:
+        return f"{name}: shape {tgt.shape} differs from the reference's {ref.shape}"
+    if not (np.issubdtype(ref.dtype, np.floating) or np.issubdtype(tgt.dtype, np.floating)):
+        bad = int(np.count_nonzero(ref != tgt))
+        return f"{name}: {bad}/{ref.size} elements differ" if bad else None
+    r, t = ref.astype(np.float64), tgt.astype(np.float64)
+    fin_r, fin_t = np.isfinite(r), np.isfinite(t)
+    both = fin_r & fin_t
+    nonfinite = (fin_r != fin_t) | (~fin_r & ~fin_t & ~((r == t) | (np.isnan(r) & np.isnan(t))))
+    diff = np.where(both, np.abs(t - r), 0.0)
+    rel = np.where(both, diff / np.maximum(np.abs(r), np.finfo(np.float64).tiny), 0.0)
+    bad = int(np.count_nonzero((both & (diff > atol) & (rel > rtol)) | nonfinite))
+    if not bad:
+        return None
+    if nonfinite.any():
+        return f"{name}: non-finite values differ (inf/NaN on one side only), {bad}/{r.size} elements"
+    return (
+        f"{name}: beyond tolerance, max abs err {float(diff.max(initial=0.0)):.4g}, max rel err "
+        f"{float(rel.max(initial=0.0)):.4g}, {bad}/{r.size} elements (atol {atol:g}, rtol {rtol:g})"
+    )
+
+
+def _tolerance(spec: Mapping[str, Any], name: str) -> tuple[float, float]:
+    tolerance = spec.get("tolerance", {})
+    entry = tolerance.get("per_output", {}).get(name, {})
+    return float(entry.get("atol", tolerance.get("atol", 1e-5))), float(entry.get("rtol", tolerance.get("rtol", 1e-5)))
+
+
+def _save(folder: str | None, name: str, values: Mapping[str, np.ndarray]) -> None:
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        arrays: dict[str, Any] = {k: np.asarray(v) for k, v in values.items()}
+        np.savez(Path(folder) / name, **arrays)
+
+
+def check_accuracy(spec: Mapping[str, Any], model_path: Path, save: str | None) -> int:
+    """kind compare (reference runtime vs target runtime) or golden (stored values vs target)."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    golden = _npz_samples("golden")
+    outputs = [o.name for o in model.graph.output]
+    target = spec["target"]
+    print(f"target: {_label(target)}; tolerance: {json.dumps(spec.get('tolerance', {}))}")
+    samples: list[dict[str, np.ndarray] | None] = [*golden] or [None]
+    for i, sample in enumerate(samples):
+        feeds = feeds_for(model, spec, sample)
+        try:
+            if spec["kind"] == "golden":
+                assert sample is not None
+                reference = {name: sample[name] for name in outputs if name in sample}
+                print(f"sample {i}: reference = golden values of {', '.join(reference) or 'no output'}")
+            else:
+                print(f"sample {i}: reference = {_label(spec['reference'])}")
+                reference = run_model(model_path, "reference", spec["reference"], feeds)
+            observed = run_model(model_path, "target", target, feeds)
+        except CannotRunError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a runtime error is a failure of its own
+            message = f"{type(exc).__name__}: {exc}"
+            if _NOT_REGISTERED.search(message):
+                print(f"sample {i}: the runtime lacks an op (not the failure): {message[:500]}")
+                return NOT_REPRODUCED
+            print(f"sample {i}: the runtime raised: {message[:500]}")
+            return REPRODUCED
+        if i == 0:
+            _save(save, "expected.npz", reference)
+            _save(save, "observed.npz", observed)
+        mismatches = [
+            m
+            for name, value in observed.items()
+            if name in reference and (m := compare_tensor(name, reference[name], value, *_tolerance(spec, name)))
+        ]
+        for name in observed:
+            print(f"sample {i}: compared output {name}" + ("" if name in reference else " (no reference: skipped)"))
+        if mismatches:
+            for line in mismatches:
+                print(f"sample {i}: MISMATCH {line}")
+            return REPRODUCED
+    print("every output within tolerance")
+    return NOT_REPRODUCED
+
+
+def check_error(spec: Mapping[str, Any], model_path: Path, save: str | None) -> int:
+    """kind error: the target runtime raises (an error matching ``match`` when given)."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    match = spec.get("match")
+    print(f"target: {_label(spec['target'])}; failure: the runtime raises" + (f" matching {match!r}" if match else ""))
+    try:
+        samples: list[dict[str, np.ndarray] | None] = [*_npz_samples("golden")] or [None]
+        for i, sample in enumerate(samples):
+            observed = run_model(model_path, "target", spec["target"], feeds_for(model, spec, sample))
+            if i == 0:
+                _save(save, "observed.npz", observed)
+    except CannotRunError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the target's errors are what this check looks for
+        message = f"{type(exc).__name__}: {exc}"
+        print(f"the runtime raised: {message[:1000]}")
+        if match is not None:
+            return REPRODUCED if re.search(match, message) else NOT_REPRODUCED
+        return NOT_REPRODUCED if _NOT_REGISTERED.search(message) else REPRODUCED
+    print("the runtime ran without error")
+    return NOT_REPRODUCED
+
+
+def check_op_present(spec: Mapping[str, Any], model_path: Path, save: str | None) -> int:
+    model = onnx.load(str(model_path), load_external_data=False)
+    ops = sorted({n.op_type for n in model.graph.node if n.op_type in spec.get("ops", [])})
+    names = sorted({n.name for n in model.graph.node if n.name in spec.get("names", [])})
+    print(f"looking for ops {spec.get('ops', [])} and node names {spec.get('names', [])}")
+    print(f"present: {', '.join(ops + names) or 'none'}")
+    return REPRODUCED if ops or names else NOT_REPRODUCED
+
+
+def check_command(spec: Mapping[str, Any], model_path: Path, save: str | None) -> int:
+    """kind command: the reduction's command, run on MODEL (``{model}`` and the iteration artifact's
+    name in the command stand for it), judged by exit code and regexes as the check judged it."""
+    artifact = spec.get("artifact") or ""
+    folder = Path(tempfile.mkdtemp(prefix="repro-"))
+    try:
+        files = HERE / "check_files"
+        if files.is_dir():
+            shutil.copytree(files, folder, dirs_exist_ok=True)
+        model_copy = folder / (Path(artifact).name if artifact else model_path.name)
+        shutil.copyfile(model_path, model_copy)
+        data = model_path.with_name(model_path.name + ".data")
+        if data.exists():
+            shutil.copyfile(data, folder / data.name)
+        command = [part.replace("{model}", str(model_copy)) for part in spec["command"]]
+        if artifact:
+            command = [str(model_copy) if part == artifact else part for part in command]
+        print(f"running: {shlex.join(command)} (in a scratch folder holding the model as {model_copy.name})")
+        proc = subprocess.run(
+            command, cwd=folder, capture_output=True, text=True, timeout=spec.get("timeout"), check=False
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    output = proc.stdout + proc.stderr
+    print(f"exit code {proc.returncode}; output:\n{output[-4000:]}")
+    regexes = [re.compile(r) for r in spec.get("fail_regex", [])]
+    matched = [r.pattern for r in regexes if r.search(output)]
+    code = proc.returncode
+    if code in spec.get("ignore_fail_codes", []):
+        failed = False
+    elif spec.get("fail_codes"):
+        failed = code in spec["fail_codes"] and (bool(matched) or not regexes)
+    else:
+        failed = bool(matched) if regexes else code != 0
+    if matched:
+        print(f"matched: {', '.join(matched)}")
+    return REPRODUCED if failed else NOT_REPRODUCED
+
+
+KINDS = {
+    "compare": check_accuracy,
+    "golden": check_accuracy,
+    "error": check_error,
+    "op-present": check_op_present,
+    "command": check_command,
+}
+
+
+def _label(runtime: Mapping[str, Any]) -> str:
+    parts = [runtime.get("runtime", "onnxruntime"), runtime.get("precision", "fp32")]
+    if parts[0] == "onnxruntime":
+        parts += [runtime.get("provider") or "CPUExecutionProvider", f"opt={runtime.get('optimization', 'all')}"]
+    return "/".join(parts)
+
+
+def polygraphy_line(spec: Mapping[str, Any], model_path: Path) -> str | None:
+    """The equivalent ``polygraphy run`` command line(s), where one exists (compare, error)."""
+    if spec["kind"] not in ("compare", "error"):
+        return None
+    inputs = ["--load-inputs", "inputs.json"] if (HERE / "inputs.json").exists() else []
+    runs: list[tuple[str, list[str]]] = []
+    for role in ("reference", "target"):
+        runtime = spec.get(role)
+        if runtime is None:
+            continue
+        name = model_path.name
+        if runtime.get("runtime") == "tensorrt":
+            precision = runtime.get("precision", "fp32")
+            flags = ["--trt", *([f"--{precision}"] if precision != "fp32" else [])]
+        else:
+            flags = ["--onnxrt"]
+            if runtime.get("provider") not in (None, "CPUExecutionProvider"):
+                flags += ["--providers", str(runtime["provider"]).removesuffix("ExecutionProvider").lower()]
+            if runtime.get("precision", "fp32") != "fp32":
+                name = f"{model_path.stem}.{role}.onnx"  # the converted model the bundle ships
+        runs.append((name, flags))
+    tolerance = spec.get("tolerance") or {}
+    tol = ["--atol", str(tolerance.get("atol")), "--rtol", str(tolerance.get("rtol"))] if tolerance else []
+    if len(runs) == 1:
+        return shlex.join(["polygraphy", "run", runs[0][0], *runs[0][1], *inputs])
+    (ref_model, ref_flags), (tgt_model, tgt_flags) = runs
+    if ref_model == tgt_model:
+        return shlex.join(["polygraphy", "run", ref_model, *ref_flags, *tgt_flags, *inputs, *tol])
+    first = ["polygraphy", "run", ref_model, *ref_flags, *inputs, "--save-outputs", "expected.json"]
+    second = ["polygraphy", "run", tgt_model, *tgt_flags, *inputs, "--load-outputs", "expected.json", *tol]
+    return shlex.join(first) + " && " + shlex.join(second)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("model", nargs="?", default=str(HERE / "min_bad.onnx"), help="default: min_bad.onnx")
+    parser.add_argument("--save-outputs", default=None, metavar="FOLDER", help="write expected.npz/observed.npz")
+    args = parser.parse_args(argv)
+    spec = json.loads((HERE / "check.json").read_text())
+    model_path = Path(args.model).resolve()
+    print(f"check: kind {spec['kind']} on {model_path.name}")
+    line = polygraphy_line(spec, model_path)
+    if line:
+        print(f"polygraphy equivalent: {line}")
+    try:
+        code = KINDS[spec["kind"]](spec, model_path, args.save_outputs)
+    except CannotRunError as exc:
+        print(f"cannot run the check here: {exc}")
+        return CANNOT_RUN
+    print("REPRODUCED: the failure reproduces" if code == REPRODUCED else "NOT REPRODUCED: the model passes the check")
+    return code
+
+
+def polygraphy_inputs_json(samples: Sequence[Mapping[str, np.ndarray]]) -> str:
+    """``polygraphy run --load-inputs`` JSON: a list of feed dicts of encoded arrays."""
+
+    def encode(value: np.ndarray) -> dict[str, str]:
+        buffer = io.BytesIO()
+        np.save(buffer, np.asarray(value), allow_pickle=False)
+        return {"array": base64.b64encode(buffer.getvalue()).decode(), "polygraphy_class": "ndarray"}
+
+    return json.dumps([{name: encode(value) for name, value in sample.items()} for sample in samples])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
