@@ -14,6 +14,7 @@ COPY api ./api
 COPY worker ./worker
 COPY migrations ./migrations
 COPY examples ./examples
+COPY docs ./docs
 RUN pip install --no-cache-dir -e .
 USER reducer
 EXPOSE 8000

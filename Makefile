@@ -30,15 +30,16 @@ install-runtime: $(RUNTIME_STAMP)
 
 # The service on its embedded defaults, kept in ./data here (ONNX_REDUCER_HOME; elsewhere the
 # default is the user's data folder): SQLite and the artifact store, jobs run in the server
-# process. Set DATABASE_URL/REDIS_URL/DATA_DIR for other setups (README "Service").
+# process. `serve` prints the `token create` command for this home. Set DATABASE_URL/REDIS_URL/DATA_DIR for other setups (README "Service").
 HOST ?= 127.0.0.1
 PORT ?= 8000
 ONNX_REDUCER_HOME ?= $(CURDIR)/data
+# One readable line per request; `make run LOG_FORMAT=json` for JSON lines.
+LOG_FORMAT ?= text
 run: $(RUNTIME_STAMP)
 	ONNX_REDUCER_HOME=$(ONNX_REDUCER_HOME) PATH=$(abspath $(BIN)):$$PATH onnx-reducer db upgrade
 	@echo "Service: http://$(HOST):$(PORT)  (web UI; API docs: http://$(HOST):$(PORT)/docs)"
-	@echo "Token:   ONNX_REDUCER_HOME=$(ONNX_REDUCER_HOME) $(BIN)/onnx-reducer token create --team default   (send as 'Authorization: Bearer TOKEN')"
-	ONNX_REDUCER_HOME=$(ONNX_REDUCER_HOME) PATH=$(abspath $(BIN)):$$PATH onnx-reducer serve --host $(HOST) --port $(PORT)
+	ONNX_REDUCER_HOME=$(ONNX_REDUCER_HOME) LOG_FORMAT=$(LOG_FORMAT) PATH=$(abspath $(BIN)):$$PATH onnx-reducer serve --host $(HOST) --port $(PORT)
 
 # Reduce the bundled example on the command line (the Mul of Polygraphy's example).
 example: $(RUNTIME_STAMP)

@@ -18,9 +18,11 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
+from api.guide import router as guide_router
 from api.intake_pool import IntakePool
 from api.job_cache import JobReadCache
 from api.metrics import install_metrics
+from api.openapi_problems import install_problem_docs
 from api.problems import install_problem_handlers
 from api.routes import artifacts, bundle, events, graphs, health, jobs, me, workers
 from api.services import Services
@@ -106,7 +108,9 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
     for module in (jobs, workers, events, artifacts, bundle, graphs, me, health):
         app.include_router(module.router)
     _install_web_ui(app)
+    app.include_router(guide_router)
     _install_offline_docs(app)
+    install_problem_docs(app)
     return app
 
 

@@ -10,13 +10,18 @@ every entry must be a plain ``.npy`` array (no pickled objects)."""
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from pathlib import Path
 from typing import Any, Literal
 
+import onnx
+
 from api.bundles import check_zip_members
 from api.problems import ProblemError
 from checks.golden import FORMAT, MANIFEST
+from checks.user_inputs import check_golden_inputs
+from reducer_core.errors import UsageError
 from reducer_core.tensors import load_polygraphy_json, npy_nbytes
 
 GoldenFormat = Literal["zip", "json"]
@@ -111,3 +116,15 @@ def _validate_json(path: Path, max_bytes: int) -> None:
         raise _invalid(f"the JSON is not Polygraphy tensor data ({type(exc).__name__}: {str(exc)[:300]}).") from exc
     if not samples:
         raise _invalid("the JSON holds no tensors.")
+
+
+def check_golden_fits(path: Path, fmt: str, model_path: Path) -> None:
+    """The golden file's inputs against the model's (name, shape, element type), before a job
+    exists: 422 in one line naming the input, the model's shape and type and the file's."""
+    readable = path.with_suffix(suffix_for(fmt))
+    if not readable.exists():
+        os.link(path, readable)
+    try:
+        check_golden_inputs(readable, onnx.load(str(model_path), load_external_data=False))
+    except UsageError as exc:
+        raise _invalid(str(exc)) from exc

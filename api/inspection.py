@@ -15,11 +15,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from api.bundles import extract_bundle, find_model, is_bundle
-from api.golden import validate_golden
+from api.golden import check_golden_fits, validate_golden
+from api.inputs import stage_inputs, validate_inputs
 from api.problems import ProblemError, about_field, field_errors
 from api.validation import validate_model
 from checks.mixed_precision import require_fp16_target
 from checks.spec import INTERACTIVE_KIND, CheckSpec, CheckSpecError, build_check, is_interactive_spec, parse_check_spec
+from checks.user_inputs import INPUT_KINDS
 from persistence.enums import JobTask
 from reducer_core.errors import UsageError
 from reducer_core.strategies import MODES
@@ -52,6 +54,7 @@ class InspectRequest:
     golden: Path | None
     golden_size: int
     limits: UploadLimits
+    inputs: list[tuple[Path, str]] = field(default_factory=list)  # (staged file, uploaded name), in order
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class Inspection:
     mode: str
     options: dict[str, Any]
     golden_format: str | None
+    inputs_formats: list[str] = field(default_factory=list)  # per 'inputs' file: npz | json
+    samples: int = 0  # the samples the 'inputs' files give
 
 
 @dataclass(frozen=True)
@@ -129,16 +134,39 @@ def _inspect(request: InspectRequest) -> Inspection:
         options |= _task(request.fields, spec)
     golden_format = None
     if request.golden is not None:
-        budget = min(limits.max_extracted_bytes, max(GOLDEN_FLOOR_BYTES, limits.declared_bytes_factor * request.size))
         with about_field("golden"):
-            golden_format = validate_golden(request.golden, budget)
+            golden_format = validate_golden(request.golden, budget_for(limits, request.size))
     with about_field("model"):
         model_path, bundle = _unpack(request)
-        nodes = validate_model(
-            model_path, request.size, limits.declared_bytes_floor, limits.declared_bytes_factor, limits.max_model_nodes
-        )
+        try:
+            nodes = validate_model(
+                model_path,
+                request.size,
+                limits.declared_bytes_floor,
+                limits.declared_bytes_factor,
+                limits.max_model_nodes,
+            )
+        except ProblemError as exc:
+            if not bundle:  # the model is stored under a cleaned name ending in .onnx: say the one uploaded
+                exc.detail = _as_uploaded(exc.detail, model_path, request.filename)
+            raise
+    if request.golden is not None and golden_format is not None and kind in INPUT_KINDS:
+        with about_field("golden"):
+            check_golden_fits(request.golden, golden_format, model_path)
+    formats: list[str] = []
+    samples = 0
+    if request.inputs:
+        with about_field("inputs"):
+            staged = stage_inputs(request.inputs, budget_for(limits, sum(p.stat().st_size for p, _ in request.inputs)))
+            samples = validate_inputs(staged, model_path, kind, request.golden is not None)
+            formats = list(staged.formats)
     relative = model_path.relative_to(request.staging / "model").as_posix()
-    return Inspection(relative, bundle, nodes, kind, needs_gpu, mode, options, golden_format)
+    return Inspection(relative, bundle, nodes, kind, needs_gpu, mode, options, golden_format, formats, samples)
+
+
+def budget_for(limits: UploadLimits, size: int) -> int:
+    """What uploaded tensors may decode to: the extraction limit, at least a floor (NPZ inflates)."""
+    return min(limits.max_extracted_bytes, max(GOLDEN_FLOOR_BYTES, limits.declared_bytes_factor * size))
 
 
 def _parse_spec(request: InspectRequest) -> CheckSpec | None:
@@ -161,13 +189,16 @@ def _parse_spec(request: InspectRequest) -> CheckSpec | None:
             f"timeout: {spec.timeout:g} s x repeat {spec.repeat} is longer than this server's job time limit "
             f"({limit:g} s, JOB_TIME_LIMIT_S); lower timeout or repeat.",
         )
-    if spec.kind == "golden" and request.golden is None:
+    if spec.kind == "golden" and request.golden is None and not request.inputs:
         detail = (
             "kind: 'golden' compares against stored values: upload them in the 'golden' file field "
-            "(the file written by `onnx-reducer golden MODEL -o GOLDEN`, or Polygraphy JSON)."
+            "(the file written by `onnx-reducer golden MODEL -o GOLDEN`, or Polygraphy JSON), or upload input "
+            "samples in the 'inputs' field (their golden values are computed on onnxruntime CPU)."
         )
         raise ProblemError(422, "Invalid check spec", detail, errors=field_errors("golden", detail))
     golden = request.golden.with_suffix(".golden") if request.golden is not None else None
+    if golden is None and request.inputs:
+        golden = request.staging / "inputs.golden"  # made from the inputs by the worker
     try:
         build_check(spec, golden=golden, allow_command=request.limits.allow_command_checks)
     except CheckSpecError as exc:
@@ -219,6 +250,15 @@ def _options(fields: dict[str, str], interactive: bool = False) -> tuple[str, di
             raise ProblemError(422, "Invalid option", detail, errors=field_errors(name, detail))
         options[name] = raw in ("true", "1")
     return mode, options
+
+
+def _as_uploaded(detail: str, stored: Path, filename: str) -> str:
+    """``detail`` naming the model as it was uploaded ('report.pdf'), not as it was stored
+    ('report.pdf.onnx', or 'mymodel1.onnx' for 'my model (1).onnx')."""
+    uploaded = PurePosixPath(filename.replace("\\", "/")).name[:200] or stored.name
+    for path in {stored, stored.resolve()}:
+        detail = detail.replace(str(path), uploaded)
+    return detail
 
 
 def _unpack(request: InspectRequest) -> tuple[Path, bool]:

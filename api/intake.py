@@ -4,7 +4,7 @@ original and create the job in one commit (in a thread). Whatever fails on the w
 behind (no job row, no blob, no folder). The event loop only moves bytes.
 
 An ``Idempotency-Key`` seen before returns that job when the request is the same (model, golden
-values, check spec and options), and 422 when it differs."""
+values, input samples, check spec and options), and 422 when it differs."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from fastapi import Request
 from sqlalchemy.exc import IntegrityError
 
 from api.golden import suffix_for
+from api.inputs import suffix_for as inputs_suffix
 from api.inspection import BOOL_FIELDS, Inspection, InspectRequest, Refusal, UploadLimits, safe_filename
 from api.problems import ProblemError
 from api.services import Services
@@ -52,7 +53,7 @@ def upload_limits(settings: ApiSettings) -> UploadLimits:
     )
 
 
-def _same_request(job: Job, form: UploadedForm, golden_sha256: str | None) -> bool:
+def _same_request(job: Job, form: UploadedForm, golden_sha256: str | None, inputs_sha256: list[str]) -> bool:
     sent_golden = form.golden.sha256 if form.golden is not None else None
     mode = form.fields.get("mode", "auto").strip() or "auto"
     flags = {k: bool(job.options.get(k, default)) for k, default in BOOL_FIELDS.items()}  # older jobs: defaults
@@ -65,6 +66,7 @@ def _same_request(job: Job, form: UploadedForm, golden_sha256: str | None) -> bo
         and options == flags
         and task == JobTask.of(job.options).value
         and golden_sha256 == sent_golden
+        and inputs_sha256 == [f.sha256 for f in form.inputs]
     )
 
 
@@ -85,6 +87,7 @@ class JobIntake:
         self.job_dir: Path | None = None
         self.blob: StoredBlob | None = None
         self.golden_blob: StoredBlob | None = None
+        self.input_blobs: list[StoredBlob] = []
 
     async def accept(self, request: Request, idempotency_key: str | None) -> Intake:
         self.staging.mkdir(parents=True)
@@ -114,6 +117,7 @@ class JobIntake:
             golden=form.golden.path if form.golden is not None else None,
             golden_size=form.golden.size if form.golden is not None else 0,
             limits=upload_limits(self.settings),
+            inputs=[(f.path, f.filename) for f in form.inputs],
         )
         pool = self.services.intake
         pool.reserve()
@@ -131,8 +135,10 @@ class JobIntake:
             job = JobRepository(session).by_idempotency_key(self.team.id, key)
             if job is None:
                 return None
-            golden = ArtifactRepository(session).get(job.id, ArtifactKind.GOLDEN, "golden")
-            if not _same_request(job, form, golden.sha256 if golden is not None else None):
+            artifacts = ArtifactRepository(session)
+            golden = artifacts.get(job.id, ArtifactKind.GOLDEN, "golden")
+            inputs = [a.sha256 for a in artifacts.inputs(job.id)]
+            if not _same_request(job, form, golden.sha256 if golden is not None else None, inputs):
                 raise _key_reused()
             return Intake(job.id, job.queue, created=False, status=job.status)
 
@@ -147,6 +153,8 @@ class JobIntake:
         self.blob = store.adopt(form.file_path, form.sha256, form.size)
         if form.golden is not None:
             self.golden_blob = store.adopt(form.golden.path, form.golden.sha256, form.golden.size)
+        for uploaded in form.inputs:
+            self.input_blobs.append(store.adopt(uploaded.path, uploaded.sha256, uploaded.size))
         interactive = inspection.spec_kind == INTERACTIVE_KIND
         status = JobStatus.RUNNING if interactive else JobStatus.QUEUED  # interactive: the api runs it
         job = Job(
@@ -181,6 +189,15 @@ class JobIntake:
                     ArtifactRepository(session).put(
                         job_id, ArtifactKind.GOLDEN, "golden", self.golden_blob, golden_meta
                     )
+                for i, (uploaded, blob, fmt) in enumerate(
+                    zip(form.inputs, self.input_blobs, inspection.inputs_formats, strict=True)
+                ):
+                    inputs_meta = {
+                        "format": fmt,
+                        "filename": safe_filename(uploaded.filename, f"inputs-{i}{inputs_suffix(fmt)}"),
+                        "samples": inspection.samples,
+                    }
+                    ArtifactRepository(session).put(job_id, ArtifactKind.INPUTS, f"inputs-{i}", blob, inputs_meta)
                 nodes = inspection.nodes
                 event = EventKind.STARTED if interactive else EventKind.QUEUED
                 EventRepository(session).append(job_id, event, {"status": status.value, "nodes_before": nodes})
@@ -199,7 +216,7 @@ class JobIntake:
         if self.job_dir is not None:
             shutil.rmtree(self.job_dir, ignore_errors=True)
             self.job_dir = None
-        for blob in (self.blob, self.golden_blob):
+        for blob in (self.blob, self.golden_blob, *self.input_blobs):
             if blob is None:
                 continue
             with self.services.db.session() as session:
@@ -207,3 +224,4 @@ class JobIntake:
             if not referenced:
                 self.services.layout.store.delete(blob.key)
         self.blob = self.golden_blob = None
+        self.input_blobs = []

@@ -116,7 +116,9 @@ def _take(session: Session, job: Job, iteration: int) -> Awaited:
     ).first()
     session.refresh(job)
     if job.status != JobStatus.RUNNING.value or job.cancel_requested:
-        raise ProblemError(409, "Job not awaiting a verdict", f"Job '{job.id}' has {job.status}; it needs no verdict.")
+        state = "is being cancelled" if job.status == JobStatus.RUNNING.value else f"has ended ({job.status})"
+        ended = f"Job '{job.id}' {state}; it needs no verdict."
+        raise ProblemError(409, "Job not awaiting a verdict", ended)
     if taken is None:
         pending = IterationRepository(session).pending_of(job.id)
         now = f"it awaits iteration {pending.number}" if pending else "no check awaits a verdict right now"

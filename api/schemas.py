@@ -106,6 +106,10 @@ class JobOut(BaseModel):
     """The check fails whatever the model: ``{message, evidence, crash, verdict, signature,
     output}`` (the answer says nothing about the model; ``onnx-reducer status`` exits 10). Filled by
     ``GET /v1/jobs/{id}``."""
+    samples: dict[str, Any] | None = None
+    """When the check judged several input samples (kinds compare, golden, error): ``original`` and
+    ``min_bad`` (the best model so far; a precision job's: the mixed model), each ``{judged,
+    failing}`` with the failing samples' indices in input order. Filled by ``GET /v1/jobs/{id}``."""
     links: dict[str, str]
 
 

@@ -30,7 +30,8 @@ MAX_PARTS = 16
 TEXT_FIELDS = frozenset(
     {"check_spec", "mode", "task", "model_path", "reduce_inputs", "reduce_outputs", "pin_signature", "confirm_flaky"}
 )
-FILE_FIELDS = ("model", "golden")
+FILE_FIELDS = ("model", "golden", "inputs")
+MAX_INPUT_FILES = 8  # 'inputs' parts: several files are several samples, in order
 
 
 class UploadAbortedError(Exception):
@@ -55,6 +56,7 @@ class UploadedForm:
     size: int = 0
     sha256: str = ""
     golden: UploadedFile | None = None
+    inputs: list[UploadedFile] = field(default_factory=list)  # in the order sent
 
 
 def too_large(limit: int) -> ProblemError:
@@ -112,6 +114,12 @@ class _FormSink:
     def on_headers_finished(self) -> None:
         _, options = parse_options_header(self.headers.get(b"content-disposition", b""))
         self.name = options.get(b"name", b"").decode(errors="replace")
+        if self.name == "inputs":  # repeatable: inputs-0, inputs-1... in the order sent
+            count = len(self.form.inputs)
+            if count >= MAX_INPUT_FILES:
+                raise ProblemError(422, "Invalid upload", f"Send at most {MAX_INPUT_FILES} 'inputs' file parts.")
+            self.name = f"inputs-{count}"
+            self.targets[self.name] = self.targets["inputs"].with_name(f"{self.name}.bin")
         self.is_file = self.name in self.targets
         self.keep = self.name in TEXT_FIELDS
         if self.is_file:
@@ -120,6 +128,8 @@ class _FormSink:
             default = f"{self.name}.onnx" if self.name == "model" else self.name
             filename = options.get(b"filename", default.encode()).decode(errors="replace")
             self.files[self.name] = UploadedFile(self.targets[self.name], filename)
+            if self.name.startswith("inputs-"):
+                self.form.inputs.append(self.files[self.name])
             self.digests[self.name] = hashlib.sha256()
             self.sink = open(self.targets[self.name], "wb")  # noqa: SIM115 - closed in on_part_end/close
             self.sinks.append(self.sink)
@@ -150,7 +160,7 @@ class _FormSink:
             if self.name == "model":
                 self.form.file_path, self.form.filename = uploaded.path, uploaded.filename
                 self.form.size, self.form.sha256 = uploaded.size, uploaded.sha256
-            else:
+            elif self.name == "golden":
                 self.form.golden = uploaded
         elif self.keep:
             self.form.fields[self.name] = self.buffer.decode(errors="replace")
@@ -164,7 +174,8 @@ class _FormSink:
 
 async def read_form(request: Request, staging: Path, max_file: int, max_field: int) -> UploadedForm:
     """Parse the multipart body: the model part into ``staging/upload.bin``, the golden values (if
-    sent) into ``staging/golden.bin``, and the text fields."""
+    sent) into ``staging/golden.bin``, each ``inputs`` part (input samples, repeatable) into
+    ``staging/inputs-N.bin``, and the text fields."""
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     if content_type != b"multipart/form-data" or b"boundary" not in options:
         raise ProblemError(415, "Unsupported Media Type", "Send the job as multipart/form-data.")
@@ -172,7 +183,8 @@ async def read_form(request: Request, staging: Path, max_file: int, max_field: i
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > max_total:
         raise too_large(max_file)
-    sink = _FormSink({"model": staging / "upload.bin", "golden": staging / "golden.bin"}, max_file, max_field)
+    targets = {"model": staging / "upload.bin", "golden": staging / "golden.bin", "inputs": staging / "inputs.bin"}
+    sink = _FormSink(targets, max_file, max_field)
     parser = MultipartParser(options[b"boundary"], callbacks=_callbacks(sink))
     total = 0
     try:

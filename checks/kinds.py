@@ -30,6 +30,7 @@ import onnx
 from checks.spec import CheckSpec, Tolerance, check_spec_from_dict
 from reducer_core.modelio import load_model_with_weights
 from reducer_core.prepare import mark_all_outputs
+from reducer_core.samples import samples_note
 from reducer_core.verdict import OP_NOT_REGISTERED_SIGNATURE
 
 Result = dict[str, Any]
@@ -206,25 +207,64 @@ def _op_present(spec: CheckSpec, model: onnx.ModelProto) -> Result:
 def _error(
     spec: CheckSpec, model: onnx.ModelProto, workdir: Path, samples: list[Mapping[str, np.ndarray] | None]
 ) -> Result:
+    """Every sample runs on the target; ``fail_if`` over the samples decides (one sample: its result)."""
     from checks.runtimes import RuntimeUnavailableError, make_runner
 
     assert spec.target is not None
+    results: list[Result] = []
     try:
         runner = make_runner(spec.target, model, workdir)
-        for golden in samples:
-            runner.run(feeds_for(model, spec, golden)[0])
     except RuntimeUnavailableError:
         raise
     except Exception as exc:  # noqa: BLE001 - the target's errors are what this check looks for
-        message = f"{type(exc).__name__}: {exc}"
-        if spec.match is not None and re.search(spec.match, message):
-            return _result("fail", f"error:match={spec.match}", message[:500], message)
-        if (missing := not_registered(message)) is not None:
-            return missing
-        if spec.match is None:
-            return _result("fail", f"error:{type(exc).__name__}", message[:500], message)
-        return _result("pass", detail=f"error not matching {spec.match!r}: {message[:300]}", output=message)
-    return _result("pass", detail=f"{spec.target.label} ran without error")
+        return _error_result(spec, f"{type(exc).__name__}: {exc}")
+    for golden in samples:
+        try:
+            runner.run(feeds_for(model, spec, golden)[0])
+        except RuntimeUnavailableError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the target's errors are what this check looks for
+            result = _error_result(spec, f"{type(exc).__name__}: {exc}")
+            if result["kind"] == "crash":  # the runtime lacks an op: no sample can say more
+                return result
+            results.append(result)
+            continue
+        results.append(_result("pass", detail=f"{spec.target.label} ran without error"))
+    return decide_samples(spec, results)
+
+
+def _error_result(spec: CheckSpec, message: str) -> Result:
+    if spec.match is not None and re.search(spec.match, message):
+        return _result("fail", f"error:match={spec.match}", message[:500], message)
+    if (missing := not_registered(message)) is not None:
+        return missing
+    if spec.match is None:
+        return _result("fail", f"error:{type_name(message)}", message[:500], message)
+    return _result("pass", detail=f"error not matching {spec.match!r}: {message[:300]}", output=message)
+
+
+def type_name(message: str) -> str:
+    """The exception class of a ``Class: message`` text."""
+    return message.partition(":")[0]
+
+
+def decide_samples(spec: CheckSpec, results: list[Result]) -> Result:
+    """One result for all samples: the spec's ``fail_if`` (any, all, majority) of the samples must
+    fail. The failure is the worst failing sample's (an overflow before a tolerance miss, else the
+    first); the detail starts with which samples failed (``samples_note``)."""
+    failing = [i for i, r in enumerate(results) if r["kind"] == "fail"]
+    judged = len(results)
+    needed = {"any": 1, "all": judged, "majority": judged // 2 + 1}[spec.fail_if]
+    note = samples_note(judged, failing)
+    if failing and len(failing) >= needed:
+        worst = min(failing, key=lambda i: results[i]["signature"] != "mismatch:nonfinite")
+        chosen = results[worst]
+        detail = f"{note}; {chosen['detail']}"
+        output = "\n".join(results[i]["detail"] for i in failing)
+        return _result("fail", chosen["signature"], detail, chosen["output"] or output)
+    passed = "all samples pass" if not failing else f"fail_if={spec.fail_if} needs {needed} failing"
+    last = results[-1]["detail"] if results else ""
+    return _result("pass", detail=f"{note} ({passed}); {last}")
 
 
 def _reference_values(
@@ -246,9 +286,11 @@ def _reference_values(
 def _accuracy(
     spec: CheckSpec, model: onnx.ModelProto, workdir: Path, samples: list[Mapping[str, np.ndarray] | None]
 ) -> Result:
+    """Every sample is judged; ``fail_if`` over the samples decides (``decide_samples``)."""
     from checks.runtimes import RuntimeUnavailableError, make_runner
 
     assert spec.target is not None and spec.tolerance is not None
+    results: list[Result] = []
     for i, golden in enumerate(samples):
         feeds, generated = feeds_for(model, spec, golden)
         try:
@@ -260,12 +302,15 @@ def _accuracy(
             message = f"{type(exc).__name__}: {exc}"
             if (missing := not_registered(message)) is not None:
                 return missing
-            return _result("fail", f"error:{type(exc).__name__}", message[:500], message)
+            results.append(_result("fail", f"error:{type(exc).__name__}", f"sample {i}: {message[:500]}", message))
+            continue
         mismatches = compare_outputs(reference, target, spec.tolerance)
         if mismatches:
             note = f" (random values for {', '.join(generated)})" if generated else ""
-            return _result("fail", mismatch_signature(mismatches), mismatch_detail(mismatches, i) + note)
-    return _result("pass", detail=f"all outputs within tolerance in {len(samples)} sample(s)")
+            results.append(_result("fail", mismatch_signature(mismatches), mismatch_detail(mismatches, i) + note))
+        else:
+            results.append(_result("pass", detail="all outputs within tolerance"))
+    return decide_samples(spec, results)
 
 
 # --- layerwise (localisation) ----------------------------------------------------------------------
@@ -276,11 +321,21 @@ def layerwise(payload: Mapping[str, Any]) -> Result:
     values come from the golden file for kind 'golden'), compare tensor by tensor in node order,
     and report every tensor beyond tolerance (``output`` holds them, one per line, in order)."""
     spec = check_spec_from_dict(payload["spec"])
-    assert spec.target is not None and spec.tolerance is not None
+    model = mark_all_outputs(load_model(Path(payload["model"])))
+    samples = _golden_samples(payload)
+    lines: list[str] = []
+    for i, golden in enumerate(samples):  # the first sample with a tensor beyond tolerance
+        lines = _layerwise_sample(spec, model, golden)
+        if lines:
+            detail = f"{len(lines)} tensor(s) beyond tolerance" + (f" in sample {i}" if len(samples) > 1 else "")
+            return _result("fail", "", detail, "\n".join(lines))
+    return _result("pass", "", f"0 tensor(s) beyond tolerance in {len(samples)} sample(s)", "")
+
+
+def _layerwise_sample(spec: CheckSpec, model: onnx.ModelProto, golden: Mapping[str, np.ndarray] | None) -> list[str]:
     from checks.runtimes import make_runner
 
-    model = mark_all_outputs(load_model(Path(payload["model"])))
-    golden = _golden_samples(payload)[0]
+    assert spec.target is not None and spec.tolerance is not None
     feeds, _ = feeds_for(model, spec, golden)
     with tempfile.TemporaryDirectory(prefix="layerwise-", dir=".") as workdir:
         if spec.kind == "golden":
@@ -298,5 +353,4 @@ def layerwise(payload: Mapping[str, Any]) -> Result:
                 mismatch = compare_tensor(name, reference[name], target[name], atol, rtol)
                 if mismatch is not None:
                     lines.append(f"{'nonfinite' if mismatch.nonfinite else 'tolerance'}\t{name}")
-    kind = "fail" if lines else "pass"
-    return _result(kind, "", f"{len(lines)} tensor(s) beyond tolerance", "\n".join(lines))
+    return lines

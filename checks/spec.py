@@ -18,6 +18,7 @@ field (``tolerance.atol: must be a number >= 0, got 'abc'``). ``build_check`` tu
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import math
@@ -283,20 +284,41 @@ _ALLOWED: dict[str, set[str]] = {
 }
 
 
+# The kinds a spec may name: the five above everywhere, and the service's form of interactive mode.
+_ALL_KINDS = (*KINDS, INTERACTIVE_KIND)
+_KIND_LIST = f"{', '.join(KINDS)}, or {INTERACTIVE_KIND} (the service: a person judges each model)"
+
+
+def _did_you_mean(name: str, choices: Sequence[str]) -> str:
+    """ "; did you mean 'ops'?" for a near miss, else ""."""
+    close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _unknown_field(path: str, allowed: Sequence[str] | set[str] | frozenset[str], scope: str = "") -> CheckSpecError:
+    """``path`` (e.g. ``target.precison``) is no field here: name the nearest allowed one and list them."""
+    name = path.rsplit(".", 1)[-1]
+    listed = ", ".join(sorted(allowed))
+    return CheckSpecError(f"{path}: unknown field{scope}{_did_you_mean(name, sorted(allowed))} (allowed: {listed})")
+
+
 def check_spec_from_dict(document: Any) -> CheckSpec:
     """Validate an already-decoded document (what the service receives as JSON)."""
     if not isinstance(document, Mapping):
         raise CheckSpecError(f"check spec: must be a mapping with a 'kind' field, got {_show(document)}")
     kind = document.get("kind")
     if kind is None:
-        raise CheckSpecError(f"kind: required; one of {', '.join(KINDS)}")
+        raise CheckSpecError(f"kind: required; one of {_KIND_LIST}")
+    if kind == INTERACTIVE_KIND:
+        raise CheckSpecError(
+            "kind: 'interactive' is the service's (a person judges each model on the job's page); on the "
+            "command line leave out --check and --check-spec to answer each check yourself"
+        )
     if kind not in KINDS:
-        raise CheckSpecError(f"kind: must be one of {', '.join(KINDS)}, got {_show(kind)}")
+        raise CheckSpecError(f"kind: must be one of {_KIND_LIST}, got {_show(kind)}{_did_you_mean(kind, _ALL_KINDS)}")
     unknown = sorted(str(k) for k in document if k not in _ALLOWED[kind])
     if unknown:
-        raise CheckSpecError(
-            f"{unknown[0]}: unknown field for kind '{kind}' (allowed: {', '.join(sorted(_ALLOWED[kind]))})"
-        )
+        raise _unknown_field(unknown[0], _ALLOWED[kind], f" for kind '{kind}'")
     common: dict[str, Any] = {
         "kind": kind,
         "timeout": _number(document, "timeout", DEFAULT_TIMEOUT_S, positive=True, maximum=MAX_TIMEOUT_S),
@@ -388,7 +410,7 @@ def _runtime(value: Any, where: str) -> RuntimeSpec:
     allowed = {"runtime", "precision", "optimization", "provider"}
     unknown = sorted(str(k) for k in value if k not in allowed)
     if unknown:
-        raise CheckSpecError(f"{where}.{unknown[0]}: unknown field (allowed: {', '.join(sorted(allowed))})")
+        raise _unknown_field(f"{where}.{unknown[0]}", allowed)
     runtime = _choice(value, "runtime", RUNTIMES, "onnxruntime", where)
     precisions = ORT_PRECISIONS if runtime == "onnxruntime" else PRECISIONS
     precision = _choice(value, "precision", precisions, "fp32", where)
@@ -412,7 +434,7 @@ def _tolerance(value: Any) -> Tolerance:
         raise CheckSpecError(f"tolerance: must be a mapping like {{atol: 0.001, rtol: 0.001}}, got {_show(value)}")
     unknown = sorted(str(k) for k in value if k not in ("atol", "rtol", "per_output"))
     if unknown:
-        raise CheckSpecError(f"tolerance.{unknown[0]}: unknown field (allowed: atol, rtol, per_output)")
+        raise _unknown_field(f"tolerance.{unknown[0]}", ("atol", "rtol", "per_output"))
     atol = _number(value, "atol", 1e-5, where="tolerance")
     rtol = _number(value, "rtol", 1e-5, where="tolerance")
     per_output_raw = value.get("per_output", {})
@@ -427,7 +449,7 @@ def _tolerance(value: Any) -> Tolerance:
             raise CheckSpecError(f"{where}: must be a mapping like {{atol: 0.01}}, got {_show(entry)}")
         unknown = sorted(str(k) for k in entry if k not in ("atol", "rtol"))
         if unknown:
-            raise CheckSpecError(f"{where}.{unknown[0]}: unknown field (allowed: atol, rtol)")
+            raise _unknown_field(f"{where}.{unknown[0]}", ("atol", "rtol"))
         per_output[str(name)] = (_number(entry, "atol", atol, where=where), _number(entry, "rtol", rtol, where=where))
     return Tolerance(atol, rtol, per_output)
 

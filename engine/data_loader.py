@@ -37,8 +37,18 @@ def parse_val_ranges(texts: Sequence[str]) -> dict[str, Range]:
 
 def feeds_from_script(spec: str) -> TensorMap:
     """The first feed dict a user's data loader function yields (Polygraphy's --data-loader-script)."""
+    return samples_from_script(spec, 1)[0]
+
+
+MAX_SCRIPT_SAMPLES = 100
+
+
+def samples_from_script(spec: str, limit: int = MAX_SCRIPT_SAMPLES) -> list[TensorMap]:
+    """The feed dicts a user's data loader function yields, at most ``limit`` (more is refused
+    unless ``limit`` is 1: then the first one is taken, as for fallback inference)."""
     path_text, _, function = spec.partition(":")
     path = Path(path_text)
+    name = function or "load_data"
     if not path.is_file():
         raise UsageError(f"--data-loader-script: '{path}' does not exist.")
     module_spec = importlib.util.spec_from_file_location("onnx_reducer_user_data_loader", path)
@@ -46,12 +56,22 @@ def feeds_from_script(spec: str) -> TensorMap:
         raise UsageError(f"--data-loader-script: cannot import '{path}' as a Python module.")
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    loader = getattr(module, function or "load_data", None)
+    loader = getattr(module, name, None)
     if not callable(loader):
-        raise UsageError(f"--data-loader-script: '{path}' defines no function '{function or 'load_data'}'.")
+        raise UsageError(f"--data-loader-script: '{path}' defines no function '{name}'.")
+    samples: list[TensorMap] = []
     for feed in loader():
-        return {str(name): np.asarray(value) for name, value in dict(feed).items()}
-    raise UsageError(f"--data-loader-script: {function or 'load_data'}() in '{path}' yielded no feed dict.")
+        if len(samples) == limit:
+            if limit == 1:
+                break
+            raise UsageError(
+                f"--data-loader-script: {name}() in '{path}' yields more than {limit} feed dicts; a check judges "
+                f"each one, so yield at most {limit}."
+            )
+        samples.append({str(key): np.asarray(value) for key, value in dict(feed).items()})
+    if not samples:
+        raise UsageError(f"--data-loader-script: {name}() in '{path}' yielded no feed dict.")
+    return samples
 
 
 def ranged_inputs(

@@ -2,55 +2,84 @@
 service's ``task: precision`` jobs.
 
 It is a ``ReductionSession`` whose machine looks for a pass (``Goal.PASS``) over node sets that
-are not subgraphs: a candidate is the set S of nodes kept in fp32, its model is the *whole* model
-carrying S (``checks.mixed_precision``), and the user's check spec converts every other node to
-fp16. The empty set (the plain fp16 model) is the original and must fail; the whole set must
-pass (else the failure is no precision problem); the strategy then shrinks S while the check
-passes. Strategies, verdict cache, replays and saved states are the reduction's own.
+are not subgraphs: a candidate is the set S of nodes kept in fp32, and its model is the *real*
+mixed-precision model for S (``checks.fp16_model.to_mixed``: fp16 weights and activations, Casts
+only where a tensor crosses between fp16 and fp32, inputs and outputs typed as asked): the file
+the check judges is the file that is written. The empty set (the plain fp16 model) is the
+original and must fail; the whole set must pass (else the failure is no precision problem); the
+strategy then shrinks S while the check passes.
 
-    session = PrecisionSession.begin(workspace, SessionCheck(check, spec, golden, task="precision"), mode)
-    result = session.run(hooks)              # result.min_bad: the nodes to keep in fp32
-    session.save_mixed(result.min_bad, path) # the mixed-precision model (onnxconverter-common)
+Before the search, one reference run of the fp32 original (``reference_run``, in a child
+process) does two things: a compare spec becomes a golden spec against the original's outputs
+(a candidate is never compared with its own reference run), and the magnitude of every tensor
+gives the search its start (``reducer_core.precision``: the writers and readers of tensors
+beyond fp16's range, checked first and minimised from when it passes).
+
+    plan = reference_run(workspace, check, build, folder)    # judged against the fp32 original
+    session = PrecisionSession.begin(workspace, plan, mode)
+    result = session.run(hooks)                     # result.min_bad: the nodes to keep in fp32
+    written = session.save_mixed(result.min_bad, path, verify=check)   # judged once more
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+import hashlib
+import json
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import onnx
 
-from checks.fp16_warnings import summarised_fp16_warnings
-from checks.mixed_precision import keep_fp32_suffix, require_fp16_target, without_keep_fp32
-from checks.runtimes.onnxruntime import to_fp16
-from engine.session import ReductionSession, SessionCheck, SessionHooks
-from engine.workspace import Log, Workspace
+from checks.fp16_model import MixedModel, elem_types, to_mixed
+from checks.isolated import run_isolated
+from checks.mixed_precision import require_fp16_target, without_keep_fp32
+from checks.precision_reference import ENTRY as REFERENCE_ENTRY
+from checks.spec import CheckSpec, ModelCheck
+from engine.session import ReductionSession, SessionCheck, SessionHooks, _Relay, resolve_config, verdict_identity
+from engine.workspace import Workspace
 from reducer_core import modelio
+from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
-from reducer_core.errors import GoalUnreachableError
+from reducer_core.errors import GoalUnreachableError, ReducerError
 from reducer_core.graph import GraphIndex
+from reducer_core.precision import out_of_range, precision_machine, range_superset
 from reducer_core.records import ReductionResult
-from reducer_core.session import Answer, Request, SessionConfig, SessionListener
-from reducer_core.verdict import Goal
+from reducer_core.session import Answer, Request, SessionConfig, SessionListener, SilentListener
+from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 TASK = "precision"
+IO_TYPES = ("fp32", "fp16")
 NOT_A_PRECISION_PROBLEM = (
     "The failure is not a precision problem: the model fails the check even with every node kept in fp32 "
     "(the target then computes what the reference does). Check the spec's tolerance and inputs, or reduce "
     "the failure with `onnx-reducer reduce`."
 )
+Build = Callable[[CheckSpec, Path | None], ModelCheck]
+
+
+class MixedModelFailedError(ReducerError):
+    """The mixed-precision model, written, does not pass the check: nothing is reported as found."""
+
+
+IO_FP16_ADVICE = (
+    " With --io-types fp16 the model's inputs and outputs are fp16 themselves: an output beyond 65,504 "
+    "(or an input that needs fp32) cannot pass; keep them fp32 (the default)."
+)
 
 
 @contextlib.contextmanager
-def _explained() -> Iterator[None]:
+def _explained(io: str = "fp32") -> Iterator[None]:
     """The machine's "does not pass even with every node kept", said in precision's terms."""
     try:
         yield
     except GoalUnreachableError as exc:
-        raise GoalUnreachableError(f"{exc} {NOT_A_PRECISION_PROBLEM}") from None
+        advice = IO_FP16_ADVICE if io == "fp16" else ""
+        raise GoalUnreachableError(f"{exc} {NOT_A_PRECISION_PROBLEM}{advice}") from None
 
 
 def precision_config(mode: str) -> SessionConfig:
@@ -59,7 +88,7 @@ def precision_config(mode: str) -> SessionConfig:
 
 
 def name_nodes(workspace: Workspace) -> int:
-    """Give every node a unique name (``keep_fp32`` names nodes): an unnamed node, or a later one
+    """Give every node a unique name (the answer names nodes): an unnamed node, or a later one
     reusing a name, becomes ``<OpType>_<index>``. Returns how many were renamed."""
     model = onnx.ModelProto()
     model.CopyFrom(workspace.index.model)
@@ -82,36 +111,120 @@ def _fresh_name(base: str, taken: set[str]) -> str:
     return name
 
 
+# --- the fp32 original's reference run ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """What the search runs on: ``check`` judges a candidate against the fp32 original (a compare
+    spec became a golden spec holding the original's outputs), ``ranges`` the largest magnitude of
+    each float tensor in the original's run, ``io`` the type of float graph inputs and outputs."""
+
+    check: SessionCheck
+    ranges: Mapping[str, float] = field(default_factory=dict)
+    io: str = "fp32"
+    reference_detail: str = ""
+
+    def superset(self, index: GraphIndex) -> frozenset[int]:
+        return range_superset(index, self.ranges)
+
+    def out_of_range(self) -> list[str]:
+        return sorted(out_of_range(self.ranges))
+
+
+def reference_run(
+    workspace: Workspace,
+    check: SessionCheck,
+    build: Build,
+    folder: Path,
+    io: str = "fp32",
+    extra_env: Mapping[str, str] | None = None,
+) -> PrecisionPlan:
+    """Run the fp32 original once (isolated, module docstring) and return the plan: the check
+    rebuilt (``build(spec, golden)``) to compare with the original's outputs, and the ranges."""
+    spec = require_fp16_target(check.spec)
+    if io not in IO_TYPES:
+        raise ReducerError(f"io types must be one of {', '.join(IO_TYPES)}, not {io!r}.")
+    name_nodes(workspace)
+    folder.mkdir(parents=True, exist_ok=True)
+    golden_out = folder / "precision-reference.golden" if spec.kind == "compare" else None
+    ranges_path = folder / "precision-ranges.json"
+    with tempfile.TemporaryDirectory(prefix="onnx-reducer-reference-", dir=folder) as tmp:
+        original = Path(tmp) / "original.onnx"
+        workspace.write(Candidate(workspace.index.all_nodes()), original)
+        payload = {
+            "entry": REFERENCE_ENTRY,
+            "spec": spec.to_json(),
+            "model": str(original.resolve()),
+            "golden": str(check.golden.resolve()) if check.golden is not None else None,
+            "golden_out": str(golden_out.resolve()) if golden_out is not None else None,
+            "ranges": str(ranges_path.resolve()),
+        }
+        verdict, output = run_isolated(payload, spec.timeout, spec.memory_limit, extra_env)
+    if verdict.kind is not VerdictKind.PASS and golden_out is None:
+        # golden/error specs judge without it: the search starts from every node
+        detail = f"the fp32 original's reference run failed ({verdict.kind.value}: {verdict.detail}); no range analysis"
+        return PrecisionPlan(dataclasses.replace(check, task=TASK), {}, io, detail)
+    if verdict.kind is not VerdictKind.PASS:
+        raise GoalUnreachableError(
+            f"The fp32 model does not run on the reference ({verdict.kind.value}: {verdict.detail}"
+            f"{'; ' + output.strip()[-500:] if output.strip() else ''}). {NOT_A_PRECISION_PROBLEM}"
+        )
+    ranges = {str(k): float(v) for k, v in json.loads(ranges_path.read_text()).items()}
+    identity = f"{workspace.index.fingerprint} {spec.identity} {check.golden_sha256 or ''} io={io}"
+    digest = hashlib.sha256(identity.encode()).hexdigest()
+    if golden_out is not None:
+        judged = dataclasses.replace(spec, kind="golden", reference=None)
+        session_check = SessionCheck(build(judged, golden_out), judged, golden_out, f"original:{digest}", TASK)
+    else:
+        session_check = dataclasses.replace(check, golden_sha256=f"{check.golden_sha256 or ''}/{digest}", task=TASK)
+    return PrecisionPlan(session_check, ranges, io, verdict.detail)
+
+
+# --- the session ------------------------------------------------------------------------------------
+
+
 class PrecisionSession(ReductionSession):
     """A ``ReductionSession`` over the nodes kept in fp32 (module docstring). ``write`` writes the
-    whole model naming the candidate's nodes; ``save_mixed`` converts the model for real."""
+    real mixed-precision model of a candidate; ``save_mixed`` writes the answer's and judges it."""
+
+    plan: PrecisionPlan
 
     @classmethod
     def begin(
         cls,
         workspace: Workspace,
-        check: SessionCheck,
+        plan: PrecisionPlan,
         mode: str,
         state: dict[str, Any] | None = None,
         listener: SessionListener | None = None,
     ) -> PrecisionSession:
-        """Check the spec, name the nodes and start (or, with ``state``, resume) the session."""
+        """Start (or, with ``state``, resume) the session; the machine tries the plan's range
+        superset first (``reducer_core.precision``)."""
+        check = plan.check
         require_fp16_target(check.spec)
-        if check.task != TASK:
-            check = dataclasses.replace(check, task=TASK)
         renamed = name_nodes(workspace)
         if renamed:
             workspace.log.info(f"Named {renamed} unnamed (or duplicate) node(s) <OpType>_<index> to refer to them.")
-        session = cls.start(workspace, check, precision_config(mode), state, listener)
-        assert isinstance(session, PrecisionSession)
+        config = resolve_config(precision_config(mode), check.spec)
+        index = workspace.index
+        cache = VerdictCache(index.fingerprint, verdict_identity(check, workspace.options))
+        relay = _Relay(listener or SilentListener())
+        machine_class = precision_machine(plan.superset(index))
+        if state:
+            machine = machine_class.from_state(index, config, cache, state, relay)
+        else:
+            machine = machine_class(index, config, cache, relay)
+        session = cls(workspace, check, machine, relay)
+        session.plan = plan
         return session
 
     def run(self, hooks: SessionHooks) -> ReductionResult:
-        with _explained():
+        with _explained(self.plan.io):
             return super().run(hooks)
 
     def deliver(self, request: Request, result: Answer, overhead_s: float = 0.0) -> None:
-        with _explained():
+        with _explained(self.plan.io):
             super().deliver(request, result, overhead_s)
 
     @property
@@ -123,21 +236,58 @@ class PrecisionSession(ReductionSession):
         nodes = self.workspace.index.nodes
         return [nodes[n].name for n in sorted(candidate.nodes)]
 
+    def _fp32_model(self) -> tuple[onnx.ModelProto, dict[str, int]]:
+        """The original with its weights in memory, and its tensors' types (read once)."""
+        cached: tuple[onnx.ModelProto, dict[str, int]] | None = getattr(self, "_original", None)
+        if cached is None:
+            model = self.workspace.model_for(self.everything)
+            modelio.inline_external_data(model, self.workspace.sources)
+            without_keep_fp32(model)
+            cached = (model, elem_types(model))
+            self._original = cached
+        return cached
+
+    def mixed(self, candidate: Candidate) -> MixedModel:
+        """The real mixed-precision model of ``candidate`` and its answer per node and tensor."""
+        model, types = self._fp32_model()
+        return to_mixed(model, self.keep_fp32(candidate), self.plan.io, types)
+
     def write(self, candidate: Candidate, path: Path) -> list[str]:
-        """The whole model, naming ``candidate``'s nodes as the ones to keep in fp32."""
-        self.workspace.write(self.everything, path, keep_fp32_suffix(self.keep_fp32(candidate)))
-        return self.workspace.weight_locations(self.everything)
+        """The candidate's mixed-precision model, self-contained: the file the check judges."""
+        modelio.save_self_contained(
+            self.mixed(candidate).model, path, modelio.WeightSources(), self.workspace.options.save
+        )
+        return []  # self-contained: no weights of the original's referenced
 
-    def mixed_model(self, candidate: Candidate, log: Log) -> onnx.ModelProto:
-        """The model converted to fp16 by onnxconverter-common, ``candidate``'s nodes kept fp32
-        (inputs and outputs stay fp32)."""
-        model = self.workspace.model_for(self.everything)
-        modelio.inline_external_data(model, self.workspace.sources)
-        without_keep_fp32(model)
-        with summarised_fp16_warnings(log.warning):
-            return to_fp16(model, self.keep_fp32(candidate))
+    def save_mixed(self, candidate: Candidate, path: Path, verify: ModelCheck | None = None) -> WrittenMixed:
+        """Write the answer's mixed-precision model (the bytes its candidate was judged as) and,
+        with ``verify``, judge the written file once more: ``MixedModelFailedError`` unless it passes."""
+        mixed = self.mixed(candidate)
+        data = modelio.save_self_contained(mixed.model, path, modelio.WeightSources(), self.workspace.options.save)
+        verdict = None
+        if verify is not None:
+            verdict, output = verify.run(path)
+            if verdict.kind is not VerdictKind.PASS:
+                raise MixedModelFailedError(
+                    f"The mixed-precision model written to {path.name} does not pass the check "
+                    f"({verdict.kind.value} {verdict.signature}: {verdict.detail}). It is not a result: do not "
+                    "deploy it. Re-run with -v to see each check; a check that is not deterministic (a GPU "
+                    "target) can make a passing candidate fail once."
+                    + (f"\n{output.strip()[-1500:]}" if output.strip() else "")
+                )
+        return WrittenMixed(mixed, data, verdict)
 
-    def save_mixed(self, candidate: Candidate, path: Path, log: Log) -> Path | None:
-        """Write the mixed-precision model (self-contained); returns its data file, if any."""
-        mixed = self.mixed_model(candidate, log)
-        return modelio.save_self_contained(mixed, path, modelio.WeightSources(), self.workspace.options.save)
+
+@dataclass(frozen=True)
+class WrittenMixed:
+    """The written answer: its model and answer per node and tensor, its data file (if any) and
+    the verdict of the check on the written file (None: not judged again)."""
+
+    mixed: MixedModel
+    data: Path | None
+    verdict: Verdict | None
+
+    def verified_json(self) -> dict[str, Any]:
+        if self.verdict is None:
+            return {"checked": False}
+        return {"checked": True, "verdict": self.verdict.kind.value, "detail": self.verdict.detail}

@@ -17,10 +17,12 @@ import onnx
 from reducer_core import modelio
 from reducer_core.candidate import Candidate
 from reducer_core.control_flow import has_shape
+from reducer_core.errors import UsageError
 from reducer_core.extract import SerializedPieces, boundary_inputs, extract, extract_bytes
 from reducer_core.graph import GraphIndex
 from reducer_core.prepare import Shape, apply_tensor_metadata, prepare
-from reducer_core.tensors import TensorMap, load_tensor_file, merge_samples
+from reducer_core.samples import input_samples
+from reducer_core.tensors import TensorMap, load_tensor_file
 
 
 class Log(Protocol):
@@ -156,8 +158,13 @@ def load_workspace(options: ReduceOptions, log: Log) -> Workspace:
     if options.fp_to_fp16:
         model, sources = _to_fp16(model, sources, log)
     prepared = prepare(model, options.input_shapes, shape_inference=options.shape_inference)
-    options.work_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".onnx-reducer-", dir=options.work_dir))
+    try:
+        options.work_dir.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=".onnx-reducer-", dir=options.work_dir))
+    except OSError as exc:
+        raise UsageError(
+            f"Cannot write in the working folder '{options.work_dir}' ({exc.strerror}); use a writable one."
+        ) from None
     inline_weights = options.work_dir / f"{options.artifact_stem}.weights"
     try:
         return _prepare_workspace(options, log, prepared, sources, scratch, inline_weights)
@@ -211,11 +218,15 @@ def _to_fp16(
 
 def initial_values(options: ReduceOptions, model: onnx.ModelProto) -> TensorMap:
     """Tensor values known before any run: a --data-loader-script's first feed (it overrides the
-    other data options, as in Polygraphy), then --load-inputs, then --val-range inputs."""
+    other data options, as in Polygraphy), then --load-inputs (its first sample; files of other
+    tensors merged into it), then --val-range inputs."""
     from engine.data_loader import feeds_from_script, ranged_inputs
 
     values: TensorMap = feeds_from_script(options.data_loader_script) if options.data_loader_script else {}
-    samples = merge_samples([load_tensor_file(p) for p in options.load_inputs]) if options.load_inputs else []
+    files = [(path.name, load_tensor_file(path)) for path in options.load_inputs]
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in initializers]
+    samples = input_samples(files, inputs).samples if files else []  # several files: several samples
     for name, value in (samples[0] if samples else {}).items():
         values.setdefault(name, value)
     if options.val_ranges:

@@ -30,6 +30,7 @@ class ArtifactKind(enum.StrEnum):
     MIN_BAD = "min-bad"
     MIN_GOOD = "min-good"
     GOLDEN = "golden"  # the golden values uploaded with the job (a golden zip or Polygraphy JSON)
+    INPUTS = "inputs"  # input samples uploaded with the job: names inputs-0, inputs-1... (.npz or Polygraphy JSON)
     MIXED = "mixed"  # a precision job's mixed-precision model; meta["keep_fp32"]: the nodes kept fp32
     BUNDLE = "bundle"  # a reduce job's bug-report bundle (persistence.report_bundle)
 

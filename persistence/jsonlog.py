@@ -1,7 +1,9 @@
 """Structured logs for the service processes (api, worker): one JSON object per line with time,
 level, logger, message, and the job being worked on when there is one (``bind_job``).
 
-``LOG_FORMAT=text`` switches to plain lines for people reading a terminal."""
+Without ``LOG_FORMAT`` a process writing to a terminal (``make run``) logs plain lines, one readable
+access line per request, and one writing to a pipe or file (containers, log collectors) logs JSON;
+``LOG_FORMAT=json`` or ``text`` chooses either."""
 
 from __future__ import annotations
 
@@ -45,9 +47,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, default=str)
 
 
+def _default_format() -> str:
+    isatty = getattr(sys.stderr, "isatty", None)
+    return "text" if isatty is not None and isatty() else "json"
+
+
 def configure_logging(level: int = logging.INFO, log_format: str | None = None) -> None:
-    """Replace the root handlers with one stderr handler, JSON unless ``LOG_FORMAT=text``."""
-    chosen = (log_format or os.environ.get("LOG_FORMAT", "json")).lower()
+    """Replace the root handlers with one stderr handler: ``log_format``, else ``LOG_FORMAT``, else
+    text on a terminal and JSON elsewhere."""
+    chosen = (log_format or os.environ.get("LOG_FORMAT") or _default_format()).lower()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(TEXT_FORMAT) if chosen == "text" else JsonFormatter())
     root = logging.getLogger()

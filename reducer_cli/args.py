@@ -4,8 +4,12 @@ with the same spelling, aliases and meaning, plus a few of our own (marked below
 from __future__ import annotations
 
 import argparse
+import tomllib
+from importlib import metadata
+from pathlib import Path
 
 from reducer_cli.client_args import add_client_parsers
+from reducer_cli.phases import phase_legend
 from reducer_cli.service_cmd import add_service_parsers
 from reducer_core.strategies import MODES
 from reducer_core.verdict import Pinning
@@ -20,6 +24,38 @@ EXIT_INVALID_MODEL = 4
 EXIT_SUSPECT = 10
 EXIT_UNVERIFIED = 11
 EXIT_INTERRUPTED = 130
+
+
+# Commands that read a local model file: a missing one is bad usage (exit 2) for each of them, as it
+# is for `submit`; exit 4 is kept for a model that was read and refused.
+LOCAL_MODEL_COMMANDS = frozenset({"reduce", "precision", "golden", "inspect"})
+
+
+def missing_file_message(name: str, what: str = "Model file") -> str | None:
+    """Why ``name`` cannot be read as a file given on the command line, or None when it can."""
+    path = Path(name)
+    if path.is_file():
+        return None
+    if path.is_dir():
+        return f"{what} '{name}' is a folder; give the file itself."
+    return f"{what} '{name}' does not exist. Check the path (a relative path starts from the current folder)."
+
+
+def version_text() -> str:
+    """``onnx-reducer --version``: this package's version and the onnx/onnxruntime it runs with (what
+    a bug report needs). A source checkout that is not installed reads its pyproject.toml."""
+    try:
+        own = metadata.version("onnx-reducer")
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        own = tomllib.loads(pyproject.read_text())["project"]["version"] if pyproject.is_file() else "unknown"
+    parts = []
+    for dependency in ("onnx", "onnxruntime"):
+        try:
+            parts.append(f"{dependency} {metadata.version(dependency)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dependency} not installed")
+    return f"onnx-reducer {own} ({', '.join(parts)})"
 
 
 def _memory_size(text: str) -> int:
@@ -144,7 +180,8 @@ def _add_golden_args(parser: argparse.ArgumentParser) -> None:
         dest="load_inputs",
         nargs="+",
         default=[],
-        help="Input values (Polygraphy JSON or .npz); each sample in them is one golden sample.",
+        help="Input values (Polygraphy JSON or .npz); several files are several samples, in order, and each "
+        "sample in them is one golden sample.",
     )
     parser.add_argument("--seed", type=int, default=1, help="Seed for generated inputs (sample i uses seed+i).")
     parser.add_argument("--samples", type=int, default=1, help="Number of generated input samples (default 1).")
@@ -291,8 +328,10 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         dest="load_inputs",
         nargs="+",
         default=[],
-        help="Tensor values (Polygraphy JSON or .npz): inputs for fallback inference, and the "
-        "values used when a removed branch's output is frozen to a constant.",
+        help="Input samples (Polygraphy JSON or .npz; several files are several samples, in order). A "
+        "--check-spec of kind compare, golden or error judges every sample (its fail_if decides); the first "
+        "sample also feeds fallback inference and the values of removed branches frozen to constants. Files "
+        "of other tensors (Polygraphy layerwise outputs) add values to the samples.",
     )
     shapes.add_argument("--seed", type=int, default=1, help="Seed for generated inputs (fallback inference).")
     shapes.add_argument(
@@ -446,7 +485,23 @@ def _add_precision_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--golden", default=None, metavar="GOLDEN", help="Golden values feeding the spec's check.")
     parser.add_argument(
+        "--load-inputs",
+        "--load-input-data",
+        dest="load_inputs",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="Input samples for the spec's check (Polygraphy JSON or .npz; several files are several samples, "
+        "in order): every sample is judged and the spec's fail_if decides. Instead of --golden.",
+    )
+    parser.add_argument(
         "--summary-json", default=None, help="Write the summary (keep_fp32: the node names, and every check) here."
+    )
+    parser.add_argument(
+        "--io-types",
+        choices=("fp32", "fp16"),
+        default="fp32",
+        help="The type of the mixed model's float inputs and outputs (default fp32, as the original's).",
     )
     parser.add_argument(
         "--mode", choices=MODES, default="auto", help="The search over the nodes kept in fp32 (reduce's modes)."
@@ -455,8 +510,8 @@ def _add_precision_args(parser: argparse.ArgumentParser) -> None:
         "--iter-artifact",
         dest="iter_artifact",
         default="polygraphy_debug.onnx",
-        help="Where each iteration's model is written: the whole model, naming the nodes kept in fp32 in its "
-        "metadata (onnx_reducer.keep_fp32).",
+        help="Where each iteration's model is written: the real mixed-precision model of the candidate "
+        "(fp16 but for the nodes it keeps in fp32), the file the check judges.",
     )
     parser.add_argument(
         "--no-remove-intermediate",
@@ -504,7 +559,6 @@ def _add_precision_args(parser: argparse.ArgumentParser) -> None:
         artifacts_dir="polygraphy_artifacts",
         shape_inference=True,
         force_fallback_shape_inference=False,
-        load_inputs=[],
         seed=1,
         link_weights=False,
         silent=False,
@@ -526,12 +580,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="onnx-reducer",
         description="Reduce a failing ONNX model to the smallest subgraph that still fails.",
     )
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     reduce = sub.add_parser(
         "reduce",
         help="Reduce a failing model (the options of `polygraphy debug reduce`).",
         description="Reduce a failing model to a minimal failing subgraph. Options and defaults follow "
         "`polygraphy debug reduce`, so switching tools means changing only the command name.",
+        epilog=phase_legend(),
     )
     _add_reduce_args(reduce)
     golden = sub.add_parser(
@@ -547,6 +603,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Search the smallest set of nodes that must stay fp32 (the rest converted to fp16 by "
         "onnxconverter-common) for the model to pass the check spec; write that mixed-precision model and "
         "print the node names.",
+        epilog=phase_legend(),
     )
     _add_precision_args(precision)
     inspect = sub.add_parser("inspect", help="Print a model's inputs, outputs and nodes ('Op: <OpType>').")

@@ -80,6 +80,16 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     submit.add_argument("model", help="The model: .onnx, or a .tar/.zip bundle with its external data.")
     submit.add_argument("--check-spec", required=True, metavar="SPEC", help="Check spec file (YAML or JSON).")
     submit.add_argument("--golden", default=None, metavar="G", help="Golden values (`onnx-reducer golden`).")
+    submit.add_argument(
+        "--load-inputs",
+        "--inputs",
+        dest="load_inputs",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="Input samples (.npz or Polygraphy JSON; several files are several samples, in order) that a compare, "
+        "golden or error spec judges, every one (its fail_if decides). Instead of --golden.",
+    )
     submit.add_argument("--mode", choices=MODES, default=None, help="Reduction mode (server default: auto).")
     submit.add_argument(
         "--task",

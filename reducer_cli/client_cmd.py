@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from reducer_cli.args import missing_file_message
 from reducer_cli.client_args import DEFAULT_SERVER, SERVER_ENV, TOKEN_ENV
 from reducer_cli.client_exit import (
     EXIT_ERROR,
@@ -22,10 +23,9 @@ from reducer_cli.client_exit import (
     exit_for_job,
     exit_for_problem,
 )
-from reducer_cli.client_output import Summary, UploadBar, event_line, job_lines, log
+from reducer_cli.client_output import EventLog, Summary, UploadBar, job_lines, log
 from reducer_client import (
     ApiError,
-    Event,
     Job,
     ModelBundleError,
     NotFoundError,
@@ -70,10 +70,10 @@ def job_id_of(reference: str) -> str:
 
 
 def _input_file(name: str, what: str) -> Path:
-    path = Path(name)
-    if not path.is_file():
-        raise InputError(f"{what} '{name}' is not a file.")
-    return path
+    missing = missing_file_message(name, what)
+    if missing is not None:
+        raise InputError(missing)
+    return Path(name)
 
 
 def _read_spec(name: str) -> str:
@@ -81,12 +81,6 @@ def _read_spec(name: str) -> str:
         return _input_file(name, "--check-spec").read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"--check-spec '{name}' cannot be read as UTF-8 text ({exc}).") from exc
-
-
-def _print_event(event: Event) -> None:
-    line = event_line(event)
-    if line is not None:
-        log(line)
 
 
 def _report_end(job: Job) -> None:
@@ -141,12 +135,15 @@ def _guarded(ns: argparse.Namespace, action: Action) -> int:
 
 
 def _wait_and_download(client: ReducerClient, ns: argparse.Namespace, summary: Summary, job_id: str) -> int:
+    events = EventLog()
     try:
-        job = client.wait(job_id, timeout_s=ns.timeout, on_event=_print_event)
+        job = client.wait(job_id, timeout_s=ns.timeout, on_event=events)
     except WaitTimeoutError as exc:
+        events.flush()
         summary.with_job(client.get_job(job_id))
         log(f"[E] {exc}; it keeps running: onnx-reducer status {job_id} --wait (or cancel {job_id}).")
         return EXIT_STILL_RUNNING
+    events.flush()
     summary.with_job(job)
     _report_end(job)
     if job.status == "succeeded":
@@ -174,9 +171,10 @@ def _download(client: ReducerClient, job_id: str, names: tuple[str, ...], folder
 
 def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> int:
     _check_wait_options(ns)
-    model = _input_file(ns.model, "MODEL")
+    model = _input_file(ns.model, "Model file")
     spec = _read_spec(ns.check_spec)
     golden = _input_file(ns.golden, "--golden") if ns.golden else None
+    inputs = [_input_file(path, "--load-inputs") for path in ns.load_inputs]
     source = model_source(model)
     if isinstance(source, TarSource):
         extra = len(source.members) - 1
@@ -186,6 +184,7 @@ def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
         source,
         spec,
         golden=golden,
+        inputs=inputs,
         mode=ns.mode,
         model_path=ns.model_path,
         reduce_inputs=ns.reduce_inputs,
@@ -232,14 +231,30 @@ def _download_cmd(client: ReducerClient, ns: argparse.Namespace, summary: Summar
     if ns.artifact:
         _download(client, job.id, tuple(ns.artifact), Path(ns.output_dir), summary)
         return EXIT_OK
+    if job.status in ("cancelled", "failed") and job.task != "precision":
+        return _download_best_so_far(client, job, Path(ns.output_dir), summary)
     if job.status != "succeeded":
-        log(f"[E] job {job.id} is {job.status}: it has no reduced model to download.")
+        log(f"[E] job {job.id} is {job.status}: it has no reduced model to download yet.")
         return exit_for_job(job)
     if getattr(ns, "bundle", False):
         summary.add_file(path := client.download_bundle(job.id, Path(ns.output_dir)))
         log(f"[I] wrote {path} (unzip it and run `python repro.py`)")
         return EXIT_OK
     _download(client, job.id, results_of(job), Path(ns.output_dir), summary)
+    return EXIT_OK
+
+
+def _download_best_so_far(client: ReducerClient, job: Job, folder: Path, summary: Summary) -> int:
+    """A cancelled or failed job offers its best model so far (its smallest failing iteration) as
+    min-bad: written, exit 0; a job that ended before any smaller failing model has none."""
+    try:
+        path = client.download(job.id, "min-bad", folder)
+    except NotFoundError:
+        log(f"[E] job {job.id} was {job.status} before it found a failing model: there is nothing to download.")
+        return exit_for_job(job)
+    best = f" ({job.progress.best_size} nodes)" if job.progress.best_size is not None else ""
+    log(f"[W] job {job.id} was {job.status}: {path} is its best model so far{best}, not a finished reduction.")
+    summary.add_file(path)
     return EXIT_OK
 
 

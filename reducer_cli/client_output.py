@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -72,6 +73,40 @@ def event_line(event: Event) -> str | None:
     if event.kind == "job.started":
         return "[I] started" + (f" (attempt {data['attempt']})" if data.get("attempt") else "")
     return None
+
+
+class EventLog:
+    """``on_event`` of ``--wait``: one line per event, except that cached verdicts in a row of one
+    iteration and phase (the same number: no check ran) are counted into one line, said before the
+    next line (or by ``flush``)."""
+
+    def __init__(self, write: Callable[[str], None] = log) -> None:
+        self.write = write
+        self.run: tuple[object, object] | None = None
+        self.more: list[dict[str, Any]] = []
+
+    def __call__(self, event: Event) -> None:
+        data = event.data
+        run = (data.get("number"), data.get("phase")) if event.kind == "iteration" and data.get("cached") else None
+        if run is not None and run == self.run:
+            self.more.append(data)
+            return
+        line = event_line(event)
+        if line is None:
+            return
+        self.flush()
+        self.write(line)
+        self.run = run
+
+    def flush(self) -> None:
+        more, self.more = self.more, []
+        if more:
+            sizes = sorted({int(d.get("nodes") or 0) for d in more})
+            span = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+            self.write(
+                f"[I] iteration {more[0].get('number', '?'):>4} | {more[0].get('phase', ''):<15} | {len(more)} more "
+                f"candidates of {span} nodes answered from the cache | best {more[-1].get('best_size', '?')}"
+            )
 
 
 def job_lines(job: Job) -> list[str]:

@@ -11,6 +11,7 @@ from reducer_cli import args as cli_args
 from reducer_cli import service_cmd
 from reducer_cli.client_args import CLIENT_COMMANDS
 from reducer_cli.progress import ProgressReporter, reporter_from_args
+from reducer_cli.writable import check_writable
 from reducer_core.errors import (
     CheckInfraError,
     GoalUnreachableError,
@@ -19,6 +20,7 @@ from reducer_core.errors import (
     ReducerError,
     UsageError,
 )
+from reducer_core.samples import samples_lines
 from reducer_core.verdict import Goal
 
 
@@ -39,7 +41,7 @@ def _reduce(ns: argparse.Namespace) -> int:
     if ns.bundle and ns.check is None and ns.check_spec is None:
         raise UsageError("--bundle needs a check repro.py can run: give --check COMMAND or --check-spec SPEC.")
     plan = plan_from_args(ns)
-    check = build_check(ns)
+    check = build_check(ns, log)
     if plan.parallel and ns.check is None and getattr(ns, "check_spec", None) is None:
         raise UsageError(
             f"--jobs {plan.jobs}: interactive mode (no --check) asks about one model at a time; give "
@@ -51,6 +53,8 @@ def _reduce(ns: argparse.Namespace) -> int:
     try:
         result = run.run()
         log.summary(result)
+        for line in samples_lines(result):
+            log.info(line)
         if plan.parallel:
             log.info(f"slots: {plan.jobs}  checks run ahead of the reduction: {speculative_checks(result)}")
         run.write_results(result)
@@ -69,7 +73,7 @@ def _precision(ns: argparse.Namespace) -> int:
 
     log = _reporter(ns)
     log.goal = Goal.PASS
-    check = build_precision_check(ns)
+    check = build_precision_check(ns, log)
     workspace = load_workspace(options_from_args(ns), log)
     try:
         run = PrecisionRun.begin(ns, workspace, check, log)
@@ -122,9 +126,22 @@ def run(argv: Sequence[str]) -> int:
     handlers |= dict.fromkeys(CLIENT_COMMANDS, _client_command)
     with contextlib.ExitStack() as stack:
         if ns.command in ("reduce", "precision"):
+            # before the log file is opened and before the first check: a place that cannot be
+            # written is one line now, not a traceback after the whole run
+            refused = _run_handler(_preflight, ns, ProgressReporter(live=False))
+            if refused != cli_args.EXIT_OK:
+                return refused
             log_file = stack.enter_context(open(ns.log_file, "a")) if ns.log_file else None
             ns.reporter = reporter_from_args(ns, log_file)
         return _run_handler(handlers[ns.command], ns, _reporter(ns))
+
+
+_RESUMABLE = ("reduce", "precision")
+
+
+def _preflight(ns: argparse.Namespace) -> int:
+    check_writable(ns)
+    return cli_args.EXIT_OK
 
 
 def _original_passed_advice(ns: argparse.Namespace) -> str:
@@ -146,6 +163,10 @@ def _infra_advice(exc: CheckInfraError) -> str:
 def _run_handler(handler: Callable[[argparse.Namespace], int], ns: argparse.Namespace, log: ProgressReporter) -> int:
     """Run a command; the errors it raises on purpose become a message and an exit code."""
     try:
+        if ns.command in cli_args.LOCAL_MODEL_COMMANDS:
+            missing = cli_args.missing_file_message(ns.model)
+            if missing is not None:
+                raise UsageError(missing)
         return handler(ns)
     except OriginalDidNotFailError as exc:
         log.error(f"{exc} {_original_passed_advice(ns)}")
@@ -164,6 +185,13 @@ def _run_handler(handler: Callable[[argparse.Namespace], int], ns: argparse.Name
         return cli_args.EXIT_USAGE
     except ReducerError as exc:
         log.error(str(exc))
+        return cli_args.EXIT_ERROR
+    except OSError as exc:  # a file that could not be read or written mid-run (a full disk, a folder made read-only)
+        where = f" '{exc.filename}'" if exc.filename else ""
+        # a write that failed mid-run (not an input that is missing) can resume from the replay
+        resumable = ns.command in _RESUMABLE and not isinstance(exc, FileNotFoundError)
+        resume = " Resume with --load-debug-replay and the replay file saved so far." if resumable else ""
+        log.error(f"{exc.strerror or exc}{where}.{resume}")
         return cli_args.EXIT_ERROR
     except KeyboardInterrupt:
         log.error("Interrupted. Resume with --load-debug-replay and the replay file saved so far.")

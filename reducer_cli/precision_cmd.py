@@ -1,43 +1,67 @@
 """``onnx-reducer precision``: which nodes must stay fp32 for the fp16 model to pass the check.
 
 The command line's hooks of ``reduce`` (``CommandLineRun``: the iteration artifact, the debug
-replay after every check, the log) around an ``engine.precision.PrecisionSession``; at the end it
-writes the mixed-precision model, prints the node names and, with ``--summary-json``, a summary
-whose ``keep_fp32`` lists them."""
+replay after every check, the log) around an ``engine.precision.PrecisionSession``. Before the
+search the fp32 original runs once (``reference_run``: a compare spec is judged against its
+outputs, and its ranges give the search's start); every iteration artifact is a real
+mixed-precision model. At the end it writes the answer's mixed-precision model, judges that file
+once more (exit 1 when it does not pass: no answer is reported), prints the node names and, with
+``--summary-json``, a summary naming the nodes and the tensors kept fp32 and what was verified."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 from checks.mixed_precision import require_fp16_target
+from checks.spec import CheckSpec, ModelCheck
 from checks.spec import build_check as build_spec_check
-from engine.precision import PrecisionSession
+from engine.precision import PrecisionPlan, PrecisionSession, WrittenMixed, reference_run
 from engine.session import SessionCheck
 from engine.workspace import Workspace
+from reducer_cli.check_inputs import check_golden
 from reducer_cli.progress import ProgressReporter
 from reducer_cli.reduce_cmd import CommandLineRun, spec_from_args
 from reducer_core.records import ReductionResult
+from reducer_core.samples import samples_lines, samples_summary
 
 
-def build_precision_check(args: argparse.Namespace) -> SessionCheck:
-    """The ``--check-spec`` check (``--golden`` feeds it): one that runs the model in fp16."""
+def build_precision_check(args: argparse.Namespace, log: ProgressReporter | None = None) -> SessionCheck:
+    """The ``--check-spec`` check (``--golden`` or ``--load-inputs`` feed it, every sample: see
+    ``reducer_cli.check_inputs``): one that runs the model in fp16."""
     spec = require_fp16_target(spec_from_args(args))
-    golden = Path(args.golden) if args.golden else None
-    return SessionCheck(build_spec_check(spec, golden), spec, golden, task="precision")
+    golden, digest = check_golden(args, spec, Path(args.golden) if args.golden else None, log)
+    return SessionCheck(build_spec_check(spec, golden), spec, golden, digest, task="precision")
+
+
+def _build(spec: CheckSpec, golden: Path | None) -> ModelCheck:
+    return build_spec_check(spec, golden)
 
 
 class PrecisionRun(CommandLineRun):
     """``reduce``'s command-line hooks; only the start and the results differ."""
 
     session: PrecisionSession
+    reference_dir: Path | None = None
+    written: WrittenMixed | None = None
 
     @classmethod
     def begin(
         cls, args: argparse.Namespace, workspace: Workspace, check: SessionCheck, log: ProgressReporter
     ) -> PrecisionRun:
-        return cls(args, PrecisionSession.begin(workspace, check, args.mode), log)
+        folder = Path(tempfile.mkdtemp(prefix="onnx_reducer_precision_", dir=workspace.options.work_dir))
+        try:
+            plan = reference_run(workspace, check, _build, folder, getattr(args, "io_types", "fp32"))
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        _log_plan(log, workspace, plan)
+        run = cls(args, PrecisionSession.begin(workspace, plan, args.mode), log)
+        run.reference_dir = folder
+        return run
 
     def keep_fp32(self, result: ReductionResult) -> list[str]:
         return self.session.keep_fp32(result.min_bad)
@@ -48,9 +72,15 @@ class PrecisionRun(CommandLineRun):
             self.log.info("The fp16 model already passes the check: no node needs fp32.")
         else:
             self.log.info(f"{len(keep)} of {result.nodes_before} node(s) must stay fp32: {', '.join(keep)}")
-        data = self.session.save_mixed(result.min_bad, Path(self.args.output), self.log)
-        extra = f" (weights in {data})" if data else ""
-        self.log.info(f"Mixed-precision model written to {self.args.output}{extra}")
+        written = self.session.save_mixed(result.min_bad, Path(self.args.output), verify=self.check)
+        self.written = written
+        extra = f" (weights in {written.data})" if written.data else ""
+        tensors = written.mixed.fp32_tensors
+        self.log.info(f"fp32 tensors: {', '.join(tensors) if tensors else 'none'}")
+        self.log.info(
+            f"Mixed-precision model written to {self.args.output}{extra}, checked again: "
+            f"{written.verdict.kind.value if written.verdict else 'not checked'}"
+        )
         for name in keep:
             print(name)
 
@@ -59,8 +89,28 @@ class PrecisionRun(CommandLineRun):
             self.log.info(line)
 
     def write_summary(self, path: str, result: ReductionResult) -> None:
-        summary = precision_summary(result, self.keep_fp32(result))
+        summary = precision_summary(result, self.keep_fp32(result), self.session.plan, self.written)
         Path(path).write_text(json.dumps(summary, indent=1))
+
+    def cleanup(self) -> None:
+        try:
+            super().cleanup()
+        finally:
+            if self.reference_dir is not None:
+                shutil.rmtree(self.reference_dir, ignore_errors=True)
+
+
+def _log_plan(log: ProgressReporter, workspace: Workspace, plan: PrecisionPlan) -> None:
+    spec = plan.check.spec
+    judged = "the fp32 original's outputs" if spec is not None and spec.kind == "golden" else "the spec"
+    log.info(f"Reference: {plan.reference_detail}; candidates are compared with {judged}.")
+    superset = plan.superset(workspace.index)
+    beyond = plan.out_of_range()
+    if beyond:
+        log.info(
+            f"Range analysis: {len(beyond)} tensor(s) beyond fp16's range (65504): {', '.join(beyond[:10])}"
+            f"{' ...' if len(beyond) > 10 else ''}; the search starts from their {len(superset)} writers and readers."
+        )
 
 
 def summary_lines(result: ReductionResult, keep_fp32: list[str]) -> list[str]:
@@ -70,13 +120,23 @@ def summary_lines(result: ReductionResult, keep_fp32: list[str]) -> list[str]:
         f"checks run: {result.checks_run}  cache hits: {result.cache_hits}  iterations: {len(result.iterations)}",
         f"time: {result.elapsed_s:.2f}s total, {result.check_time_s:.2f}s in checks",
         f"fp16 model: {result.original.kind.value} [{result.original.signature or 'no signature'}]",
+        *(
+            line.replace("original model", "fp16 model").replace("minimal model", "mixed model")
+            for line in samples_lines(result)
+        ),
     ]
 
 
-def precision_summary(result: ReductionResult, keep_fp32: list[str]) -> dict[str, object]:
+def precision_summary(
+    result: ReductionResult,
+    keep_fp32: list[str],
+    plan: PrecisionPlan | None = None,
+    written: WrittenMixed | None = None,
+) -> dict[str, object]:
     """``--summary-json``: the nodes to keep in fp32 and every check (``fp32_nodes``: the size of
-    the candidate set; ``passes``: the mixed model passed)."""
-    return {
+    the candidate set; ``passes``: the mixed model passed); with the written model, the answer
+    per tensor (``fp32_tensors``) and ``verified`` (the written file judged once more)."""
+    summary: dict[str, object] = {
         "task": "precision",
         "keep_fp32": keep_fp32,
         "nodes": result.nodes_before,
@@ -86,6 +146,7 @@ def precision_summary(result: ReductionResult, keep_fp32: list[str]) -> dict[str
         "elapsed_s": result.elapsed_s,
         "check_time_s": result.check_time_s,
         "fp16_verdict": result.original.to_json(),
+        **samples_summary(result),  # "original": the fp16 model, "min_bad": the mixed model
         "iterations": [
             {
                 "number": r.number,
@@ -99,3 +160,17 @@ def precision_summary(result: ReductionResult, keep_fp32: list[str]) -> dict[str
             for r in result.iterations
         ],
     }
+    if plan is not None:
+        spec = plan.check.spec
+        summary["io_types"] = plan.io
+        summary["reference"] = "fp32 original" if spec is not None and spec.kind == "golden" else "spec"
+        summary["out_of_range_tensors"] = plan.out_of_range()
+    if written is not None:
+        summary |= {
+            "fp32_tensors": list(written.mixed.fp32_tensors),
+            "fp32_nodes_in_model": list(written.mixed.fp32_nodes),
+            "fp16_tensors": written.mixed.fp16_tensors,
+            "casts": written.mixed.casts,
+            "verified": written.verified_json(),
+        }
+    return summary

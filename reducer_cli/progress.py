@@ -36,8 +36,29 @@ class ProgressReporter:
         self.total_nodes = 0
         self.original: Verdict | None = None
         self.goal = Goal.FAILURE  # Goal.PASS: `precision`, where a pass is what counts
+        # Cached verdicts in a row (they keep the number of the last check run): the first gets its
+        # line, the rest are counted into one line said before the next line of any kind.
+        self._cached_run: tuple[int, str] | None = None
+        self._cached_more: list[IterationRecord] = []
 
     def _emit(self, line: str) -> None:
+        self._flush_cached()
+        self._write(line)
+
+    def _flush_cached(self) -> None:
+        more, self._cached_more = self._cached_more, []
+        if not more:
+            return
+        sizes = sorted({len(r.candidate) for r in more})
+        span = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+        counted = sum(r.reproduces for r in more)
+        what = "pass" if self.goal is Goal.PASS else "reproduce the failure"
+        self._write(
+            f"[I] iteration {more[0].number:>4} | {more[0].phase:<15} | {len(more)} more candidates of {span} nodes "
+            f"answered from the cache ({counted} {what}) | best {more[-1].best_size}"
+        )
+
+    def _write(self, line: str) -> None:
         if self.timestamps:
             line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}"
         if self.log_file is not None:
@@ -52,11 +73,16 @@ class ProgressReporter:
         verdict = record.verdict
         if record.phase == "original":
             self.original = verdict
+        run = (record.number, record.phase) if record.cached else None
+        if run is not None and run == self._cached_run:
+            self._cached_more.append(record)
+            return
         source = "cached" if record.cached else f"{verdict.duration_s:.2f}s"
         self._emit(
             f"[I] iteration {record.number:>4} | {record.phase:<15} | candidate {len(record.candidate):>6} nodes "
             f"| {self._outcome(record):<18} | check {source:>8} | best {record.best_size}"
         )
+        self._cached_run = run
         if self.live:
             done = 1.0 - record.best_size / self.total_nodes if self.total_nodes else 0.0
             bar = "#" * int(done * 30)
@@ -95,6 +121,7 @@ class ProgressReporter:
         self._emit(f"[E] {message}")
 
     def summary(self, result: ReductionResult) -> None:
+        self._flush_cached()
         if not self.quiet:
             for line in summary_lines(result):
                 self._emit(f"[I] {line}")

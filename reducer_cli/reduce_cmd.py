@@ -47,6 +47,7 @@ from engine.verification import (
 from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.args import EXIT_OK, EXIT_SUSPECT, EXIT_UNVERIFIED
 from reducer_cli.bundle_cmd import write_cli_bundle
+from reducer_cli.check_inputs import check_golden
 from reducer_cli.progress import ProgressReporter
 from reducer_cli.slots import SlotFolders, SlotPlan, refuse_absolute_artifact, slot_plan, slot_relative
 from reducer_core import modelio
@@ -57,6 +58,7 @@ from reducer_core.errors import UsageError
 from reducer_core.graph import GraphIndex
 from reducer_core.prepare import parse_shape_arg
 from reducer_core.records import IterationRecord, Localization, ReductionResult
+from reducer_core.samples import samples_summary
 from reducer_core.session import Answer, CheckRequest, Request, SessionConfig
 from reducer_core.verdict import Verdict, VerdictKind
 
@@ -113,11 +115,11 @@ def spec_from_args(args: argparse.Namespace) -> CheckSpec | None:
     return spec
 
 
-def build_check(args: argparse.Namespace) -> SessionCheck:
+def build_check(args: argparse.Namespace, log: ProgressReporter | None = None) -> SessionCheck:
     spec = spec_from_args(args)
+    golden, digest = check_golden(args, spec, Path(args.golden) if args.golden else None, log)
     if spec is not None:
-        golden = Path(args.golden) if args.golden else None
-        return SessionCheck(build_spec_check(spec, golden), spec, golden)
+        return SessionCheck(build_spec_check(spec, golden), spec, golden, digest)
     if args.check is None:
         return SessionCheck(InteractiveCheck(args.iter_artifact))
     if not args.check:
@@ -306,7 +308,8 @@ class CommandLineRun(SlotSessionHooks):
             return
         if report.flaky or report.status.value == "repeatable":
             self.flakiness_said = report.status.value
-            self.log.warning(report.message())
+            # flaky is worth a warning; repeatable verdicts are news, not an alarm
+            (self.log.warning if report.flaky else self.log.info)(report.message())
 
     def on_localization(self, localization: Localization) -> None:
         self.log.info(f"Localisation: path={localization.path}: {localization.reason} ({localization.checks} check(s))")
@@ -384,6 +387,7 @@ class CommandLineRun(SlotSessionHooks):
             extra["original_failure_rate"] = self.failure_rate
         extra["verified"] = verified_json(self.verified)
         extra["suspect"] = self.suspect.to_json() if self.suspect is not None else None
+        extra.update(samples_summary(result))  # the samples judged and those failing
         return extra
 
     @property

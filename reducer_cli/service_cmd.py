@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import os
+import shlex
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from persistence.contracts import QUEUES
@@ -24,9 +27,13 @@ EMBEDDED_TEAM = "default"
 def add_service_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser(
         "serve",
-        help="Run the web service (embedded default: SQLite, ./data and an in-process runner).",
+        help="Run the web service (embedded default: SQLite and artifacts in ONNX_REDUCER_HOME, an "
+        "in-process runner; `make run` sets ONNX_REDUCER_HOME=./data).",
         description="Start the HTTP api. Without REDIS_URL (or without --no-local-worker) jobs run in this "
-        "process; with --no-local-worker they are queued to Celery workers (`onnx-reducer worker`).",
+        "process; with --no-local-worker they are queued to Celery workers (`onnx-reducer worker`). The "
+        "embedded default keeps its SQLite file and artifacts in ONNX_REDUCER_HOME (default: "
+        "$XDG_DATA_HOME/onnx-reducer, else ~/.local/share/onnx-reducer); it prints the `token create` "
+        "command that works for it.",
     )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
@@ -138,8 +145,6 @@ def worker_command(ns: argparse.Namespace) -> int:
 
 
 def _ensure_sqlite_folder(url: str) -> None:
-    from pathlib import Path
-
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
 
@@ -198,6 +203,29 @@ def _first_start(url: str, wait_s: float) -> None:
         database.dispose()
 
 
+def _program() -> str:
+    """How to call this ``onnx-reducer`` from another shell: the script's full path when it runs from a
+    virtual environment (whose bin folder another shell may not have on PATH, as under `make run`)."""
+    script = Path(sys.argv[0])
+    if script.name == "onnx-reducer" and sys.prefix != sys.base_prefix and script.is_file():
+        return shlex.quote(str(script.absolute()))
+    return "onnx-reducer"
+
+
+def token_hint(database_url: str, home: Path) -> str:
+    """The ``token create`` command that reaches the database this server uses: the same
+    ONNX_REDUCER_HOME (or SQLite DATABASE_URL) as the server, else the token lands in another database
+    and the server answers 401."""
+    command = f"{_program()} token create --team {EMBEDDED_TEAM}"
+    if os.environ.get("DATABASE_URL"):
+        if database_url.startswith("sqlite"):
+            return f"DATABASE_URL={shlex.quote(database_url)} {command}"
+        return f"{command}  (with this server's DATABASE_URL in the environment)"
+    if os.environ.get("ONNX_REDUCER_HOME") or os.environ.get("XDG_DATA_HOME"):  # not the plain default
+        return f"ONNX_REDUCER_HOME={shlex.quote(str(home))} {command}"
+    return command
+
+
 def serve_command(ns: argparse.Namespace) -> int:
     import uvicorn
 
@@ -229,7 +257,8 @@ def serve_command(ns: argparse.Namespace) -> int:
     gc.freeze()
     url = f"http://{ns.host}:{ns.port}"
     print(f"onnx-reducer service on {url} (web UI: {url}/, API docs: {url}/docs)")
-    print(f"Get a token: onnx-reducer token create --team {EMBEDDED_TEAM}  (send it as 'Authorization: Bearer TOKEN')")
+    hint = token_hint(settings.database_url, settings.onnx_reducer_home)
+    print(f"Get a token: {hint}  (send it as 'Authorization: Bearer TOKEN')")
     sys.stdout.flush()
     uvicorn.run(app, host=ns.host, port=ns.port, log_level="info", log_config=None)  # our JSON logging
     return 0

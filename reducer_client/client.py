@@ -9,7 +9,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Any
@@ -171,6 +171,7 @@ class ReducerClient:
         check_spec: str,
         *,
         golden: Path | None = None,
+        inputs: Sequence[Path] = (),
         mode: str | None = None,
         model_path: str | None = None,
         reduce_inputs: bool | None = None,
@@ -185,13 +186,15 @@ class ReducerClient:
         external-data files lie next to it: those are bundled on the fly; or a prepared
         ``UploadSource``, see ``model_source``) with a check spec (YAML or JSON text); ``task``:
         ``reduce`` (the server's default) or ``precision`` (which nodes must stay fp32); an option left
-        ``None`` is not sent (the server's default; ``confirm_flaky``: on). Streamed from
+        ``None`` is not sent (the server's default; ``confirm_flaky``: on); ``inputs``: input
+        samples (.npz or Polygraphy JSON) that the check judges, every one. Streamed from
         disk; ``progress(sent, total)`` sees the file bytes go out. Retries reuse one
         ``Idempotency-Key`` (a new one unless given), so at most one job is created."""
         key = idempotency_key or uuid.uuid4().hex
-        files = {"model": model if isinstance(model, UploadSource) else model_source(model)}
+        files = [("model", model if isinstance(model, UploadSource) else model_source(model))]
         if golden is not None:
-            files["golden"] = FileSource(golden)
+            files.append(("golden", FileSource(golden)))
+        files += [("inputs", FileSource(path)) for path in inputs]  # several files: several samples, in order
         options = {
             "reduce_inputs": reduce_inputs,
             "reduce_outputs": reduce_outputs,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tarfile
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,12 +91,15 @@ def _padding(size: int, unit: int) -> int:
 class MultipartBody:
     """A ``multipart/form-data`` body of text fields and file parts, with its exact length."""
 
-    def __init__(self, fields: dict[str, str], files: dict[str, UploadSource]) -> None:
+    def __init__(
+        self, fields: dict[str, str], files: Mapping[str, UploadSource] | Sequence[tuple[str, UploadSource]]
+    ) -> None:
+        """``files``: name -> source, or (name, source) pairs (a name repeated: several parts, in order)."""
         self.boundary = f"onnx-reducer-{uuid.uuid4().hex}"
         self.parts: list[bytes | UploadSource] = []
         for name, value in fields.items():
             self.parts += [self._head(name) + value.encode() + b"\r\n"]
-        for name, source in files.items():
+        for name, source in files.items() if isinstance(files, Mapping) else files:
             head = self._head(name, f'; filename="{_quoted(source.name)}"', "application/octet-stream")
             self.parts += [head, source, b"\r\n"]
         self.parts.append(f"--{self.boundary}--\r\n".encode())

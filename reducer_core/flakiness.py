@@ -128,7 +128,11 @@ class FlakinessReport:
                 f"candidates holding the failure; {self.rechecks} re-checks; a pass needs {self.repeats} "
                 "passing runs in a row)"
             )
-        return f"not flaky: {len(self.evidence)} inconsistent verdicts repeated exactly (the check is not monotone)"
+        return (
+            f"the check is deterministic: {len(self.evidence)} verdict(s) that looked inconsistent with their "
+            "neighbours gave the same answer when checked again (usual for compare checks, whose error on a "
+            "subgraph differs from the full model's); the reduction goes on as usual"
+        )
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -3,9 +3,12 @@ no model files are committed)."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
-from onnx import TensorProto, helper
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
 
+from checks.fp16_model import storage_real
 from tests.models import IR_VERSION, OPSET
 
 FLOAT = TensorProto.FLOAT
@@ -68,3 +71,59 @@ def gather_fails_anyway() -> onnx.ModelProto:
     model.graph.initializer.append(helper.make_tensor("row", TensorProto.INT64, [1], [5]))
     model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 1
     return model
+
+
+def gelu_overflow() -> onnx.ModelProto:
+    """A BERT feed-forward block whose bias ``Add`` overflows fp16 (about 137,000 > 65,504) into an
+    erf GELU. The answer keeps 4 nodes: ``bias_add``, ``gelu_mul``, ``gelu_half`` and
+    ``down_proj``; ``bias_add``'s output ``h`` has two readers, the kept ``gelu_mul`` and the fp16
+    ``gelu_div`` (which reads inf, and Erf(inf) = 1 is what fp32 gives), so ``h`` must stay fp32
+    between two kept nodes while a Cast feeds the fp16 reader (onnxconverter-common's
+    ``node_block_list`` stores it in fp16 there, and overflows)."""
+    rng = np.random.default_rng(7)
+    up = np.full((3, 4), 200.0, np.float32) + rng.uniform(0, 10, (3, 4)).astype(np.float32)
+    bias = np.full((4,), 77000.0, np.float32)
+    down = rng.uniform(0.0005, 0.001, (4, 3)).astype(np.float32)
+    weights = [
+        numpy_helper.from_array(up, "up_w"),
+        numpy_helper.from_array(bias, "up_b"),
+        numpy_helper.from_array(down, "down_w"),
+        helper.make_tensor("sqrt2", FLOAT, [], [1.4142135]),
+        helper.make_tensor("half", FLOAT, [], [0.5]),
+        helper.make_tensor("one", FLOAT, [], [1.0]),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "up_w"], ["u"], name="up_proj"),
+        helper.make_node("Add", ["u", "up_b"], ["h"], name="bias_add"),
+        helper.make_node("Div", ["h", "sqrt2"], ["d"], name="gelu_div"),
+        helper.make_node("Erf", ["d"], ["e"], name="gelu_erf"),
+        helper.make_node("Add", ["e", "one"], ["e1"], name="gelu_add"),
+        helper.make_node("Mul", ["h", "e1"], ["m"], name="gelu_mul"),
+        helper.make_node("Mul", ["m", "half"], ["g"], name="gelu_half"),
+        helper.make_node("MatMul", ["g", "down_w"], ["y"], name="down_proj"),
+        helper.make_node("Relu", ["y"], ["z"], name="out_relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "gelu_overflow",
+        [helper.make_tensor_value_info("x", FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("z", FLOAT, [2, 4 - 1])],
+        initializer=weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    return model
+
+
+GELU_KEEP = ["bias_add", "gelu_mul", "gelu_half", "down_proj"]
+# Inputs in [90, 100]: up_proj writes about 60,000 (fp16 holds it), bias_add about 137,000.
+COMPARE_GELU = COMPARE_FP16.replace("input_range: [70, 100]", "input_range: [90, 100]")
+
+
+def real_fp16_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """A typed (mixed-precision) model's outputs with fp16 storage made real on onnxruntime's CPU
+    provider (every fp16 tensor rounded through fp16, no graph optimisation)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(storage_real(model).SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return [np.asarray(v) for v in session.run(None, feeds)]

@@ -10,6 +10,7 @@ With ``jobs_in_child`` (what ``onnx-reducer serve`` uses) each ``run_job`` runs 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import queue
@@ -39,7 +40,14 @@ class LocalRunner:
         self.settings = settings or WorkerSettings()
         self.jobs: queue.Queue[str] = queue.Queue()
         slots = self.settings.local_workers
-        self.nodes = [WorkerNode(self.settings, ctx, QUEUES, name=_slot_name(i, slots)) for i in range(slots)]
+        ctx.wake = self
+        # Each slot claims checks under its own name (the worker row the farm shows), from its own
+        # copy of the context: with one shared name, GET /v1/workers and a job's checks_in_flight
+        # named a worker that matched neither slot, and each slot showed the job's first check.
+        names = [_slot_name(i, slots) for i in range(slots)]
+        self.nodes = [
+            WorkerNode(self.settings, dataclasses.replace(ctx, worker=name), QUEUES, name=name) for name in names
+        ]
         self.node = self.nodes[0]
         self.threads = [
             threading.Thread(target=self._loop, args=(node,), name=f"local-runner-{i + 1}", daemon=True)
@@ -47,7 +55,6 @@ class LocalRunner:
         ]
         self.children: dict[str, subprocess.Popen[str]] = {}
         self._stopping = threading.Event()
-        ctx.wake = self
         if jobs_in_child:
             for node in self.nodes:
                 node.handler.run_job = self._run_in_child
@@ -83,7 +90,7 @@ class LocalRunner:
         """``run_job`` in ``python -m worker.local_child`` (the settings on its stdin, this worker's
         runtime as an argument: the child does not probe it again)."""
         runtime = json.dumps(self.node.identity.capabilities.to_json())
-        command = [sys.executable, "-m", "worker.local_child", job_id, runtime]
+        command = [sys.executable, "-m", "worker.local_child", job_id, runtime, ctx.worker]  # the slot's name
         child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         slot = threading.current_thread().name
         self.children[slot] = child

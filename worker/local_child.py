@@ -1,7 +1,8 @@
 """One embedded job process: ``python -m worker.local_child JOB_ID`` with the worker settings as
 JSON on stdin (and, optionally, the embedded worker's capabilities as JSON: the runtime its
-verdicts are shared under). The embedded server runs its work this way so that a reduction's Python work
-(candidates, models written, verdicts stored) never competes with the api for its GIL. Prints
+verdicts are shared under, and the name of the slot it works for). The embedded server runs its
+work this way so that a reduction's Python work (candidates, models written, verdicts stored)
+never competes with the api for its GIL. Prints
 the claim result of JOB_ID's message (``claimed``, ``busy``, ``finished``) as the last line.
 
 After its work runs out the process lingers for ``LINGER_S``, looking for new work every
@@ -35,6 +36,8 @@ def main(argv: list[str]) -> int:
     ctx = context_from_settings(settings)
     if len(argv) > 1:
         ctx.runtime = Capabilities.from_json(json.loads(argv[1]))
+    if len(argv) > 2:
+        ctx.worker = argv[2]  # the embedded slot this process works for: its checks show under that name
     try:
         result = run_job(argv[0], ctx)
         _linger(ctx)

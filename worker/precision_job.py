@@ -8,12 +8,11 @@ the results and the success event's payload (``worker.advance``)."""
 
 from __future__ import annotations
 
-import logging
 import shutil
 from pathlib import Path
 from typing import Any
 
-from engine.precision import PrecisionSession
+from engine.precision import Build, PrecisionPlan, PrecisionSession, reference_run
 from engine.session import ReductionSession, SessionCheck
 from engine.workspace import Workspace
 from persistence.bundles import write_bundle
@@ -22,26 +21,22 @@ from persistence.store import ArtifactStore, StoredBlob
 from reducer_core.records import ReductionResult
 from reducer_core.session import SessionListener
 
-log = logging.getLogger("onnx_reducer.worker")
 
-
-class _Log:
-    def info(self, message: str) -> None:
-        log.info(message)
-
-    def warning(self, message: str) -> None:
-        log.warning(message)
+def precision_plan(workspace: Workspace, check: SessionCheck, build: Build, work_dir: Path) -> PrecisionPlan:
+    """The fp32 original's reference run (each process preparing the job runs it once; its
+    verdict-cache identity is the same everywhere)."""
+    return reference_run(workspace, check, build, work_dir / "precision-reference")
 
 
 def start_precision(
     workspace: Workspace,
-    check: SessionCheck,
+    plan: PrecisionPlan,
     mode: str,
     state: dict[str, Any] | None,
     listener: SessionListener | None = None,
 ) -> PrecisionSession:
     """The job's precision session, new or resumed from its stored state."""
-    return PrecisionSession.begin(workspace, check, mode, state, listener)
+    return PrecisionSession.begin(workspace, plan, mode, state, listener)
 
 
 def store_precision_results(
@@ -54,9 +49,11 @@ def store_precision_results(
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     model = folder / "mixed.onnx"
-    data = session.save_mixed(result.min_bad, model, _Log())
+    written = session.save_mixed(result.min_bad, model, verify=session.check.check)  # judged once more
+    data = written.data
     keep = session.keep_fp32(result.min_bad)
-    meta: dict[str, Any] = {"nodes": len(keep), "keep_fp32": keep, "bundle": data is not None}
+    meta: dict[str, Any] = {"nodes": len(keep), "bundle": data is not None, **written.mixed.to_json()}
+    meta["verified"] = written.verified_json()
     if data is None:
         blob = store.put_file(model)
     else:
@@ -68,4 +65,9 @@ def store_precision_results(
 def precision_payload(session: ReductionSession, result: ReductionResult) -> dict[str, Any]:
     """What the success event adds for a precision job."""
     assert isinstance(session, PrecisionSession)
-    return {"task": "precision", "keep_fp32": session.keep_fp32(result.min_bad)}
+    mixed = session.mixed(result.min_bad)
+    return {
+        "task": "precision",
+        "keep_fp32": session.keep_fp32(result.min_bad),
+        "fp32_tensors": list(mixed.fp32_tensors),
+    }

@@ -8,6 +8,7 @@ on other processes of the host never share a file."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -17,7 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 from checks.spec import CheckSpec, ModelCheck, parse_check_spec
+from checks.user_inputs import complete_samples, golden_from_samples, load_user_samples
+from engine.precision import PrecisionPlan
 from engine.session import ReductionSession, SessionCheck
 from engine.workspace import ReduceOptions, Workspace, load_workspace
 from persistence.enums import ArtifactKind, JobTask
@@ -29,7 +34,7 @@ from reducer_core.candidate import Candidate
 from reducer_core.session import SessionConfig, SessionListener
 from worker.checking import job_check
 from worker.context import RunnerContext
-from worker.precision_job import start_precision
+from worker.precision_job import precision_plan, start_precision
 
 log = logging.getLogger("onnx_reducer.worker")
 KEEP_JOBS = 3
@@ -45,10 +50,16 @@ class JobInput:
     model_path: str
     golden: tuple[str, str, str] | None  # (storage key, sha256, format)
     task: JobTask = JobTask.REDUCE
+    inputs: tuple[InputFile, ...] = ()  # uploaded input samples, in the order sent
 
     @classmethod
     def of(cls, session: Any, job: Job) -> JobInput:
-        golden = ArtifactRepository(session).get(job.id, ArtifactKind.GOLDEN, "golden")
+        artifacts = ArtifactRepository(session)
+        golden = artifacts.get(job.id, ArtifactKind.GOLDEN, "golden")
+        inputs = tuple(
+            InputFile(a.storage_key, a.sha256, str(a.meta.get("format", "npz")), str(a.meta.get("filename", a.name)))
+            for a in artifacts.inputs(job.id)
+        )
         return cls(
             job_id=job.id,
             spec_text=job.check_spec,
@@ -56,7 +67,18 @@ class JobInput:
             model_path=job.model_path,
             golden=(golden.storage_key, golden.sha256, str(golden.meta.get("format", "zip"))) if golden else None,
             task=JobTask.of(job.options),
+            inputs=inputs,
         )
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """An uploaded inputs file: where it is stored, its digest, format (npz | json) and name."""
+
+    key: str
+    sha256: str
+    format: str
+    filename: str
 
 
 class _Log:
@@ -77,18 +99,20 @@ class PreparedJob:
     session_check: SessionCheck
     work_dir: Path
     task: JobTask = JobTask.REDUCE
+    plan: PrecisionPlan | None = None  # a precision job's reference run
     _writer: ReductionSession | None = field(default=None, repr=False)
 
     def session(self, state: dict[str, Any] | None, listener: SessionListener | None = None) -> ReductionSession:
         """The job's session at the position ``state`` was saved in (replayed; no check runs); a
         precision job's is a ``PrecisionSession`` (``worker/precision_job.py``)."""
         if self.task is JobTask.PRECISION:
-            return start_precision(self.workspace, self.session_check, self.config.mode, state, listener)
+            assert self.plan is not None
+            return start_precision(self.workspace, self.plan, self.config.mode, state, listener)
         return ReductionSession.start(self.workspace, self.session_check, self.config, state, listener)
 
     def write(self, candidate: Candidate, path: Path) -> list[str]:
-        """Write ``candidate``'s model as the job's session does (a precision job: the whole model,
-        naming the nodes kept fp32); the weight files it uses."""
+        """Write ``candidate``'s model as the job's session does (a precision job: the real
+        mixed-precision model); the weight files it uses."""
         if self.task is JobTask.PRECISION:
             if self._writer is None:
                 self._writer = self.session(None)
@@ -112,26 +136,58 @@ def prepare(job: JobInput, ctx: RunnerContext) -> PreparedJob:
     workspace = load_workspace(options, _Log())
     try:
         golden, sha256 = _place_golden(ctx.layout.store, work_dir, *job.golden) if job.golden else (None, None)
+        if job.inputs:
+            golden, sha256 = _golden_from_inputs(ctx.layout.store, work_dir, options.model, spec, job.inputs)
         check = job_check(spec, work_dir, ctx.allow_command, ctx.check_memory_limit_bytes, golden)
+        session_check = SessionCheck(check, spec, golden, sha256)
+        plan = None
+        if job.task is JobTask.PRECISION:  # judged against the fp32 original (engine/precision.py)
+
+            def build(judged: CheckSpec, values: Path | None) -> ModelCheck:
+                return job_check(judged, work_dir, ctx.allow_command, ctx.check_memory_limit_bytes, values)
+
+            plan = precision_plan(workspace, session_check, build, work_dir)
+            check, session_check = plan.check.check, plan.check
     except BaseException:
         workspace.close()
         raise
-    return PreparedJob(
-        job.job_id, spec, job.config, workspace, check, SessionCheck(check, spec, golden, sha256), work_dir, job.task
-    )
+    return PreparedJob(job.job_id, spec, job.config, workspace, check, session_check, work_dir, job.task, plan)
 
 
 def _place_golden(store: ArtifactStore, work_dir: Path, key: str, sha256: str, fmt: str) -> tuple[Path, str]:
     """The job's golden values beside the checks, named so that the check reads them in their
     format (``.json``: Polygraphy JSON; otherwise the golden zip): a hardlink, or a copy."""
     target = work_dir / ("golden.json" if fmt == "json" else "golden.golden")
+    _place(store, key, target)
+    return target, sha256
+
+
+def _golden_from_inputs(
+    store: ArtifactStore, work_dir: Path, model: Path, spec: CheckSpec, inputs: tuple[InputFile, ...]
+) -> tuple[Path, str]:
+    """Golden values made from the job's uploaded samples (every sample, in order: the check judges
+    each one), and the digest naming them in the verdict identity (that of the uploads)."""
+    paths: list[Path] = []
+    for i, item in enumerate(inputs):
+        target = work_dir / f"inputs-{i}{'.json' if item.format == 'json' else '.npz'}"
+        _place(store, item.key, target)
+        paths.append(target)
+    onnx_model = onnx.load(str(model), load_external_data=False)
+    loaded = load_user_samples(paths, onnx_model, names=[item.filename for item in inputs])
+    low, high = spec.input_range
+    samples = complete_samples(onnx_model, loaded, spec.seed, low, high)
+    golden = golden_from_samples(model, work_dir / "inputs.golden", samples)
+    digest = hashlib.sha256("".join(item.sha256 for item in inputs).encode()).hexdigest()
+    return golden, f"inputs:{digest}"
+
+
+def _place(store: ArtifactStore, key: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.unlink(missing_ok=True)
     try:
         os.link(store.path(key), target)
     except OSError:
         shutil.copyfile(store.path(key), target)
-    return target, sha256
 
 
 class PreparedJobs:

@@ -29,6 +29,7 @@ from persistence.repositories import ArtifactRepository, IterationRepository
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 _ITERATION = re.compile(r"^iteration-(\d{1,9})$")
+_INPUTS = re.compile(r"^inputs-(\d{1,2})$")  # the uploaded input samples files, in the order sent
 _KINDS = {
     "min-bad": ArtifactKind.MIN_BAD,
     "min-good": ArtifactKind.MIN_GOOD,
@@ -51,6 +52,8 @@ class LocatedArtifact:
 def _lookup(repo: ArtifactRepository, job_id: str, name: str) -> Artifact | None:
     if name in _KINDS:
         return repo.get(job_id, _KINDS[name], "original" if name == "original" else name)
+    if (inputs := _INPUTS.match(name)) is not None:
+        return repo.get(job_id, ArtifactKind.INPUTS, f"inputs-{int(inputs.group(1))}")
     match = _ITERATION.match(name)
     return repo.get(job_id, ArtifactKind.ITERATION, f"iteration-{int(match.group(1))}") if match else None
 
@@ -84,8 +87,9 @@ def download_artifact(job_id: str, name: str, services: ServicesDep, team: TeamD
     store = services.layout.store
     if artifact.kind == ArtifactKind.ORIGINAL.value:
         return _attachment(store.path(artifact.storage_key), job.model_filename)
-    if artifact.kind == ArtifactKind.GOLDEN.value:
-        return _attachment(store.path(artifact.storage_key), str(artifact.meta.get("filename") or f"{job_id}-golden"))
+    if artifact.kind in (ArtifactKind.GOLDEN.value, ArtifactKind.INPUTS.value):
+        fallback = f"{job_id}-{artifact.name}"
+        return _attachment(store.path(artifact.storage_key), str(artifact.meta.get("filename") or fallback))
     label = name if located.best_so_far is None else f"min-bad-iteration-{located.best_so_far}"
     if artifact.kind == ArtifactKind.ITERATION.value and artifact.meta.get("weights"):
         members = [(f"{label}.onnx", store.path(artifact.storage_key))]

@@ -33,6 +33,7 @@ from api.schemas import (
 )
 from api.services import Services
 from api.uploads import UploadAbortedError
+from checks.user_inputs import INPUT_KINDS
 from persistence.contracts import QUEUE_INTERACTIVE
 from persistence.enums import EventKind, JobStatus, JobTask
 from persistence.models import Job
@@ -44,6 +45,7 @@ from persistence.repositories import (
     IterationRepository,
     JobRepository,
 )
+from reducer_core.samples import parse_samples_note
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 log = logging.getLogger("onnx_reducer.api")
@@ -68,6 +70,13 @@ _UPLOAD_DOC = {
                             "format": "binary",
                             "description": "golden values (`onnx-reducer golden` zip, or Polygraphy JSON): "
                             "boundary inputs of every candidate; required by kind 'golden'",
+                        },
+                        "inputs": {
+                            "type": "array",
+                            "items": {"type": "string", "format": "binary"},
+                            "description": "input samples (repeatable part: .npz, one sample each, or "
+                            "Polygraphy JSON, one per feed dict; several files are several samples, in order): "
+                            "a compare/golden/error check judges every one; not with 'golden'",
                         },
                         "mode": {"type": "string", "enum": ["auto", "bisect", "linear", "minimize"]},
                         "task": {
@@ -188,6 +197,20 @@ def _job_out(
     return job_from_row(job, mean, reason, keep_fp32=answers.get(job.id), flaky=flaky, awaiting=_awaiting(session, job))
 
 
+def _samples(session: Session, job: Job) -> dict[str, Any] | None:
+    """How many samples the check judged and which fail, for the original model and the best one so
+    far (their verdicts' ``samples failing: [...] of N judged``); None when the check judges one
+    set of generated inputs without saying so (command, op-present, interactive)."""
+    iterations = IterationRepository(session)
+    first = iterations.original(job.id)
+    original = parse_samples_note(first.detail or "") if first is not None else None
+    if original is None:
+        return None
+    best = iterations.best_failing(job.id)
+    answer = parse_samples_note(best.detail or "") if best is not None else None
+    return {"original": original.to_json(), "min_bad": answer.to_json() if answer is not None else None}
+
+
 def _precision_answers(session: Session, jobs: Sequence[Job]) -> dict[str, list[str]]:
     """keep_fp32 of the succeeded precision jobs among ``jobs`` (one query, none without such jobs)."""
     done = [
@@ -226,6 +249,8 @@ def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
         out = _job_out(session, job, _workers_for(session, services, [job]), flaky=flaky)
         if JobStatus(job.status).terminal:
             out.verified, out.suspect = ArtifactRepository(session).verification(job_id)
+        judges_samples = job.check_kind in INPUT_KINDS and (job.checks_run or job.iterations_done)
+        out.samples = _samples(session, job) if judges_samples else None  # two queries, for these kinds only
         return with_dispatch(session, job, out, services.settings).model_dump_json().encode()
 
 
@@ -280,6 +305,16 @@ def cancel_job(job_id: str, services: ServicesDep, team: TeamDep, response: Resp
     return out
 
 
+# "Job 'X' <phrase>": each status in words (not "is succeeded").
+_STATUS_PHRASES = {
+    JobStatus.QUEUED.value: "is queued",
+    JobStatus.RUNNING.value: "is still running",
+    JobStatus.SUCCEEDED.value: "has succeeded",
+    JobStatus.FAILED.value: "has failed",
+    JobStatus.CANCELLED.value: "was cancelled",
+}
+
+
 @router.post("/{job_id}/retry", status_code=202, response_model=JobOut)
 def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
     """Queue a failed job again after its cause was fixed (a broken check tool, a lost GPU, a worker
@@ -299,11 +334,11 @@ def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
             )
         if not jobs.retry(job.id):
             retryable = ", ".join(c.value for c in RETRYABLE_ERRORS)
-            why = f"failed with error code {job.error_code}" if job.error_code else str(job.status)
+            why = f"failed with error code {job.error_code}" if job.error_code else _STATUS_PHRASES[job.status]
             raise ProblemError(
                 409,
                 "Job cannot be retried",
-                f"Job '{job_id}' is {why}; only jobs that failed with one of the error codes {retryable} can be "
+                f"Job '{job_id}' {why}; only jobs that failed with one of the error codes {retryable} can be "
                 "retried (a job whose model or check spec was at fault needs a new job).",
             )
         event = EventRepository(session).append(job.id, EventKind.QUEUED, {"status": "queued", "retry": True})

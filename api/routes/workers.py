@@ -51,12 +51,12 @@ def _worker_out(session: Session, view: WorkerView, team: Team) -> WorkerOut:
 
 
 def _own_job(session: Session, job_id: str | None, team: Team, worker: str) -> WorkerJobOut | None:
-    """The job and its check this worker runs (else one of its running checks), only when the job
-    is the caller's team's."""
+    """The job and the check this worker runs (none while it works on the job between checks: never
+    another worker's check), only when the job is the caller's team's."""
     if job_id is None or JobRepository(session).for_team(team.id, job_id) is None:
         return None
     running = UnitRepository(session).in_flight(job_id)
-    check = next((c for c in running if c.worker == worker), running[0] if running else None)
+    check = next((c for c in running if c.worker == worker), None)
     return WorkerJobOut(
         id=job_id,
         check=WorkerCheckOut(

@@ -1,6 +1,8 @@
 """onnxruntime targets: any installed execution provider, a graph optimisation level, and fp16
 (the model converted by onnxconverter-common with inputs and outputs kept fp32; the nodes the
-model names in ``checks.mixed_precision`` stay fp32)."""
+model names in ``checks.mixed_precision`` stay fp32). A model typed already (``checks.fp16_model``:
+a precision candidate, a mixed-precision model) runs as its file says; on the CPU provider with
+every fp16 tensor rounded through fp16 (``storage_real``), so overflow shows as on a GPU."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from checks.fp16_model import is_mixed, storage_real
 from checks.fp16_warnings import summarised_fp16_warnings
 from checks.mixed_precision import keep_fp32_of
 from checks.runtimes import RuntimeUnavailableError
@@ -171,7 +174,12 @@ class OrtRunner:
                 f"onnxruntime execution provider {provider} is not installed here "
                 f"(available: {', '.join(ort.get_available_providers())})"
             )
-        if spec.precision == "fp16":
+        optimization = spec.optimization
+        if spec.precision == "fp16" and is_mixed(model):
+            # typed already (a precision candidate, a mixed model re-checked): run what the file says
+            if provider == "CPUExecutionProvider":
+                model, optimization = storage_real(model), "none"  # no pass may drop the rounding casts
+        elif spec.precision == "fp16":
             keep = keep_fp32_of(model)
             with summarised_fp16_warnings(_to_stderr):
                 model = fp16_storage(model, keep) if provider == "CPUExecutionProvider" else to_fp16(model, keep)
@@ -181,7 +189,7 @@ class OrtRunner:
             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        }[spec.optimization]
+        }[optimization]
         options.log_severity_level = 3
         options.intra_op_num_threads = 1
         self.session = ort.InferenceSession(session_source(model, workdir, "target"), options, providers=[provider])

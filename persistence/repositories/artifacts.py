@@ -38,6 +38,11 @@ class ArtifactRepository:
         query = select(Artifact).where(Artifact.job_id == job_id, Artifact.kind == kind.value).order_by(Artifact.name)
         return self.session.scalars(query).all()
 
+    def inputs(self, job_id: str) -> list[Artifact]:
+        """The job's uploaded input files (kind inputs, ``inputs-N``), in the order they were sent."""
+        rows = self.of_kind(job_id, ArtifactKind.INPUTS)
+        return sorted(rows, key=lambda a: int(a.name.rpartition("-")[2]) if a.name.rpartition("-")[2].isdigit() else 0)
+
     def keep_fp32(self, job_ids: Collection[str]) -> dict[str, list[str]]:
         """The nodes kept fp32 by each of ``job_ids`` that is a finished precision job (one query)."""
         if not job_ids:

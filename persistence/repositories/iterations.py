@@ -130,6 +130,16 @@ class IterationRepository:
     def by_number(self, job_id: str, number: int) -> Iteration | None:
         return self.session.scalar(select(Iteration).where(Iteration.job_id == job_id, Iteration.number == number))
 
+    def original(self, job_id: str) -> Iteration | None:
+        """The finished check of the job's original model (the first, when re-run after a resume)."""
+        query = (
+            select(Iteration)
+            .where(Iteration.job_id == job_id, Iteration.phase == "original", Iteration.pending.is_(False))
+            .order_by(Iteration.number)
+            .limit(1)
+        )
+        return self.session.scalar(query)
+
     def best_failing(self, job_id: str) -> Iteration | None:
         """The smallest finished iteration that reproduced the original failure and kept its model
         (the earliest of equal size): a job's best model so far."""

@@ -10,10 +10,28 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto
 
+from checks.fp16_model import is_mixed
+from checks.runtimes.onnxruntime import to_fp16
+from checks.spec import CheckSpec, ModelCheck, build_check, parse_check_spec
+from engine.precision import MixedModelFailedError, PrecisionSession, reference_run
+from engine.session import SessionCheck
+from engine.workspace import ReduceOptions, load_workspace
 from reducer_cli.main import run
-from tests.precision_models import COMPARE_FP16, gather_fails_anyway, one_node_overflows, two_nodes_overflow
+from reducer_core.candidate import Candidate
+from reducer_core.verdict import VerdictKind
+from tests.precision_models import (
+    COMPARE_FP16,
+    COMPARE_GELU,
+    GELU_KEEP,
+    gather_fails_anyway,
+    gelu_overflow,
+    one_node_overflows,
+    real_fp16_outputs,
+    two_nodes_overflow,
+)
 
 
 def precision(model: onnx.ModelProto, *options: str, spec: str = COMPARE_FP16) -> int:
@@ -34,7 +52,7 @@ def test_one_overflowing_node_is_the_answer(in_tmp: Path, capsys: object) -> Non
     assert summary["keep_fp32"] == ["scale_up"]
     assert summary["fp16_verdict"]["kind"] == "fail"
     assert summary["checks_run"] == len([i for i in summary["iterations"] if not i["cached"]])
-    assert [i["phase"] for i in summary["iterations"][:2]] == ["original", "all-kept"]
+    assert [i["phase"] for i in summary["iterations"][:2]] == ["original", "range"]
     assert capsys.readouterr().out.split() == ["scale_up"]  # type: ignore[attr-defined]
     # the mixed model is fp16 but for that node, and computes what the fp32 model does
     mixed = onnx.load("mixed.onnx")
@@ -85,3 +103,81 @@ def test_unnamed_nodes_are_answered_by_the_names_the_mixed_model_gives_them(in_t
     (name,) = json.loads(Path("summary.json").read_text())["keep_fp32"]
     assert name == "Mul_1"
     assert name in [n.name for n in onnx.load("mixed.onnx").graph.node]
+
+
+def test_adjacent_kept_nodes_whose_tensor_has_two_readers_give_a_finite_file(in_tmp: Path) -> None:
+    """The BERT failure mode: bias_add's output (about 137,000) is read by the kept gelu_mul and by
+    gelu_div. The written file keeps it fp32, is finite with fp16 storage made real, computes
+    what the fp32 model does, and was judged once more. The search starts from the range
+    analysis' 6 nodes and tries each once."""
+    assert precision(gelu_overflow(), "--summary-json", "summary.json", spec=COMPARE_GELU) == 0
+    summary = json.loads(Path("summary.json").read_text())
+    assert summary["keep_fp32"] == GELU_KEEP
+    assert summary["fp32_tensors"] == ["h", "m", "g", "y"]  # the answer per tensor
+    assert summary["verified"] == {"checked": True, "verdict": "pass", "detail": summary["verified"]["detail"]}
+    assert summary["reference"] == "fp32 original" and summary["io_types"] == "fp32"
+    assert summary["out_of_range_tensors"] == ["d", "g", "h", "m", "up_b"]  # up_b: a weight of 77,000
+    assert [i["phase"] for i in summary["iterations"][:2]] == ["original", "range"]
+    assert summary["checks_run"] == 8  # the fp16 model, the superset, one per node of the superset
+    mixed = onnx.load("mixed.onnx")
+    onnx.checker.check_model(mixed, full_check=True)
+    assert is_mixed(mixed)
+    x = np.random.default_rng(5).uniform(90, 100, (2, 3)).astype(np.float32)
+    (got,) = real_fp16_outputs(mixed, {"x": x})
+    (want,) = outputs("model.onnx", x)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=0.01)
+
+
+class _Log:
+    def info(self, message: str) -> None:
+        pass
+
+    def warning(self, message: str) -> None:
+        pass
+
+
+def _build(spec: CheckSpec, golden: Path | None) -> ModelCheck:
+    return build_check(spec, golden)
+
+
+def test_candidates_are_compared_with_the_fp32_original_never_with_themselves(in_tmp: Path) -> None:
+    """onnxconverter-common's node_block_list conversion of the right 4 nodes stores the tensor
+    between two kept nodes in fp16 (it has two readers): compared with its own reference run it "passes" (inf == inf);
+    the precision check compares it with the fp32 original and fails it."""
+    onnx.save(gelu_overflow(), "model.onnx")
+    onnx.save(to_fp16(gelu_overflow(), GELU_KEEP), "node_block_list.onnx")
+    spec = parse_check_spec(COMPARE_GELU)
+    check = SessionCheck(build_check(spec), spec, task="precision")
+    workspace = load_workspace(ReduceOptions(model=Path("model.onnx"), work_dir=in_tmp), _Log())
+    plan = reference_run(workspace, check, _build, in_tmp / "reference")
+    assert plan.check.spec is not None and plan.check.spec.kind == "golden" and plan.check.golden is not None
+    itself, _ = check.check.run(Path("node_block_list.onnx"))
+    judged, _ = plan.check.check.run(Path("node_block_list.onnx"))
+    assert itself.kind is VerdictKind.PASS
+    assert judged.kind is VerdictKind.FAIL and judged.signature == "mismatch:nonfinite"
+    # the written answer is judged once more: a file that fails is refused, not reported
+    session = PrecisionSession.begin(workspace, plan, "auto")
+    with pytest.raises(MixedModelFailedError, match="does not pass the check"):
+        session.save_mixed(Candidate(frozenset()), in_tmp / "fp16.onnx", verify=plan.check.check)
+    answer = Candidate(frozenset(i for i, n in enumerate(workspace.index.nodes) if n.name in GELU_KEEP))
+    written = session.save_mixed(answer, in_tmp / "mixed.onnx", verify=plan.check.check)
+    assert written.verdict is not None and written.verdict.kind is VerdictKind.PASS
+    workspace.close()
+
+
+def test_inputs_and_outputs_typed_fp16_when_asked(in_tmp: Path) -> None:
+    options = ("--io-types", "fp16", "--summary-json", "summary.json")
+    assert precision(gelu_overflow(), *options, spec=COMPARE_GELU) == 0
+    summary = json.loads(Path("summary.json").read_text())
+    assert summary["keep_fp32"] == GELU_KEEP and summary["io_types"] == "fp16"
+    assert summary["verified"]["verdict"] == "pass"
+    mixed = onnx.load("mixed.onnx")
+    assert [i.type.tensor_type.elem_type for i in mixed.graph.input] == [TensorProto.FLOAT16]
+    assert [o.type.tensor_type.elem_type for o in mixed.graph.output] == [TensorProto.FLOAT16]
+
+
+def test_an_output_beyond_fp16_cannot_be_typed_fp16(in_tmp: Path, capsys: object) -> None:
+    """scale_up's output is a graph output of about 85,000: no fp32 node can hold it in an fp16 output."""
+    assert precision(one_node_overflows(), "--io-types", "fp16") == 3
+    assert "--io-types fp16" in capsys.readouterr().err  # type: ignore[attr-defined]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
+
+import pytest
 
 from persistence.jsonlog import JsonFormatter, bind_job, configure_logging
 
@@ -44,6 +47,42 @@ def test_configure_logging_installs_one_json_handler_and_text_on_request() -> No
         assert len(root.handlers) == 1 and isinstance(root.handlers[0].formatter, JsonFormatter)
         configure_logging(log_format="text")
         assert not isinstance(root.handlers[0].formatter, JsonFormatter)
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_without_log_format_a_terminal_gets_readable_lines_and_a_pipe_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make run` in a terminal prints readable access lines; containers and log collectors (a pipe)
+    keep JSON; LOG_FORMAT=json asks for JSON on a terminal too."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    monkeypatch.delenv("LOG_FORMAT", raising=False)
+    try:
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        configure_logging()
+        access = logging.getLogger("newcomer_test.access")  # uvicorn's own levels vary by test
+        access.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "GET", "/v1/jobs", "1.1", 200)
+        line = terminal.getvalue().strip()
+        assert line.endswith('INFO newcomer_test.access 127.0.0.1:5000 - "GET /v1/jobs HTTP/1.1" 200'), line
+        assert not line.startswith("{")
+
+        monkeypatch.setenv("LOG_FORMAT", "json")
+        configure_logging()
+        assert isinstance(root.handlers[0].formatter, JsonFormatter)
+
+        monkeypatch.delenv("LOG_FORMAT")
+        pipe = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", pipe)
+        configure_logging()
+        access.info("GET /healthz 200")
+        assert json.loads(pipe.getvalue())["message"] == "GET /healthz 200"
     finally:
         root.handlers[:], _ = saved
         root.setLevel(saved[1])

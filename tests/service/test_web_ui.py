@@ -30,6 +30,7 @@ from selenium.webdriver.support.ui import Select
 
 from api.graph_view import describe_graph
 from examples.build_example_model import build_example_model
+from tests.checks.models import input_overflow_chain
 from tests.precision_models import COMPARE_FP16, one_node_overflows
 from tests.service.conftest import client_for
 from tests.service.helpers import chain_model, wait_job
@@ -107,12 +108,12 @@ def test_the_sign_in_states_say_what_to_do_next(service: Service, browser: Brows
     browser.wait(lambda d: browser.find("token-state").get_attribute("data-state") == "refused", "the refusal")
     assert browser.text("token-state") == plain(EN["token.state.refused"])
     assert "Signed in" not in browser.find("main").text + browser.text("token-state")
-    assert browser.text("jobs-state") == plain(EN["token.state.refused"])
+    assert browser.text("jobs-state") == hint  # the refusal is said once, beside the field
     assert browser.js("return localStorage.getItem('onnx-reducer.token')") is None
 
     browser.find("nav-new").click()
     browser.wait(lambda d: browser.find("view-new").is_displayed(), "the new-job form")
-    assert browser.text("new-state") == plain(EN["token.state.refused"])
+    assert browser.text("new-state") == hint
     assert browser.find("submit-job").get_property("disabled")
 
     browser.sign_in(service.token)
@@ -576,3 +577,30 @@ def test_a_finished_job_opened_later_shows_its_iterations(service: Service, brow
     rows = "#iterations-body tr[data-number]"
     browser.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) == len(listed), "every iteration listed")
     assert listed
+
+
+def test_input_samples_are_uploaded_in_order_and_the_page_names_the_failing_one(
+    service: Service, browser: Browser, tmp_path: Path
+) -> None:
+    """The optional "Input samples" input sends each chosen file as an `inputs` part, in order; the
+    job's page says how many samples were judged and which ones fail (issue 22)."""
+    paths = []
+    for i, value in enumerate((0.5, 100.0, 0.5)):
+        np.savez(tmp_path / f"s{i}.npz", x=np.full((1, 8), value, np.float32))
+        paths.append(str(tmp_path / f"s{i}.npz"))
+    browser.open(service.url + "/#/new")
+    browser.sign_in(service.token)
+    browser.js("document.getElementById('golden').value = ''")  # an earlier test's choice: not this job's
+    browser.find("inputs").send_keys("\n".join(paths))
+    browser.wait(lambda d: "s2.npz" in browser.text("inputs-chosen"), "the chosen files")
+    browser.drop_file("drop-zone", "chain.onnx", input_overflow_chain().SerializeToString())
+    _use_yaml(browser, "kind: compare\ntarget: {precision: fp16}\ntolerance: {atol: 0.01, rtol: 0.01}")
+    browser.find("submit-job").click()
+    job_id = _job_id(browser)
+    _wait_status(browser, "succeeded")
+    expected = "original: samples 1 of 3 fail · best model: samples 1 of 3 fail"
+    browser.wait(lambda d: browser.text("job-samples") == expected, "the failing samples")
+    with client_for(service.url, service.token) as client:
+        second = client.get(f"/v1/jobs/{job_id}/artifacts/inputs-1")
+    assert second.content == Path(paths[1]).read_bytes()
+    assert not severe(browser)

@@ -55,10 +55,10 @@ export function drawChart(container, rows, before) {
     svg("text", { x: x(n), y: HEIGHT - PAD.bottom + 16, "text-anchor": "middle" }, axes).textContent = String(n);
   }
   svg("text", { x: PAD.left, y: HEIGHT - 2, class: "axis-title" }, axes).textContent = t("chart.x");
-  const best = rows.filter((r) => r.best_size !== null && r.best_size !== undefined);
+  const best = bestSteps(rows);
   if (best.length) {
-    let d = `M${x(best[0].number)} ${y(best[0].best_size)}`;
-    for (const r of best.slice(1)) d += ` H${x(r.number)} V${y(r.best_size)}`;
+    let d = `M${x(best[0].number)} ${y(best[0].best)}`;
+    for (const r of best.slice(1)) d += ` H${x(r.number)} V${y(r.best)}`;
     svg("path", { d, class: "best-line" }, root);
   }
   const marks = svg("g", { class: "marks" }, root);
@@ -74,11 +74,24 @@ export function drawChart(container, rows, before) {
   container.replaceChildren(root);
 }
 
-function bestOf(rows) {
-  for (let i = rows.length - 1; i >= 0; i -= 1) {
-    if (rows[i].best_size !== null && rows[i].best_size !== undefined) return rows[i].best_size;
+/** The smallest failing size known at each row, in iteration order: it never rises. A row's own
+ * best_size is the best when its verdict was recorded, and verdicts are not recorded in iteration
+ * order (checks run ahead on other slots finish later; a cached verdict keeps the number of the
+ * last check run), so a later iteration may carry an older, larger best. */
+export function bestSteps(rows) {
+  const steps = [];
+  let best = Infinity;
+  for (const row of rows) {
+    if (row.best_size === null || row.best_size === undefined) continue;
+    best = Math.min(best, row.best_size);
+    steps.push({ number: row.number, best });
   }
-  return null;
+  return steps;
+}
+
+function bestOf(rows) {
+  const steps = bestSteps(rows);
+  return steps.length ? steps[steps.length - 1].best : null;
 }
 
 /** The legend: one entry per verdict shape and colour, and the best-size line. */

@@ -170,7 +170,10 @@ function renderFlights(state) {
     const item = document.createElement("li");
     item.dataset.iteration = String(flight.iteration);
     const worker = flight.you ? t("flight.you") : flight.worker || t("flight.unknown");
-    let text = t("flight.item", { number: flight.iteration, phase: flight.phase, nodes: flight.nodes, worker });
+    let text =
+      flight.phase === "layerwise" // no iteration number or candidate: the whole model, once
+        ? t("flight.layerwise", { worker })
+        : t("flight.item", { number: flight.iteration, phase: flight.phase, nodes: flight.nodes, worker });
     const since = secondsBetween(flight.started_at, null);
     if (since !== null) text += ` · ${t("flight.since", { time: formatSeconds(since) })}`;
     item.textContent = text;
@@ -264,6 +267,19 @@ function renderSuspect(job) {
   fact("job-suspect-output", suspect.output || "");
 }
 
+/** The input samples the check judged and which fail: the original's and the best model's. */
+function samples(job) {
+  const report = job.samples;
+  if (!report || !report.original) return "";
+  const describe = (r) =>
+    r.failing.length
+      ? t("job.samples.failing", { failing: r.failing.join(", "), judged: r.judged })
+      : t("job.samples.none", { judged: r.judged });
+  const parts = [t("job.samples.original", { text: describe(report.original) })];
+  if (report.min_bad) parts.push(t("job.samples.best", { text: describe(report.min_bad) }));
+  return parts.join(" · ");
+}
+
 function bestSoFar(state) {
   let best = null;
   for (const { data } of state.rows.values()) {
@@ -299,6 +315,7 @@ function render(state) {
   optionalFact("job-waiting", job.status === "queued" ? job.waiting_reason || "" : "");
   optionalFact("job-localization", localization(job));
   optionalFact("job-flaky", flakiness(job));
+  optionalFact("job-samples", samples(job));
   optionalFact("job-keep-fp32", keptFp32(job));
   optionalFact("job-verified", verification(job));
   renderSuspect(job);
@@ -405,7 +422,11 @@ function onEvent(state, event) {
       // an iteration answered from a cache ran no check: the checks are the others
       const cached = [...state.rows.values()].filter((r) => r.data.cached).length;
       if (!data.cached) state.job.progress.checks_run = Math.max(state.job.progress.checks_run, data.number - cached);
-      if (data.best_size !== null && data.best_size !== undefined) state.job.progress.best_size = data.best_size;
+      if (data.best_size !== null && data.best_size !== undefined) {
+        // the best never rises: an event of an earlier check that finished late carries an older best
+        const known = state.job.progress.best_size;
+        state.job.progress.best_size = known === null || known === undefined ? data.best_size : Math.min(known, data.best_size);
+      }
       fact("job-checks", flyingChecks(state));
       fact("job-best", state.job.progress.best_size ?? "–");
     }
@@ -413,7 +434,12 @@ function onEvent(state, event) {
   } else if (["verdict.needed", "check_started", "check.started"].includes(event.type)) {
     if (state.ended || state.rows.has(data.iteration)) return;
     if (event.type === "verdict.needed") state.awaiting = data;
-    else state.flights.set(data.iteration, data);
+    else {
+      state.flights.set(data.iteration, data);
+      // a started check is known from its event until the job is read again; a check that ends
+      // without an iteration (the layerwise run) leaves the list then, not at the next iteration
+      if (!state.ended) scheduleRefresh(state);
+    }
     if (state.job) {
       fact("job-checks", flyingChecks(state));
       renderFlights(state);
@@ -452,6 +478,9 @@ function queueChart(state) {
   });
 }
 
+// The phases the legend under the iterations table explains (index.html, i18n keys phase.NAME).
+const PHASES = new Set([...document.querySelectorAll("#phase-legend dd[data-i18n]")].map((dd) => dd.dataset.i18n.slice(6)));
+
 function addRow(state, data) {
   const row = document.createElement("tr");
   row.dataset.number = String(data.number);
@@ -459,6 +488,7 @@ function addRow(state, data) {
   cell(row, String(data.number), "#", "num");
   const phase = document.createElement("code");
   phase.textContent = data.phase;
+  if (PHASES.has(data.phase)) phase.title = t(`phase.${data.phase}`); // the legend below the table says them all
   cell(row, phase, t("iter.phase"));
   cell(row, String(data.nodes), t("iter.nodes"), "num");
   const verdict = document.createElement("span");

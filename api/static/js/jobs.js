@@ -87,8 +87,14 @@ function row(job) {
   const model = document.createDocumentFragment();
   model.append(link, " ", id);
   cell(tr, model, t("col.model"), "model");
-  const after = job.nodes_after ?? (job.status === "running" ? job.progress.best_size : null);
-  cell(tr, `${job.nodes_before ?? "–"} → ${after ?? "–"}`, t("col.nodes"), "num");
+  // "after" is the finished job's size; a running job's best so far is said as such, and only once
+  // it is smaller than the model (a fresh job's best is the whole model: "100 → 100" read as done).
+  let nodes = `${job.nodes_before ?? "–"} → ${job.nodes_after ?? "–"}`;
+  const best = job.progress.best_size;
+  if (job.nodes_after === null && job.status === "running" && best !== null && best < (job.nodes_before ?? Infinity)) {
+    nodes += ` ${t("jobs.best_so_far", { n: best })}`;
+  }
+  cell(tr, nodes, t("col.nodes"), "num");
   cell(tr, String(job.progress.checks_run), t("col.checks"), "num");
   cell(tr, formatDate(job.started_at), t("col.started"));
   cell(tr, formatSeconds(secondsBetween(job.started_at, job.finished_at)), t("col.duration"), "num");

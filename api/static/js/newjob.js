@@ -128,6 +128,7 @@ async function submit(event) {
   body.append("model", form.file, form.file.name); // after the small fields: they are read first
   const golden = $("golden").files[0];
   if (golden) body.append("golden", golden, golden.name);
+  for (const file of $("inputs").files) body.append("inputs", file, file.name); // in order: sample order
   form.busy = true;
   $("submit-job").disabled = true;
   $("upload").hidden = false;
@@ -155,8 +156,19 @@ function showGolden() {
     : t("new.golden.none");
 }
 
+function showInputs() {
+  const files = [...$("inputs").files];
+  $("inputs-chosen").textContent = files.length
+    ? files.map((file) => t("new.model.chosen", { name: file.name, size: formatBytes(file.size) })).join(", ")
+    : t("new.inputs.none");
+}
+
 export function bindNew() {
   initCheckForm();
+  $("inputs").addEventListener("change", () => {
+    clearFieldError("inputs");
+    showInputs();
+  });
   $("golden").addEventListener("change", () => {
     clearFieldError("golden");
     showGolden();

@@ -72,13 +72,11 @@ export function secondsBetween(start, end) {
   return Math.max(0, ((end ? Date.parse(end) : Date.now()) - Date.parse(start)) / 1000);
 }
 
-/** The "what to do next" text when the page has no usable token, or "" when signed in. */
+/** The "what to do next" text when the page has no usable token, or "" when signed in. Why a token
+ * was refused (or could not be checked) is said once, beside the token field; the views only point
+ * there. */
 export function signInHint() {
-  if (session.state === "refused") return t("token.state.refused");
-  if (session.state === "offline") return t("token.state.offline");
-  if (session.state === "checking") return t("token.state.checking");
-  if (session.state !== "ok") return t("jobs.state.signin");
-  return "";
+  return session.state === "ok" ? "" : t("jobs.state.signin");
 }
 
 export function setState(element, text) {

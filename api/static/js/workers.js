@@ -74,7 +74,11 @@ function currentJob(worker) {
   box.append(link);
   const check = worker.job.check;
   if (check) {
-    const text = t("workers.check", { number: check.iteration, phase: check.phase, nodes: check.nodes });
+    // the layerwise run has no iteration number or candidate: it runs the whole model once
+    const text =
+      check.phase === "layerwise"
+        ? t("workers.check.layerwise")
+        : t("workers.check", { number: check.iteration, phase: check.phase, nodes: check.nodes });
     box.append(document.createElement("br"), text);
   }
   return box;
