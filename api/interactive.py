@@ -35,7 +35,7 @@ from engine.workspace import ReduceOptions, Workspace, load_workspace
 from persistence.contracts import VerdictNeededPayload
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
 from persistence.models import Iteration, Job, utcnow
-from persistence.reduction import job_config, store_results
+from persistence.reduction import NOT_RECHECKED, job_config, judged_blobs, store_final_models
 from persistence.repositories import ArtifactRepository, EventRepository, IterationRepository, JobRepository
 from reducer_core.errors import OriginalDidNotFailError, ReducerError
 from reducer_core.records import IterationRecord
@@ -257,10 +257,14 @@ class _Step:
     def _succeed(self) -> list[int]:
         result = self.reduction.result
         folder = self.work_dir / "results"
-        stored = store_results(self.store, self.workspace, result, folder)
+        # the very model the person judged when it is self-contained; otherwise the stored model
+        # (weights inline) was not shown to them: "not-rechecked" (a person is not asked again)
+        judged = judged_blobs(self.session, self.job.id, result, self.reduction.machine.config.pin_signature)
+        for model in store_final_models(self.store, self.workspace, result, folder, judged):
+            if model.local is not None:
+                model.meta["verified"] = {"status": NOT_RECHECKED, "sha256": model.blob.sha256, "checks": 0}
+            ArtifactRepository(self.session).put(self.job.id, model.kind, model.kind.value, model.blob, model.meta)
         shutil.rmtree(folder, ignore_errors=True)
-        for kind, (blob, meta) in stored.items():
-            ArtifactRepository(self.session).put(self.job.id, kind, kind.value, blob, meta)
         job = self.job
         job.nodes_after = job.best_size = len(result.min_bad)
         job.cache_hits = result.cache_hits

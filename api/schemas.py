@@ -94,6 +94,18 @@ class JobOut(BaseModel):
     ``repeats`` (passing runs a candidate needs), ``rechecks`` and the ``evidence``. Filled by
     ``GET /v1/jobs/{id}`` (null in job lists)."""
     awaiting_verdict: AwaitingVerdict | None = None
+    verified: dict[str, Any] | None = None
+    """A finished reduce job: how each model it hands over was verified, ``{min_bad, min_good}``,
+    each ``{status, sha256, checks, verdict?, signature?}`` (null when not found); ``status``:
+    ``judged`` (the very model a check judged), ``rechecked`` (checked once more as stored, and it
+    agreed), ``disagrees`` (it did not: the job failed with ``unverified-result``), or for an
+    interactive job whose stored model differs from the one the person judged ``not-rechecked``
+    (a person is not asked again). Filled by
+    ``GET /v1/jobs/{id}`` (null in job lists)."""
+    suspect: dict[str, Any] | None = None
+    """The check fails whatever the model: ``{message, evidence, crash, verdict, signature,
+    output}`` (the answer says nothing about the model; ``onnx-reducer status`` exits 10). Filled by
+    ``GET /v1/jobs/{id}``."""
     samples: dict[str, Any] | None = None
     """When the check judged several input samples (kinds compare, golden, error): ``original`` and
     ``min_bad`` (the best model so far; a precision job's: the mixed model), each ``{judged,

@@ -208,7 +208,13 @@ def _nvidia_smi() -> list[dict[str, str]] | None:
 
 def _save_model(workspace: Workspace, candidate: Candidate, path: Path) -> onnx.ModelProto:
     """``path`` with only the weights ``candidate`` reads (large ones in ``<name>.data``); returns
-    the model as written, its external weights not loaded."""
+    the model as written, its external weights not loaded. A candidate that reads no weight file
+    is written as its iteration model: the bytes its check judged and ``-o``/the job's min-bad
+    hand over (``engine.verification``)."""
+    if not workspace.weight_locations(candidate):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(workspace.iteration_bytes(candidate))
+        return onnx.load(str(path), load_external_data=False)
     options = modelio.SaveOptions(external_location=f"{path.name}.data", size_threshold=EXTERNAL_THRESHOLD)
     modelio.save_self_contained(workspace.model_for(candidate), path, workspace.sources, options)
     return onnx.load(str(path), load_external_data=False)

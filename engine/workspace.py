@@ -102,10 +102,13 @@ class Workspace:
     def write(self, candidate: Candidate, path: Path, suffix: bytes = b"") -> None:
         """Write the iteration model: O(candidate) concatenation of pre-serialized nodes.
         ``suffix``: serialised ``ModelProto`` fields merged into it (appended bytes)."""
+        modelio.write_iteration_bytes(self.iteration_bytes(candidate) + suffix, path, self.sources)
+
+    def iteration_bytes(self, candidate: Candidate) -> bytes:
+        """The serialised iteration model ``write`` writes for ``candidate`` (weights by reference)."""
         if self._pieces is None or self._pieces.index is not self.index:
             self._pieces = SerializedPieces(self.index)
-        data = extract_bytes(self._pieces, candidate, self._frozen_values(candidate), self.ir_cap)
-        modelio.write_iteration_bytes(data + suffix, path, self.sources)
+        return extract_bytes(self._pieces, candidate, self._frozen_values(candidate), self.ir_cap)
 
     def weight_locations(self, candidate: Candidate) -> list[str]:
         """The weight files (external-data locations) the candidate's model points into: those of

@@ -76,3 +76,5 @@ class ErrorCode(enum.StrEnum):
     TOO_MANY_ATTEMPTS = "too-many-attempts"
     TIME_LIMIT = "time-limit-exceeded"
     INTERNAL = "internal-error"
+    # a final model did not get its verdict when checked once more as stored (worker.final_checks)
+    UNVERIFIED_RESULT = "unverified-result"

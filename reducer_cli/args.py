@@ -19,6 +19,10 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_ORIGINAL_PASSED = 3
 EXIT_INVALID_MODEL = 4
+# The run finished and wrote its files, but the answer is suspect: the check fails whatever the model
+# (EXIT_SUSPECT), or a written model did not get its verdict when checked once more (EXIT_UNVERIFIED).
+EXIT_SUSPECT = 10
+EXIT_UNVERIFIED = 11
 EXIT_INTERRUPTED = 130
 
 

@@ -89,6 +89,8 @@ def _report_end(job: Job) -> None:
             f"[I] job {job.id} succeeded: {job.nodes_before} -> {job.nodes_after} nodes, "
             f"{job.progress.checks_run} checks"
         )
+        if job.suspect is not None:  # exit 10: the check fails whatever the model
+            log(f"[E] {job.suspect.get('message', '')}\n{str(job.suspect.get('output', '')).strip()[-800:]}")
     elif job.error is not None:
         log(f"[E] job {job.id} {job.status}: {job.error.code}: {job.error.message or ''}".rstrip(": "))
     else:

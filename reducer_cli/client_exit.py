@@ -1,5 +1,5 @@
 """Exit codes of the service commands (``submit``, ``status``, ``download``, ``cancel``, ``retry``,
-``jobs``). 0-4 mean what they mean for ``reduce``; 5-9 are the service's own outcomes. The table
+``jobs``). 0-4 and 10-11 mean what they mean for ``reduce``; 5-9 are the service's own outcomes. The table
 in README.md and docs/ci.md lists them; tests/client checks every service error code is mapped."""
 
 from __future__ import annotations
@@ -15,6 +15,10 @@ EXIT_USAGE = 2
 EXIT_ORIGINAL_PASSED = 3
 EXIT_INVALID_MODEL = 4
 EXIT_INTERRUPTED = 130
+# As for ``reduce``: the answer is suspect (the check fails whatever the model), or a final model
+# did not get its verdict when checked once more (the job failed with ``unverified-result``).
+EXIT_SUSPECT = 10
+EXIT_UNVERIFIED = 11
 # The service's own outcomes.
 EXIT_JOB_FAILED = 5
 EXIT_CANCELLED = 6
@@ -31,6 +35,7 @@ JOB_ERROR_EXITS = {
     "too-many-attempts": EXIT_JOB_FAILED,
     "time-limit-exceeded": EXIT_JOB_FAILED,
     "internal-error": EXIT_JOB_FAILED,
+    "unverified-result": EXIT_UNVERIFIED,
 }
 
 # Problems (RFC 9457) with which the api refuses an upload because of the model or bundle (api/validation.py,
@@ -43,7 +48,7 @@ MODEL_REFUSALS = frozenset(
 def exit_for_job(job: Job) -> int:
     """The exit code of a job as it stands: its end, or EXIT_STILL_RUNNING while queued or running."""
     if job.status == "succeeded":
-        return EXIT_OK
+        return EXIT_SUSPECT if job.suspect is not None else EXIT_OK
     if job.status == "cancelled":
         return EXIT_CANCELLED
     if job.status == "failed":

@@ -125,9 +125,25 @@ def job_lines(job: Job) -> list[str]:
         lines.append(f"flaky: fails ~{flaky.get('fails_percent')} % of runs ({flaky.get('rechecks')} re-checks)")
     if job.keep_fp32 is not None:
         lines.append(f"must stay fp32: {', '.join(job.keep_fp32) or 'none (the fp16 model passes)'}")
+    if job.verified is not None:
+        lines.append("verified: " + verified_line(job.verified))
+    if job.suspect is not None:
+        lines.append(f"SUSPECT: {job.suspect.get('message', '')}")
+        lines.append(f"the original's failure output: {str(job.suspect.get('output', '')).strip()[-800:]}")
     if job.error is not None:
         lines.append(f"error: {job.error.code}: {job.error.message or ''}".rstrip(": "))
     return lines
+
+
+def verified_line(verified: dict[str, Any]) -> str:
+    """``min-bad judged, min-good rechecked (pass)``: how each final model was verified."""
+    parts = []
+    for key, name in (("min_bad", "min-bad"), ("min_good", "min-good")):
+        entry = verified.get(key)
+        if isinstance(entry, dict):
+            verdict = f" ({entry['verdict']})" if entry.get("verdict") else ""
+            parts.append(f"{name} {entry.get('status')}{verdict}")
+    return ", ".join(parts) or "nothing"
 
 
 @dataclass
@@ -145,6 +161,8 @@ class Summary:
     nodes_after: int | None = None
     checks_run: int | None = None
     keep_fp32: list[str] | None = None  # a precision job's answer
+    verified: dict[str, Any] | None = None  # how each final model was verified (GET /v1/jobs/{id})
+    suspect: dict[str, Any] | None = None  # the check fails whatever the model
     cache_hits: int | None = None
     farm_cache_hits: int | None = None
     files: list[str] = field(default_factory=list)
@@ -155,6 +173,7 @@ class Summary:
         self.nodes_before, self.nodes_after = job.nodes_before, job.nodes_after
         self.checks_run = job.progress.checks_run
         self.keep_fp32 = job.keep_fp32
+        self.verified, self.suspect = job.verified, job.suspect
         self.cache_hits, self.farm_cache_hits = job.progress.cache_hits, job.progress.farm_cache_hits
         if job.error is not None:
             self.error = {"code": job.error.code, "message": job.error.message}

@@ -63,7 +63,7 @@ def _reduce(ns: argparse.Namespace) -> int:
             write_summary_json(ns.summary_json, result, workspace.index, run.summary_extra(result))
     finally:
         run.cleanup()
-    return cli_args.EXIT_OK
+    return run.exit_code
 
 
 def _precision(ns: argparse.Namespace) -> int:

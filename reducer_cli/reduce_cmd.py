@@ -26,7 +26,26 @@ from checks.spec import build_check as build_spec_check
 from engine.data_loader import parse_val_ranges
 from engine.parallel import Job
 from engine.session import ReductionSession, SessionCheck, SlotSessionHooks
+from engine.verification import (
+    DISAGREES,
+    JUDGED,
+    MIN_BAD,
+    MIN_GOOD,
+    RECHECKED,
+    JudgedBytes,
+    Suspect,
+    Verified,
+    agrees,
+    checker_crash,
+    disagreement,
+    identity_model,
+    judged_agrees,
+    sha256_of,
+    verified_json,
+    worth_preflight,
+)
 from engine.workspace import ReduceOptions, Workspace
+from reducer_cli.args import EXIT_OK, EXIT_SUSPECT, EXIT_UNVERIFIED
 from reducer_cli.bundle_cmd import write_cli_bundle
 from reducer_cli.check_inputs import check_golden
 from reducer_cli.progress import ProgressReporter
@@ -153,6 +172,10 @@ def plan_from_args(args: argparse.Namespace) -> SlotPlan:
     return plan
 
 
+# The debug replay's record of which bytes its verdicts were given to (engine.verification.JudgedBytes).
+JUDGED_KEY = "judged_sha256"
+
+
 class CommandLineRun(SlotSessionHooks):
     """The command line's side of a ``ReductionSession``: the iteration artifact, ``--iter-info``,
     the debug replay after every check, ``--artifacts``, the check's output, the log. With more
@@ -175,6 +198,11 @@ class CommandLineRun(SlotSessionHooks):
         self.slot_checks: dict[int, ModelCheck] = {}
         self._rate_check: ModelCheck = self.check
         self.flakiness_said = ""  # the flakiness status the log announced
+        self.judged = JudgedBytes()  # sha256 of the bytes each check judged (engine.verification)
+        self.original_output = ""
+        self._original_place: tuple[ModelCheck, Path] = (self.check, self.iter_path)
+        self.verified: dict[str, Verified | None] = {}
+        self.suspect: Suspect | None = None
 
     @classmethod
     def start(
@@ -189,7 +217,9 @@ class CommandLineRun(SlotSessionHooks):
 
     def run(self) -> ReductionResult:
         if self.args.load_debug_replay:
-            loaded = self.session.load_replay(json.loads(Path(self.args.load_debug_replay).read_text()))
+            replay = json.loads(Path(self.args.load_debug_replay).read_text())
+            loaded = self.session.load_replay(replay)
+            self.judged.merge_json(replay.get(JUDGED_KEY, {}))
             self.log.info(
                 f"Loaded {loaded} verdict(s) from {self.args.load_debug_replay}; they will not be re-checked."
             )
@@ -203,12 +233,14 @@ class CommandLineRun(SlotSessionHooks):
 
     def write_iteration(self, request: CheckRequest) -> Path:
         self.session.write(request.candidate, self.iter_path)
+        self.judged.written(request.id, request.candidate.fingerprint, self.iter_path.read_bytes())
         self._write_iteration_info(request.number, request.candidate, self.args.iteration_info)
         self._save_replay(skip_current=request)
         return self.iter_path
 
     def run_check(self, request: CheckRequest, model: Path) -> Verdict:
         verdict, output = self.check.run(model)
+        self._judged(request, verdict, output, self.check, model)
         self._show_output(verdict, output)
         self._sort_artifacts(request.number, verdict, self.iter_path, Path.cwd())
         return verdict
@@ -224,9 +256,18 @@ class CommandLineRun(SlotSessionHooks):
             return
         if request.phase == "original":
             self._rate_check = self.slot_checks[slot]
-        self._show_output(answer, output, f" (slot {slot}, iteration {request.number})")
         assert self.slots is not None
+        self._judged(request, answer, output, self.slot_checks[slot], self.slots.path(slot, self.iter_path))
+        self._show_output(answer, output, f" (slot {slot}, iteration {request.number})")
         self._sort_artifacts(request.number, answer, self.slots.path(slot, self.iter_path), self.slots.folder(slot))
+
+    def _judged(self, request: CheckRequest, verdict: Verdict, output: str, check: ModelCheck, path: Path) -> None:
+        """A check's verdict on the bytes written for ``request``; the original's output, and the
+        check and path that judged it (a final check runs the same way)."""
+        self.judged.judged(request.id, verdict)
+        if request.phase == "original":
+            self.original_output = output
+            self._original_place = (check, path)
 
     def _create_slots(self) -> None:
         written = [Path(p) for p in (self.args.iteration_info, *(self.args.artifacts or ())) if p]
@@ -243,6 +284,7 @@ class CommandLineRun(SlotSessionHooks):
         assert self.slots is not None
         path = self.slots.path(slot, self.iter_path)
         self.session.write(request.candidate, path)
+        self.judged.written(request.id, request.candidate.fingerprint, path.read_bytes())
         if self.args.iteration_info:
             info = self.slots.path(slot, Path(self.args.iteration_info))
             self._write_iteration_info(request.number, request.candidate, str(info))
@@ -292,6 +334,7 @@ class CommandLineRun(SlotSessionHooks):
             return
         path = Path(self.args.save_debug_replay)
         data = self.session.cache.to_json()
+        data[JUDGED_KEY] = self.judged.to_json()
         if skip_current is not None:
             original = self.session.original
             if original is None:
@@ -342,23 +385,145 @@ class CommandLineRun(SlotSessionHooks):
             extra["localization"] = result.localization.to_json()
         if self.failure_rate is not None:
             extra["original_failure_rate"] = self.failure_rate
+        extra["verified"] = verified_json(self.verified)
+        extra["suspect"] = self.suspect.to_json() if self.suspect is not None else None
         extra.update(samples_summary(result))  # the samples judged and those failing
         return extra
 
+    @property
+    def exit_code(self) -> int:
+        """0, or: a handed-over model whose final check disagreed (``EXIT_UNVERIFIED``); a check
+        that fails whatever the model (``EXIT_SUSPECT``)."""
+        if any(v is not None and not v.ok for v in self.verified.values()):
+            return EXIT_UNVERIFIED
+        return EXIT_SUSPECT if self.suspect is not None else EXIT_OK
+
     def write_results(self, result: ReductionResult) -> None:
+        """Write -o / --min-good, each verified (``engine.verification``), after the one-check
+        preflight that calls out a check independent of the model."""
+        self._preflight(result)
         if self.args.output:
-            data = self.ws.save_self_contained(result.min_bad, Path(self.args.output))
-            extra = f" (weights in {data})" if data else ""
-            self.log.info(f"Minimal failing model ({len(result.min_bad)} nodes) written to {self.args.output}{extra}")
+            verified = self._hand_over(result, result.min_bad, MIN_BAD, Path(self.args.output))
+            self.verified[MIN_BAD] = verified
+            self._say_written(f"Minimal failing model ({len(result.min_bad)} nodes)", self.args.output, verified)
+            if not verified.ok:
+                self.log.error(disagreement(MIN_BAD, self.args.output, verified))
         if self.args.min_good:
             if result.min_good is None:
+                self.verified[MIN_GOOD] = None
                 self.log.warning("No passing model close to the minimal failing one was seen; --min-good not written.")
             else:
-                self.ws.save_self_contained(result.min_good, Path(self.args.min_good))
-                self.log.info(f"Closest passing model ({len(result.min_good)} nodes) written to {self.args.min_good}")
+                verified = self._hand_over(result, result.min_good, MIN_GOOD, Path(self.args.min_good))
+                self.verified[MIN_GOOD] = verified
+                self._say_written(f"Closest passing model ({len(result.min_good)} nodes)", self.args.min_good, verified)
+                if not verified.ok:
+                    self.log.error(disagreement(MIN_GOOD, self.args.min_good, verified))
         self._describe(result.min_bad)
+        if self.suspect is not None:
+            self.log.error(self.suspect.message + "\n==== the original's failure output ====\n" + self.suspect.output)
         if getattr(self.args, "bundle", None):
             write_cli_bundle(self.args, self.ws, result, self.session.check, self.log)
+
+    def _say_written(self, what: str, path: str, verified: Verified) -> None:
+        if verified.status == JUDGED:
+            how = "verified: the check judged these exact bytes"
+        elif verified.status == RECHECKED:
+            how = "verified: checked once more as written"
+        else:
+            how = "NOT verified"
+        self.log.info(f"{what} written to {path} ({how})")
+
+    # -- verified outputs ------------------------------------------------------------------------
+
+    def _hand_over(self, result: ReductionResult, candidate: Candidate, which: str, path: Path) -> Verified:
+        """Write ``candidate`` to ``path``: the bytes a check judged when they are self-contained
+        (no weight file referenced, no external data asked for), else the self-contained model,
+        checked once more as written."""
+        pinning = self.session.machine.config.pin_signature
+        data = self.ws.iteration_bytes(candidate)
+        digest = sha256_of(data)
+        verdicts = self.judged.verdicts(candidate.fingerprint, digest)
+        inline = self.ws.options.save.external_location is None and not self.ws.weight_locations(candidate)
+        if inline and judged_agrees(verdicts, which, result.original, pinning):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write_bytes(path, data)
+            return Verified(JUDGED, digest)
+        weights = self.ws.save_self_contained(candidate, path)
+        if weights is not None:
+            self.log.info(f"Weights of {path} written to {weights}")
+        clash = self._data_clash(path)
+        if clash is not None:
+            self.log.error(
+                f"{path} cannot be checked once more as written: its data file {clash.name} would replace a "
+                f"different file beside the iteration artifact. Write it to another folder, or name its data "
+                "with --save-external-data NAME."
+            )
+            return Verified(DISAGREES, _file_sha256(path))
+        runs = self.session.machine.flakiness.repeats() if which == MIN_BAD and result.flakiness else 1
+        checks, verdict = 0, None
+        for _ in range(max(1, runs)):
+            verdict, output = self._check_file(path)
+            checks += 1
+            self._show_output(verdict, output, f" (final check of {path})")
+            if agrees(verdict, which, result.original, pinning):
+                return Verified(RECHECKED, _file_sha256(path), checks, verdict)
+        return Verified(DISAGREES, _file_sha256(path), checks, verdict)
+
+    def _data_files(self, path: Path) -> list[tuple[Path, Path]]:
+        """(file beside ``path``, where it goes beside the checked artifact) for each data file
+        the written model references that exists and is not there already (under
+        --ignore-external-data a referenced file may be missing: the check sees what the file says)."""
+        place = self._original_place[1]
+        locations = modelio.referenced_locations(onnx.load(str(path), load_external_data=False))
+        pairs = [(path.parent / location, place.parent / location) for location in sorted(locations)]
+        return [(source, target) for source, target in pairs if source.exists() and not _same_path(source, target)]
+
+    def _data_clash(self, path: Path) -> Path | None:
+        """A data file of ``path`` whose place beside the checked artifact holds another file (the
+        user's own weights, say): it is never replaced."""
+        for source, target in self._data_files(path):
+            if target.exists() and not os.path.samefile(source, target):
+                return target
+        return None
+
+    def _check_file(self, path: Path) -> tuple[Verdict, str]:
+        """Run the check on the file ``path`` as it is: it is copied where the check that judged
+        the original reads its model (with the external-data files it references, linked there
+        for the check; ``_data_clash`` made sure none replaces another file)."""
+        check, place = self._original_place
+        place.parent.mkdir(parents=True, exist_ok=True)
+        made: list[Path] = []
+        if not (place.exists() and os.path.samefile(path, place)):
+            shutil.copyfile(path, place)
+        for source, target in self._data_files(path):
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _link_or_copy(source, target)
+                made.append(target)
+        try:
+            return check.run(place)
+        finally:
+            for target in made:
+                target.unlink(missing_ok=True)
+
+    # -- a check that fails whatever the model -------------------------------------------------
+
+    def _preflight(self, result: ReductionResult) -> None:
+        """When every verdict reproduced the original failure, check a trivial model once: if it
+        fails the same way, the check does not depend on the model (``engine.verification``)."""
+        if isinstance(self.session.check.check, InteractiveCheck):
+            return
+        if not worth_preflight(result.iterations, result.localization):
+            return
+        check, place = self._original_place
+        trivial = identity_model(self.ws.index, self.ws.ir_cap)
+        _atomic_write_bytes(place, trivial.SerializeToString())
+        self.log.info("Every candidate failed like the original: checking a trivial model once (Identity nodes).")
+        verdict, _ = check.run(place)
+        pinning = self.session.machine.config.pin_signature
+        if verdict.reproduces(result.original, pinning):
+            output = tail(self.original_output or result.original.detail, 2000)
+            self.suspect = Suspect(verdict, result.original, checker_crash(self.original_output), output)
 
     def _describe(self, candidate: Candidate) -> None:
         if len(candidate) <= 10:
@@ -389,6 +554,27 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
+def _file_sha256(path: Path) -> str:
+    return sha256_of(path.read_bytes())
 
 
 def write_summary_json(

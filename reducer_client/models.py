@@ -69,6 +69,8 @@ class Job:
     flaky: dict[str, Any] | None = None  # the check's estimated failure rate, when it proved flaky
     task: str = "reduce"  # or "precision": which nodes must stay fp32
     keep_fp32: list[str] | None = None  # a succeeded precision job's answer
+    verified: dict[str, Any] | None = None  # a finished reduce job: how each final model was verified
+    suspect: dict[str, Any] | None = None  # the check fails whatever the model: {message, output, ...}
 
     @property
     def finished(self) -> bool:
@@ -96,6 +98,8 @@ class Job:
             flaky=data["flaky"] if isinstance(data.get("flaky"), dict) else None,
             task=str(data.get("task") or "reduce"),
             keep_fp32=[str(n) for n in data["keep_fp32"]] if isinstance(data.get("keep_fp32"), list) else None,
+            verified=data["verified"] if isinstance(data.get("verified"), dict) else None,
+            suspect=data["suspect"] if isinstance(data.get("suspect"), dict) else None,
         )
 
 

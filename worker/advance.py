@@ -6,7 +6,9 @@ Always under the job's row lock (``JobRepository.lock_running``), in one transac
    by ``worker.prepared``; the flow is replayed against the verdict cache, no check runs);
 2. deliver the verdict (**verdict recorded**: its iteration row, model, event; the unit is done, so
    a second delivery of the same unit is ignored);
-3. save the state; if the session is done, store min-bad/min-good and end the job; otherwise ask
+3. save the state; if the session is done, store min-bad/min-good and end the job (a reduce job's
+   answer verified first: ``worker.final_checks``, whose checks the caller runs after the commit
+   when the stored models are not the very ones a check judged); otherwise ask
    the session for up to (free slots) requests not in flight and queue one check unit each
    (**checks queued**: the caller sends one message each after the commit).
 
@@ -36,6 +38,7 @@ from reducer_core.session import Answer, CheckRequest, LayerwiseRequest, Request
 from worker.context import RunnerContext
 from worker.endings import end_payload, ending_of, finish_locked
 from worker.farm_cache import FarmLink
+from worker.final_checks import Finals, plan_finals, succeed
 from worker.precision_job import precision_payload, store_precision_results
 from worker.prepared import PreparedJob
 
@@ -61,6 +64,7 @@ class Advanced:
     seq: int = 0
     queued: int = 0
     ended: bool = False
+    finals: Finals | None = None  # final checks to run after the commit (worker.final_checks.run_finals)
 
 
 class _Collector(SilentListener):
@@ -121,8 +125,13 @@ def advance(
     if failure is not None:
         status, code, message = ending_of(failure, ctx, job.id)
         return Advanced(finish_locked(session, job, status, code, message), ended=True)
-    if reduction.done:
+    if reduction.done and prepared.task is JobTask.PRECISION:
         return Advanced(_succeed(ctx, session, job, reduction, prepared.workspace, prepared), ended=True)
+    if reduction.done:
+        finals = plan_finals(ctx, session, job, reduction, prepared)
+        if finals.complete:
+            return Advanced(succeed(session, job, finals), ended=True)
+        return Advanced(seq, finals=finals)
     return Advanced(seq, _queue_next(ctx, session, job, reduction))
 
 

@@ -13,6 +13,7 @@ from persistence.repositories.units import UnitRepository
 from worker.advance import Advanced, advance
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError, JobTimedOutError, deadline_of, ending_errors
+from worker.final_checks import run_finals
 from worker.lease import Heartbeat
 from worker.prepared import PREPARED, JobInput
 from worker.unit_run import announce
@@ -60,3 +61,5 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
         outcome = advance(ctx, session, job, prepared)
         queue = job.queue
     announce(ctx, job_id, queue, Advanced(max(outcome.seq, started), outcome.queued + requeued, outcome.ended))
+    if outcome.finals is not None:  # the answer's final checks, outside the lock (worker.final_checks)
+        announce(ctx, job_id, queue, Advanced(run_finals(ctx, prepared, outcome.finals), ended=True))

@@ -28,6 +28,7 @@ from reducer_core.verdict import Verdict, VerdictKind
 from worker.advance import Advanced, Delivery, advance, request_of
 from worker.context import RunnerContext
 from worker.endings import JobTimedOutError, deadline_of, end_job, ending_errors, time_limit_message
+from worker.final_checks import run_finals
 from worker.prepared import PREPARED, JobInput, PreparedJob
 
 log = logging.getLogger("onnx_reducer.worker")
@@ -170,6 +171,8 @@ class UnitRun:
             cleanup_if_ended(self.ctx, self.job_id)
             return
         announce(self.ctx, self.job_id, queue, outcome)
+        if outcome.finals is not None:  # the answer's final checks, outside the lock (worker.final_checks)
+            announce(self.ctx, self.job_id, queue, Advanced(run_finals(self.ctx, prepared, outcome.finals), ended=True))
 
 
 def announce(ctx: RunnerContext, job_id: str, queue: str, outcome: Advanced) -> None:

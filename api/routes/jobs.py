@@ -248,6 +248,8 @@ def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
             raise not_found(f"Job '{job_id}'")
         flaky = JobRepository(session).flakiness(job_id) if job.checks_run else None
         out = _job_out(session, job, _workers_for(session, services, [job]), flaky=flaky)
+        if JobStatus(job.status).terminal:
+            out.verified, out.suspect = ArtifactRepository(session).verification(job_id)
         judges_samples = job.check_kind in INPUT_KINDS and (job.checks_run or job.iterations_done)
         out.samples = _samples(session, job) if judges_samples else None  # two queries, for these kinds only
         return with_dispatch(session, job, out, services.settings).model_dump_json().encode()

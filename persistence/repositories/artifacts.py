@@ -52,6 +52,17 @@ class ArtifactRepository:
         )
         return {job_id: list(meta.get("keep_fp32", [])) for job_id, meta in self.session.execute(query).all()}
 
+    def verification(self, job_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """A finished reduce job's ``verified`` (per final model, from its artifact's meta; None
+        without final models) and ``suspect`` (the min-bad artifact's; ``worker.final_checks``)."""
+        kinds = (ArtifactKind.MIN_BAD.value, ArtifactKind.MIN_GOOD.value)
+        query = select(Artifact.kind, Artifact.meta).where(Artifact.job_id == job_id, Artifact.kind.in_(kinds))
+        metas = {kind: meta for kind, meta in self.session.execute(query).all()}
+        if not metas or not any("verified" in meta for meta in metas.values()):
+            return None, None
+        verified = {kind.replace("-", "_"): metas.get(kind, {}).get("verified") for kind in kinds}
+        return verified, metas.get(ArtifactKind.MIN_BAD.value, {}).get("suspect")
+
     def references(self, storage_key: str) -> int:
         return self.session.scalar(select(func.count()).where(Artifact.storage_key == storage_key)) or 0
 

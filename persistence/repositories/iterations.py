@@ -10,7 +10,7 @@ from datetime import datetime
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from persistence.models import Iteration, Job, Team, utcnow
+from persistence.models import Artifact, Iteration, Job, Team, utcnow
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,34 @@ class IterationRepository:
         """The candidates the job has a finished row for."""
         query = select(Iteration.fingerprint).where(Iteration.job_id == job_id, Iteration.pending.is_(False))
         return set(self.session.scalars(query).all())
+
+    def judged(self, job_id: str, fingerprint: str) -> Sequence[tuple[Iteration, Artifact | None]]:
+        """The finished checks of ``fingerprint`` in this job (cached answers excluded), each with
+        the model it checked (None when not stored): what a final model may reuse byte for byte."""
+        query = (
+            select(Iteration, Artifact)
+            .outerjoin(Artifact, Artifact.id == Iteration.artifact_id)
+            .where(
+                Iteration.job_id == job_id,
+                Iteration.fingerprint == fingerprint,
+                Iteration.pending.is_(False),
+                Iteration.cached.is_(None),
+                Iteration.verdict.is_not(None),
+            )
+            .order_by(Iteration.number)
+        )
+        return [(row, artifact) for row, artifact in self.session.execute(query).all()]
+
+    def all_reproduced(self, job_id: str) -> bool:
+        """Whether every verdict of the job (cached ones too) reproduced the original failure: the
+        evidence that the check may not depend on the model (``engine.verification``)."""
+        query = select(func.count()).where(
+            Iteration.job_id == job_id,
+            Iteration.pending.is_(False),
+            Iteration.reproduces.is_not(True),
+            Iteration.verdict != "infra-error",
+        )
+        return (self.session.scalar(query) or 0) == 0
 
     def get(self, iteration_id: int) -> Iteration:
         row = self.session.get(Iteration, iteration_id)

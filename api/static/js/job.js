@@ -241,6 +241,32 @@ function flakiness(job) {
   return typeof value === "string" ? value : "";
 }
 
+/** How each final model was verified (GET /v1/jobs/{id} ``verified``): judged, rechecked, disagrees. */
+function verification(job) {
+  if (!job.verified) return "";
+  const parts = [];
+  if (job.verified.min_bad) parts.push(`${t("job.verified.min_bad")}: ${verifiedStatus(job.verified.min_bad.status)}`);
+  if (job.verified.min_good) parts.push(`${t("job.verified.min_good")}: ${verifiedStatus(job.verified.min_good.status)}`);
+  return parts.join(" · ");
+}
+
+function verifiedStatus(status) {
+  if (status === "judged") return t("job.verified.judged");
+  if (status === "rechecked") return t("job.verified.rechecked");
+  if (status === "not-rechecked") return t("job.verified.not_rechecked");
+  return t("job.verified.disagrees");
+}
+
+/** The check fails whatever the model (``suspect``): one sentence, and the original's failure output. */
+function renderSuspect(job) {
+  const suspect = job.suspect;
+  $("job-suspect").hidden = !suspect;
+  if (!suspect) return;
+  const crash = suspect.crash ? ` (${suspect.crash})` : "";
+  fact("job-suspect-text", `${t("job.suspect")}${crash}`);
+  fact("job-suspect-output", suspect.output || "");
+}
+
 /** The input samples the check judged and which fail: the original's and the best model's. */
 function samples(job) {
   const report = job.samples;
@@ -291,6 +317,8 @@ function render(state) {
   optionalFact("job-flaky", flakiness(job));
   optionalFact("job-samples", samples(job));
   optionalFact("job-keep-fp32", keptFp32(job));
+  optionalFact("job-verified", verification(job));
+  renderSuspect(job);
   if (job.error) {
     fact("job-error", `${job.error.code}${job.error.message ? `: ${job.error.message}` : ""}`);
     $("job-error").hidden = false;
