@@ -125,7 +125,7 @@ def graphs(browser: Browser, client: httpx.Client, url: str, out: Path) -> None:
     time.sleep(0.5)
     capture(browser, out / "graph-in-context.png", "panel-original")
     browser.js("localStorage.setItem('onnx-reducer.lang', 'zh-CN')")
-    browser.driver.get(f"{url}/#/jobs/{encoder}")
+    browser.driver.refresh()  # a new document in Chinese
     browser.wait(lambda d: d.find_elements("css selector", "#graph-original g.gnode.focus"), "the min-bad in context")
     browser.find("search-original").send_keys("Erf\n")
     time.sleep(0.8)

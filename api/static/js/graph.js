@@ -113,7 +113,7 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
     first.textContent = item.lines[0];
     const second = svg("text", { x: item.w / 2, y: 33, "text-anchor": "middle", class: "l2" }, group);
     second.textContent = item.kind === "group"
-      ? `＋ ${t("graphs.count", { n: item.group.count })}${matchIn.has(item.group.id) ? ` · ${t("graphs.search.in_group", { n: matchIn.get(item.group.id) })}` : ""}`
+      ? `+ ${t("graphs.count", { n: item.group.count })}${matchIn.has(item.group.id) ? ` · ${t("graphs.search.in_group", { n: matchIn.get(item.group.id) })}` : ""}`
       : item.lines[1];
     svg("title", {}, group).textContent = tooltip(item, graph);
     return group;
@@ -266,7 +266,9 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
         }
       }
       Object.assign(view, { w: cw / s, h: ch / s });
-      centreOn(cx, cy);
+      // an overview stays on the drawing: no empty margin where the graph goes on
+      const keep = (c, size, lo, span) => (span > size ? Math.min(Math.max(c, lo + size / 2), lo + span - size / 2) : c);
+      centreOn(keep(cx, view.w, bounds.x, bounds.w), keep(cy, view.h, bounds.y, bounds.h));
     },
     zoom(factor, cx = view.x + view.w / 2, cy = view.y + view.h / 2) {
       const w = Math.min(Math.max(view.w / factor, 40), bounds.w * 8);

@@ -6,9 +6,9 @@
 // instead of becoming a one-pixel column.
 
 const NODE_H = 40;
-const LAYER_GAP = 26;
+const LAYER_GAP = 22;
 const NODE_GAP = 18;
-const COLUMN_GAP = 46;
+const COLUMN_GAP = 40;
 const FRAME_PAD = 12;
 const FRAME_HEAD = 24;
 const CHAR_W = 7.4;
