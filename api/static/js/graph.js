@@ -169,10 +169,13 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
     for (const item of layout.items) byId.set(item.id, item);
     const labels = layout.edges.length <= EDGE_LABELS_UP_TO;
     records = [];
+    miniBase = null;
     frameLayer.replaceChildren();
     edgeLayer.replaceChildren();
     nodeLayer.replaceChildren();
-    for (const frame of layout.frames) frameLayer.append(buildFrame(frame));
+    for (const frame of layout.frames) {
+      records.push({ x: frame.x, y: frame.y, w: frame.w, h: frame.h, layer: frameLayer, build: () => buildFrame(frame), el: null });
+    }
     for (const edge of layout.edges) {
       const a = byId.get(edge.from);
       const b = byId.get(edge.to);
@@ -217,10 +220,22 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
     const s = Math.min(minimap.width / bounds.w, minimap.height / bounds.h);
     return { s, ox: (minimap.width - bounds.w * s) / 2 - bounds.x * s, oy: (minimap.height - bounds.h * s) / 2 - bounds.y * s };
   };
+  let miniBase = null; // the boxes, drawn once per layout or search; each view change adds its frame
   function drawMinimap() {
     const ctx = minimap.getContext("2d");
     const { s, ox, oy } = mini();
+    if (!miniBase) miniBase = drawMiniBase(s, ox, oy);
     ctx.clearRect(0, 0, minimap.width, minimap.height);
+    ctx.drawImage(miniBase, 0, 0);
+    ctx.strokeStyle = "#1f5fbf";
+    ctx.lineWidth = 1.5;
+    ctx.strokeRect(ox + view.x * s, oy + view.y * s, view.w * s, view.h * s);
+  }
+  function drawMiniBase(s, ox, oy) {
+    const base = document.createElement("canvas");
+    base.width = minimap.width;
+    base.height = minimap.height;
+    const ctx = base.getContext("2d");
     ctx.fillStyle = "rgba(255,255,255,0.92)";
     ctx.fillRect(0, 0, minimap.width, minimap.height);
     for (const record of records) {
@@ -234,9 +249,7 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
       ctx.fillStyle = colour;
       ctx.fillRect(ox + item.x * s, oy + item.y * s, Math.max(1.5, item.w * s), Math.max(1.5, item.h * s));
     }
-    ctx.strokeStyle = "#1f5fbf";
-    ctx.lineWidth = 1.5;
-    ctx.strokeRect(ox + view.x * s, oy + view.y * s, view.w * s, view.h * s);
+    return base;
   }
   const centreOn = (cx, cy) => {
     view.x = cx - view.w / 2;
@@ -303,6 +316,7 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
       matchSet = new Set(matches);
       matchIn = inGroups(matches);
       current = null;
+      miniBase = null;
       for (const record of records) {
         if (record.el && record.el.isConnected) record.el.remove();
         record.el = null;
