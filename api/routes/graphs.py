@@ -26,7 +26,7 @@ MAX_NODES_LIMIT = 20_000
 
 
 @lru_cache(maxsize=16)
-def _described(path: str, is_tar: bool, size: int, mtime_ns: int, max_nodes: int) -> GraphOut:
+def cached_graph(path: str, is_tar: bool, size: int, mtime_ns: int, max_nodes: int) -> GraphOut:
     """The graph of one file version (``size`` and ``mtime_ns`` are part of the key only)."""
     return describe_graph(read_graph(Path(path), is_tar), max_nodes)
 
@@ -54,4 +54,4 @@ def artifact_graph(
     located = locate_artifact(services, job, name)
     path, is_tar = _model_file(services, job, located.artifact)
     stat = path.stat()
-    return _described(str(path), is_tar, stat.st_size, stat.st_mtime_ns, max_nodes)
+    return cached_graph(str(path), is_tar, stat.st_size, stat.st_mtime_ns, max_nodes)
