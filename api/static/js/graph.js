@@ -54,8 +54,11 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
   const nodeLayer = svg("g", { class: "nodes" }, root);
   const minimap = document.createElement("canvas");
   minimap.className = "graph-minimap";
-  minimap.width = 180;
-  minimap.height = 120;
+  const small = (box.width || 600) < 700; // a half-width panel: a smaller minimap hides less
+  minimap.width = small ? 132 : 180;
+  minimap.height = small ? 88 : 120;
+  minimap.style.width = `${minimap.width}px`;
+  minimap.style.height = `${minimap.height}px`;
   minimap.hidden = true;
   minimap.setAttribute("aria-hidden", "true");
   container.classList.add("graph-host");
