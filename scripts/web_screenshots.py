@@ -18,10 +18,17 @@ import httpx
 import onnx
 
 from examples.build_example_model import build_example_model
+from tests.service.graph_models import add_chain, transformer_model
 from tests.service.helpers import chain_model, wait_job
 from tests.service.web_harness import Browser, chromium, embedded_service
 
 WIDTH, HEIGHT = 1100, 760
+# fails while the whole 39-node chain is there: its min-bad is the chain itself
+LONG_CHECK = (
+    "kind: command\ncommand: ['"
+    + sys.executable
+    + "', -c, 'import onnx, sys; sys.exit(1 if len(onnx.load(sys.argv[1]).graph.node) >= 39 else 0)', '{model}']\n"
+)
 SLOW_CHECK = "kind: command\ncommand: [sh, -c, 'sleep 0.6; if grep -q Mul \"$1\"; then exit 1; fi', sh, '{model}']\n"
 
 
@@ -92,12 +99,38 @@ def main(out: Path) -> None:
             capture(browser, out / "graphs.png", "job-summary", "graphs-help")
             wait_job(client, running)
 
+            graphs(browser, client, service.url, out)
+
             interactive = submit(client, example, "kind: interactive", "no-check-script.onnx")
             client.post(f"/v1/jobs/{interactive}/verdict", json={"iteration": 1, "verdict": "fail"}).raise_for_status()
             browser.driver.get(f"{service.url}/#/jobs/{interactive}")
             browser.wait(lambda d: "iteration 2 " in browser.text("verdict-heading"), "the question")
             time.sleep(0.3)
             capture(browser, out / "interactive.png", "view-job", "verdict-panel")
+
+
+def graphs(browser: Browser, client: httpx.Client, url: str, out: Path) -> None:
+    """The graph drawings: a 39-node chain at Fit, a 1,018-node transformer with its min-bad inside
+    the original graph, and the same in Chinese."""
+    chain = submit(client, add_chain(39), LONG_CHECK, "fp16-accumulation.onnx")
+    encoder = submit(client, transformer_model(24), "kind: op-present\nops: [Softmax]", "encoder.onnx")
+    wait_job(client, chain, timeout=600)
+    wait_job(client, encoder, timeout=600)
+    browser.driver.get(f"{url}/#/jobs/{chain}")
+    browser.wait(lambda d: d.find_elements("css selector", "#graph-min-good g.gnode"), "the chain's graphs")
+    time.sleep(0.5)
+    capture(browser, out / "graph-chain.png", "graphs-heading", "panel-min-bad")
+    browser.driver.get(f"{url}/#/jobs/{encoder}")
+    browser.wait(lambda d: d.find_elements("css selector", "#graph-original g.gnode.focus"), "the min-bad in context")
+    time.sleep(0.5)
+    capture(browser, out / "graph-in-context.png", "panel-original")
+    browser.js("localStorage.setItem('onnx-reducer.lang', 'zh-CN')")
+    browser.driver.refresh()  # a new document in Chinese
+    browser.wait(lambda d: d.find_elements("css selector", "#graph-original g.gnode.focus"), "the min-bad in context")
+    browser.find("search-original").send_keys("Erf\n")
+    time.sleep(0.8)
+    capture(browser, out / "graph-in-context-zh.png", "panel-original")
+    browser.js("localStorage.removeItem('onnx-reducer.lang')")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """``GET /v1/jobs/{id}/artifacts/{name}/graph``: the graph of a stored model as JSON (nodes, tensor
 shapes and dtypes, graph inputs and outputs, op histogram), for the web page's drawings. Over
-``max_nodes`` nodes only the summary comes back. Weights are never read."""
+``max_nodes`` nodes only the summary comes back. Weights are never read. Answers are cached by
+file (path, size, modification time) and ``max_nodes``, after the team check: the page draws the
+original model (up to 20,000 nodes) each time a job is opened."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +22,13 @@ from persistence.models import Artifact, Job
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 DEFAULT_MAX_NODES = 400
+MAX_NODES_LIMIT = 20_000
+
+
+@lru_cache(maxsize=16)
+def cached_graph(path: str, is_tar: bool, size: int, mtime_ns: int, max_nodes: int) -> GraphOut:
+    """The graph of one file version (``size`` and ``mtime_ns`` are part of the key only)."""
+    return describe_graph(read_graph(Path(path), is_tar), max_nodes)
 
 
 def _model_file(services: Services, job: Job, artifact: Artifact) -> tuple[Path, bool]:
@@ -35,7 +45,7 @@ def artifact_graph(
     name: str,
     services: ServicesDep,
     team: TeamDep,
-    max_nodes: Annotated[int, Query(ge=1, le=5000, description="past this many nodes, only a summary")] = (
+    max_nodes: Annotated[int, Query(ge=1, le=MAX_NODES_LIMIT, description="past this many nodes, only a summary")] = (
         DEFAULT_MAX_NODES
     ),
 ) -> GraphOut:
@@ -43,4 +53,5 @@ def artifact_graph(
     job = load_job(services, team.id, job_id)
     located = locate_artifact(services, job, name)
     path, is_tar = _model_file(services, job, located.artifact)
-    return describe_graph(read_graph(path, is_tar), max_nodes)
+    stat = path.stat()
+    return cached_graph(str(path), is_tar, stat.st_size, stat.st_mtime_ns, max_nodes)

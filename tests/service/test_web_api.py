@@ -17,6 +17,7 @@ import pytest
 from fastapi import FastAPI
 
 from api.app import create_app
+from api.routes.graphs import MAX_NODES_LIMIT, cached_graph
 from api.settings import ApiSettings
 from examples.build_example_model import build_example_model
 from tests.service.conftest import client_for
@@ -82,6 +83,25 @@ def test_a_large_graph_comes_as_a_summary(client: httpx.Client) -> None:
     assert summary["node_count"] == 5
     assert summary["op_histogram"] == {"Identity": 2, "Add": 1, "Mul": 1, "Sub": 1}
     assert [v["name"] for v in summary["inputs"]] == ["x0", "x1", "x2", "x3"]
+
+
+def test_the_original_is_drawn_up_to_20000_nodes_and_cached_within_its_team(
+    client: httpx.Client, api: str, tokens: dict[str, str]
+) -> None:
+    """The page asks for the original with max_nodes=20000 each time a job opens: the second
+    answer comes from the cache (same body), another team still gets 404, and past the limit a 422."""
+    job_id = _finished_example(client)
+    url = f"/v1/jobs/{job_id}/artifacts/original/graph"
+    before = cached_graph.cache_info()
+    first = client.get(url, params={"max_nodes": MAX_NODES_LIMIT})
+    second = client.get(url, params={"max_nodes": MAX_NODES_LIMIT})
+    assert first.status_code == second.status_code == 200 and first.json() == second.json()
+    assert first.json()["node_count"] == 5 and len(first.json()["nodes"]) == 5
+    after = cached_graph.cache_info()
+    assert after.hits - before.hits == 1 and after.misses - before.misses == 1
+    with client_for(api, tokens["team-b"]) as other:
+        assert other.get(url, params={"max_nodes": MAX_NODES_LIMIT}).status_code == 404
+    assert client.get(url, params={"max_nodes": MAX_NODES_LIMIT + 1}).status_code == 422
 
 
 def test_the_graph_of_an_uploaded_bundle_is_read_from_its_model(client: httpx.Client) -> None:

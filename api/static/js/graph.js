@@ -1,143 +1,24 @@
-// Drawing an ONNX graph (the JSON of GET /v1/jobs/{id}/artifacts/{name}/graph) as a layered DAG in
-// SVG: graph inputs on top, each node on the layer after its deepest producer, outputs at the
-// bottom; the order inside a layer is improved by a few barycentre sweeps. Pan (drag, arrow keys)
-// and zoom (wheel, + / −, 0 fits) move the SVG viewBox, so a few hundred nodes stay fluid.
+// Drawing an ONNX graph (the JSON of GET /v1/jobs/{id}/artifacts/{name}/graph) in SVG, laid out by
+// graphlayout.js: name scopes as collapsible groups, long chains folded into columns. Only what is
+// in view is in the DOM (a 10,000-node graph stays fluid); below a legible scale the labels are
+// hidden and a minimap shows where the view is. Pan (drag, arrow keys), zoom (wheel, + / −, 0
+// fits), search by node name or op, click a group to open or close it.
 
 import { svg } from "./chart.js";
 import { t } from "./i18n.js";
+import { ancestors, clip, defaultExpanded, layoutGraph, scopeTree, shapeText } from "./graphlayout.js";
 
-const LAYER_GAP = 64;
-const NODE_GAP = 22;
-const NODE_H = 42;
-const CHAR_W = 7.2;
-const EDGE_LABELS_UP_TO = 80;
+export { layoutGraph, shapeText } from "./graphlayout.js";
+
+const LEGIBLE = 0.72; // the smallest scale Fit uses: 12 px labels stay >= 8.6 px
+const LABELS_FROM = 0.38; // below this scale, boxes without text
+const EDGE_LABELS_UP_TO = 60;
 let counter = 0;
 
-export function shapeText(info) {
-  if (!info) return "";
-  const dims = info.shape ? `[${info.shape.map((d) => (d === null ? "?" : d)).join(",")}]` : "";
-  return `${info.dtype || "?"}${dims}`;
-}
-
-const clip = (text, max) => (text.length > max ? `${text.slice(0, max - 1)}…` : text);
-
-function boxWidth(lines) {
-  return Math.min(240, Math.max(84, Math.max(...lines.map((l) => l.length)) * CHAR_W + 20));
-}
-
-/** Items (inputs, nodes, outputs) with layers and positions, and the edges between them. */
-export function layoutGraph(graph) {
-  const initializers = new Set(graph.initializers);
-  const items = new Map();
-  const producer = new Map();
-  const add = (item) => {
-    items.set(item.id, { ...item, incoming: [], outgoing: [] });
-    return items.get(item.id);
-  };
-  for (const value of graph.inputs) {
-    if (initializers.has(value.name)) continue;
-    const lines = [clip(value.name, 30), shapeText(value)];
-    add({ id: `in:${value.name}`, kind: "input", lines, tensor: value.name });
-    producer.set(value.name, `in:${value.name}`);
-  }
-  for (const node of graph.nodes) {
-    const lines = [node.op, clip(node.name || node.outputs[0] || "", 30)];
-    add({ id: node.id, kind: "node", lines, node });
-    for (const output of node.outputs) if (output) producer.set(output, node.id);
-  }
-  for (const value of graph.outputs) {
-    add({ id: `out:${value.name}`, kind: "output", lines: [clip(value.name, 30), shapeText(value)], tensor: value.name });
-  }
-  const edges = [];
-  const connect = (from, to, tensor) => {
-    if (!items.has(from)) return;
-    edges.push({ from, to, tensor });
-    items.get(from).outgoing.push(to);
-    items.get(to).incoming.push(from);
-  };
-  for (const node of graph.nodes) {
-    for (const input of node.inputs) {
-      if (input && !initializers.has(input) && producer.has(input)) connect(producer.get(input), node.id, input);
-    }
-  }
-  for (const value of graph.outputs) {
-    if (producer.has(value.name)) connect(producer.get(value.name), `out:${value.name}`, value.name);
-  }
-  assignLayers(items);
-  const layers = orderLayers(items);
-  place(layers);
-  return { items: [...items.values()], edges, layers };
-}
-
-function assignLayers(items) {
-  // Kahn's order; a cycle (never in a valid model) leaves the rest on layer 0.
-  const pending = new Map([...items.values()].map((item) => [item.id, item.incoming.length]));
-  const queue = [...items.values()].filter((item) => item.incoming.length === 0);
-  for (const item of items.values()) item.layer = 0;
-  while (queue.length) {
-    const item = queue.shift();
-    for (const next of item.outgoing) {
-      const target = items.get(next);
-      target.layer = Math.max(target.layer, item.layer + 1);
-      pending.set(next, pending.get(next) - 1);
-      if (pending.get(next) === 0) queue.push(target);
-    }
-  }
-  // a source (graph input) sits just above its first consumer, not at the top with long edges
-  for (const item of items.values()) {
-    if (item.incoming.length === 0 && item.outgoing.length) {
-      item.layer = Math.max(0, Math.min(...item.outgoing.map((id) => items.get(id).layer)) - 1);
-    }
-  }
-  const deepest = Math.max(0, ...[...items.values()].filter((i) => i.kind !== "output").map((i) => i.layer));
-  for (const item of items.values()) if (item.kind === "output") item.layer = deepest + 1;
-}
-
-function orderLayers(items) {
-  const layers = [];
-  for (const item of items.values()) (layers[item.layer] ||= []).push(item);
-  const filled = layers.filter(Boolean);
-  filled.forEach((layer) => layer.forEach((item, i) => { item.order = i; }));
-  const centre = (ids) => (ids.length ? ids.reduce((s, id) => s + items.get(id).order, 0) / ids.length : null);
-  for (let sweep = 0; sweep < 4; sweep += 1) {
-    const down = sweep % 2 === 0;
-    const sequence = down ? filled.slice(1) : filled.slice(0, -1).reverse();
-    for (const layer of sequence) {
-      for (const item of layer) {
-        const c = centre(down ? item.incoming : item.outgoing);
-        item.weight = c === null ? item.order : c;
-      }
-      layer.sort((a, b) => a.weight - b.weight);
-      layer.forEach((item, i) => { item.order = i; });
-    }
-  }
-  return filled;
-}
-
-function place(layers) {
-  let widest = 0;
-  for (const layer of layers) {
-    let x = 0;
-    for (const item of layer) {
-      item.w = boxWidth(item.lines);
-      item.h = NODE_H;
-      item.x = x;
-      x += item.w + NODE_GAP;
-    }
-    layer.width = x - NODE_GAP;
-    widest = Math.max(widest, layer.width);
-  }
-  layers.forEach((layer, depth) => {
-    const shift = (widest - layer.width) / 2;
-    for (const item of layer) {
-      item.x += shift;
-      item.y = depth * (NODE_H + LAYER_GAP);
-    }
-  });
-}
 
 function tooltip(item, graph) {
   const info = (name) => `${name}: ${shapeText(graph.tensors[name]) || "?"}`;
+  if (item.kind === "group") return `${item.group.id.slice(4)}\n${t("graphs.count", { n: item.group.count })}`;
   if (item.kind !== "node") return `${t(item.kind === "input" ? "graphs.input" : "graphs.output")} ${info(item.tensor)}`;
   const node = item.node;
   return [
@@ -147,89 +28,263 @@ function tooltip(item, graph) {
   ].join("\n");
 }
 
-/** Draw `graph` into `container`, nodes whose id is in `highlight` marked. Returns the view control. */
-export function drawGraph(container, graph, highlight) {
-  const layout = layoutGraph(graph);
-  const byId = new Map(layout.items.map((item) => [item.id, item]));
+const overlaps = (r, v) => r.x < v.x + v.w && v.x < r.x + r.w && r.y < v.y + v.h && v.y < r.y + r.h;
+
+/** Draw `graph` into `container`: nodes whose id is in `highlight` marked (the min-good
+ * difference). options.focus: ids shown inside the graph (the min-bad in the original), the rest
+ * dimmed but the path from the inputs to them; options.budget: boxes shown before groups close.
+ * Returns the view control (fit, zoom, pan, search, next, toggle, stats). */
+export function drawGraph(container, graph, highlight = new Set(), options = {}) {
+  const started = performance.now();
+  const focus = options.focus && options.focus.size ? options.focus : null;
+  const path = focus ? ancestors(graph, focus) : new Set();
+  const tree = scopeTree(graph);
+  const open = defaultExpanded(tree, focus || new Set(), options.budget);
   const uid = `g${(counter += 1)}`;
+  const box = container.getBoundingClientRect();
+  const target = { w: Math.max(240, box.width || 600), h: Math.max(160, box.height || 400) };
   const root = svg("svg", { class: "graph-svg", preserveAspectRatio: "xMidYMid meet" });
   const defs = svg("defs", {}, root);
   const marker = svg("marker", {
     id: `${uid}-arrow`, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto",
   }, defs);
   svg("path", { d: "M0 0L10 5L0 10Z", class: "arrow" }, marker);
+  const frameLayer = svg("g", { class: "frames" }, root);
   const edgeLayer = svg("g", { class: "edges" }, root);
-  const labels = layout.edges.length <= EDGE_LABELS_UP_TO;
-  for (const edge of layout.edges) {
+  const nodeLayer = svg("g", { class: "nodes" }, root);
+  const minimap = document.createElement("canvas");
+  minimap.className = "graph-minimap";
+  const small = (box.width || 600) < 700; // a half-width panel: a smaller minimap hides less
+  minimap.width = small ? 132 : 180;
+  minimap.height = small ? 88 : 120;
+  minimap.style.width = `${minimap.width}px`;
+  minimap.style.height = `${minimap.height}px`;
+  minimap.hidden = true;
+  minimap.setAttribute("aria-hidden", "true");
+  container.classList.add("graph-host");
+  container.replaceChildren(root, minimap);
+
+  // which groups hold focus, path and search-match nodes
+  const inGroups = (ids) => {
+    const counts = new Map();
+    for (const id of ids) {
+      for (let g = tree.groupOf.get(id); g; g = g.parent) counts.set(g.id, (counts.get(g.id) || 0) + 1);
+    }
+    return counts;
+  };
+  const focusIn = focus ? inGroups(focus) : new Map();
+  const pathIn = inGroups(path);
+  const diffIn = inGroups(highlight);
+  let matches = [];
+  let matchSet = new Set();
+  let matchIn = new Map();
+  let current = null;
+  let layout;
+  let records = [];
+  let byId = new Map();
+  let bounds;
+
+  const nodeClasses = (item) => {
+    const classes = ["gnode", item.kind];
+    const id = item.kind === "group" ? item.group.id : item.id;
+    if (item.kind === "node") {
+      if (highlight.has(id)) classes.push("diff");
+      if (focus) classes.push(focus.has(id) ? "focus" : path.has(id) ? "path" : "dim");
+      if (matchSet.has(id)) classes.push("match");
+      if (id === current) classes.push("current");
+    } else if (item.kind === "group") {
+      if (diffIn.has(id)) classes.push("diff");
+      if (focus) classes.push(focusIn.has(id) ? "focus" : pathIn.has(id) ? "path" : "dim");
+      if (matchIn.has(id)) classes.push("match");
+    }
+    return classes.join(" ");
+  };
+  const lit = (item) => !focus || item.kind === "input" || item.kind === "output"
+    || (item.kind === "node" ? focus.has(item.id) || path.has(item.id) : focusIn.has(item.group.id) || pathIn.has(item.group.id));
+
+  const buildNode = (item) => {
+    const group = svg("g", {
+      class: nodeClasses(item),
+      "data-id": item.kind === "group" ? item.group.id : item.id,
+      "data-op": item.node ? item.node.op : "",
+      transform: `translate(${item.x} ${item.y})`,
+    });
+    if (item.kind === "group") group.dataset.group = item.group.id;
+    const radius = item.kind === "node" ? 6 : item.kind === "group" ? 3 : item.h / 2;
+    svg("rect", { width: item.w, height: item.h, rx: radius, ry: radius }, group);
+    const first = svg("text", { x: item.w / 2, y: 17, "text-anchor": "middle", class: "l1" }, group);
+    first.textContent = item.lines[0];
+    const second = svg("text", { x: item.w / 2, y: 33, "text-anchor": "middle", class: "l2" }, group);
+    second.textContent = item.kind === "group"
+      ? `+ ${t("graphs.count", { n: item.group.count })}${matchIn.has(item.group.id) ? ` · ${t("graphs.search.in_group", { n: matchIn.get(item.group.id) })}` : ""}`
+      : item.lines[1];
+    svg("title", {}, group).textContent = tooltip(item, graph);
+    return group;
+  };
+  const buildFrame = (frame) => {
+    const group = svg("g", {
+      class: `gframe${focus && !focusIn.has(frame.group.id) && !pathIn.has(frame.group.id) ? " dim" : ""}`,
+      transform: `translate(${frame.x} ${frame.y})`,
+      "data-id": frame.group.id,
+    });
+    svg("rect", { width: frame.w, height: frame.h, rx: 8, ry: 8 }, group);
+    const head = svg("g", { class: "gframe-head", "data-group": frame.group.id }, group);
+    svg("rect", { width: frame.w, height: 22, rx: 8, ry: 8 }, head);
+    const label = svg("text", { x: 8, y: 15, class: "fl" }, head);
+    label.textContent = `− ${clip(frame.group.label, Math.max(6, Math.floor(frame.w / 7.5) - 3))}`;
+    svg("title", {}, head).textContent = `${frame.group.id.slice(4)}: ${t("graphs.group.collapse")}`;
+    return group;
+  };
+  const buildEdge = (edge, labels) => {
     const a = byId.get(edge.from);
     const b = byId.get(edge.to);
     const x1 = a.x + a.w / 2;
     const y1 = a.y + a.h;
     const x2 = b.x + b.w / 2;
     const y2 = b.y;
-    const bend = (y2 - y1) / 2;
-    const group = svg("g", { class: "edge", "data-tensor": edge.tensor }, edgeLayer);
+    const wraps = y2 < y1;
+    const bend = wraps ? 40 : Math.max(12, (y2 - y1) / 2);
+    const classes = ["edge"];
+    if (wraps) classes.push("wrap");
+    if (focus) classes.push(lit(a) && lit(b) ? "lit" : "dim");
+    const group = svg("g", { class: classes.join(" "), "data-tensor": edge.tensor });
     svg("path", {
       d: `M${x1} ${y1} C${x1} ${y1 + bend} ${x2} ${y2 - bend} ${x2} ${y2 - 1}`,
       "marker-end": `url(#${uid}-arrow)`,
     }, group);
     svg("title", {}, group).textContent = `${edge.tensor}: ${shapeText(graph.tensors[edge.tensor]) || "?"}`;
-    if (labels && b.kind === "node") {
-      // a third of the way along the curve: edges that meet at one node keep their labels apart
-      const u = 0.33;
-      const lx = (1 - u) ** 3 * x1 + 3 * (1 - u) ** 2 * u * x1 + 3 * (1 - u) * u ** 2 * x2 + u ** 3 * x2;
-      const ly = y1 + (y2 - y1) * 0.3;
-      // beside its edge, on the side the edge leans away from: edges meeting at one node fan apart
+    if (labels && b.kind === "node" && !wraps) {
       const rightward = x2 > x1 + 1;
       const text = svg("text", {
-        x: rightward ? lx - 5 : lx + 5, y: ly + 4, "text-anchor": rightward ? "end" : "start", class: "edge-label",
+        x: rightward ? x1 + (x2 - x1) * 0.26 - 5 : x1 + 5,
+        y: y1 + (y2 - y1) * 0.45 + 4,
+        "text-anchor": rightward ? "end" : "start",
+        class: "edge-label",
       }, group);
       text.textContent = `${clip(edge.tensor, 22)} ${shapeText(graph.tensors[edge.tensor])}`;
     }
-  }
-  const nodeLayer = svg("g", { class: "nodes" }, root);
-  for (const item of layout.items) {
-    const classes = ["gnode", item.kind];
-    if (item.kind === "node" && highlight.has(item.id)) classes.push("diff");
-    const group = svg("g", {
-      class: classes.join(" "),
-      "data-id": item.id,
-      "data-op": item.node ? item.node.op : "",
-      transform: `translate(${item.x} ${item.y})`,
-    }, nodeLayer);
-    const radius = item.kind === "node" ? 6 : item.h / 2;
-    svg("rect", { width: item.w, height: item.h, rx: radius, ry: radius }, group);
-    const first = svg("text", { x: item.w / 2, y: 17, "text-anchor": "middle", class: "l1" }, group);
-    first.textContent = item.lines[0];
-    const second = svg("text", { x: item.w / 2, y: 33, "text-anchor": "middle", class: "l2" }, group);
-    second.textContent = item.lines[1];
-    svg("title", {}, group).textContent = tooltip(item, graph);
-  }
-  container.replaceChildren(root);
-  const bounds = {
-    x: -20,
-    y: -20,
-    w: Math.max(...layout.items.map((i) => i.x + i.w), 100) + 40,
-    h: Math.max(...layout.items.map((i) => i.y + i.h), 40) + 40,
+    return group;
   };
-  return attachPanZoom(container, root, bounds);
-}
 
-function attachPanZoom(container, root, bounds) {
-  const view = { ...bounds };
-  const apply = () => root.setAttribute("viewBox", `${view.x} ${view.y} ${view.w} ${view.h}`);
-  const scale = () => {
-    const rect = root.getBoundingClientRect();
-    return Math.max(view.w / (rect.width || 1), view.h / (rect.height || 1));
+  const relayout = () => {
+    layout = layoutGraph(graph, { tree, open, target });
+    byId = new Map(layout.items.map((item) => [item.kind === "group" ? item.group.id : item.id, item]));
+    for (const item of layout.items) byId.set(item.id, item);
+    const labels = layout.edges.length <= EDGE_LABELS_UP_TO;
+    records = [];
+    miniBase = null;
+    frameLayer.replaceChildren();
+    edgeLayer.replaceChildren();
+    nodeLayer.replaceChildren();
+    for (const frame of layout.frames) {
+      records.push({ x: frame.x, y: frame.y, w: frame.w, h: frame.h, layer: frameLayer, build: () => buildFrame(frame), el: null });
+    }
+    for (const edge of layout.edges) {
+      const a = byId.get(edge.from);
+      const b = byId.get(edge.to);
+      const x = Math.min(a.x, b.x);
+      const y = Math.min(a.y, b.y) - 40;
+      const w = Math.max(a.x + a.w, b.x + b.w) - x;
+      const h = Math.max(a.y + a.h, b.y + b.h) + 80 - y;
+      records.push({ x, y, w, h, layer: edgeLayer, build: () => buildEdge(edge, labels), el: null });
+    }
+    for (const item of layout.items) {
+      records.push({ x: item.x, y: item.y, w: item.w, h: item.h, layer: nodeLayer, build: () => buildNode(item), el: null, item });
+    }
+    bounds = { x: -20, y: -20, w: Math.max(layout.width, 100) + 40, h: Math.max(layout.height, 40) + 40 };
   };
+
+  const view = { x: 0, y: 0, w: 1, h: 1 };
+  let frameRequest = 0;
+  const scaleNow = () => {
+    const rect = root.getBoundingClientRect();
+    return Math.min((rect.width || target.w) / view.w, (rect.height || target.h) / view.h);
+  };
+  const update = () => {
+    frameRequest = 0;
+    root.setAttribute("viewBox", `${view.x} ${view.y} ${view.w} ${view.h}`);
+    const margin = { x: view.x - view.w * 0.15, y: view.y - view.h * 0.15, w: view.w * 1.3, h: view.h * 1.3 };
+    for (const record of records) {
+      const visible = overlaps(record, margin);
+      if (visible && !(record.el && record.el.isConnected)) record.layer.append((record.el ||= record.build()));
+      else if (!visible && record.el && record.el.isConnected) record.el.remove();
+    }
+    root.classList.toggle("lod", scaleNow() < LABELS_FROM);
+    const whole = view.x <= bounds.x + 1 && view.y <= bounds.y + 1
+      && view.x + view.w >= bounds.x + bounds.w - 1 && view.y + view.h >= bounds.y + bounds.h - 1;
+    minimap.hidden = whole;
+    if (!whole) drawMinimap();
+  };
+  const apply = () => {
+    root.setAttribute("viewBox", `${view.x} ${view.y} ${view.w} ${view.h}`);
+    if (!frameRequest) frameRequest = requestAnimationFrame(update);
+  };
+  const mini = () => {
+    const s = Math.min(minimap.width / bounds.w, minimap.height / bounds.h);
+    return { s, ox: (minimap.width - bounds.w * s) / 2 - bounds.x * s, oy: (minimap.height - bounds.h * s) / 2 - bounds.y * s };
+  };
+  let miniBase = null; // the boxes, drawn once per layout or search; each view change adds its frame
+  function drawMinimap() {
+    const ctx = minimap.getContext("2d");
+    const { s, ox, oy } = mini();
+    if (!miniBase) miniBase = drawMiniBase(s, ox, oy);
+    ctx.clearRect(0, 0, minimap.width, minimap.height);
+    ctx.drawImage(miniBase, 0, 0);
+    ctx.strokeStyle = "#1f5fbf";
+    ctx.lineWidth = 1.5;
+    ctx.strokeRect(ox + view.x * s, oy + view.y * s, view.w * s, view.h * s);
+  }
+  function drawMiniBase(s, ox, oy) {
+    const base = document.createElement("canvas");
+    base.width = minimap.width;
+    base.height = minimap.height;
+    const ctx = base.getContext("2d");
+    ctx.fillStyle = "rgba(255,255,255,0.92)";
+    ctx.fillRect(0, 0, minimap.width, minimap.height);
+    for (const record of records) {
+      const item = record.item;
+      if (!item) continue;
+      const id = item.kind === "group" ? item.group.id : item.id;
+      let colour = "#b7c3d6";
+      if (focus && (focus.has(id) || focusIn.has(id))) colour = "#d1495b";
+      else if (highlight.has(id) || diffIn.has(id)) colour = "#d1495b";
+      else if (matchSet.has(id) || matchIn.has(id)) colour = "#e0a800";
+      ctx.fillStyle = colour;
+      ctx.fillRect(ox + item.x * s, oy + item.y * s, Math.max(1.5, item.w * s), Math.max(1.5, item.h * s));
+    }
+    return base;
+  }
+  const centreOn = (cx, cy) => {
+    view.x = cx - view.w / 2;
+    view.y = cy - view.h / 2;
+    apply();
+  };
+
   const control = {
     fit() {
-      // the whole graph, but never magnified past 1:1 (a two-node graph stays at its natural size)
-      const rect = container.getBoundingClientRect();
-      const w = Math.max(bounds.w, rect.width || 0);
-      const h = Math.max(bounds.h, rect.height || 0);
-      Object.assign(view, { x: bounds.x - (w - bounds.w) / 2, y: bounds.y - (h - bounds.h) / 2, w, h });
-      apply();
+      // the whole graph when its labels stay legible (never magnified past 1:1); otherwise an
+      // overview at the smallest legible scale, on the min-bad (or the inputs), with the minimap
+      const rect = root.getBoundingClientRect();
+      const cw = rect.width || target.w;
+      const ch = rect.height || target.h;
+      let s = Math.min(cw / bounds.w, ch / bounds.h, 1);
+      let cx = bounds.x + bounds.w / 2;
+      let cy = bounds.y + bounds.h / 2;
+      if (s < LEGIBLE) {
+        s = LEGIBLE;
+        const spot = focus ? layout.items.filter((i) => i.kind === "node" && focus.has(i.id)) : [];
+        if (spot.length) {
+          cx = (Math.min(...spot.map((i) => i.x)) + Math.max(...spot.map((i) => i.x + i.w))) / 2;
+          cy = (Math.min(...spot.map((i) => i.y)) + Math.max(...spot.map((i) => i.y + i.h))) / 2;
+        } else {
+          cx = bounds.x + Math.min(bounds.w, cw / s) / 2;
+          cy = bounds.y + Math.min(bounds.h, ch / s) / 2;
+        }
+      }
+      Object.assign(view, { w: cw / s, h: ch / s });
+      // an overview stays on the drawing: no empty margin where the graph goes on
+      const keep = (c, size, lo, span) => (span > size ? Math.min(Math.max(c, lo + size / 2), lo + span - size / 2) : c);
+      centreOn(keep(cx, view.w, bounds.x, bounds.w), keep(cy, view.h, bounds.y, bounds.h));
     },
     zoom(factor, cx = view.x + view.w / 2, cy = view.y + view.h / 2) {
       const w = Math.min(Math.max(view.w / factor, 40), bounds.w * 8);
@@ -245,10 +300,98 @@ function attachPanZoom(container, root, bounds) {
       view.y += dy;
       apply();
     },
+    /** Open or close a group; the view follows it. */
+    toggle(groupId) {
+      if (groupId === tree.root.id || !tree.groups.has(groupId)) return;
+      if (open.has(groupId)) open.delete(groupId);
+      else open.add(groupId);
+      relayout();
+      const spot = byId.get(groupId) || layout.frames.find((f) => f.group.id === groupId);
+      if (spot) centreOn(spot.x + Math.min(spot.w, view.w) / 2, spot.y + Math.min(spot.h, view.h) / 2);
+      else apply();
+      if (options.onChange) options.onChange(control);
+    },
+    /** Mark the nodes whose name, id or op holds `query`; returns how many. */
+    search(query) {
+      const q = query.trim().toLowerCase();
+      matches = q ? graph.nodes.filter((n) => n.op.toLowerCase().includes(q) || n.id.toLowerCase().includes(q)
+        || (n.name || "").toLowerCase().includes(q)).map((n) => n.id) : [];
+      matchSet = new Set(matches);
+      matchIn = inGroups(matches);
+      current = null;
+      miniBase = null;
+      for (const record of records) {
+        if (record.el && record.el.isConnected) record.el.remove();
+        record.el = null;
+      }
+      apply();
+      return matches.length;
+    },
+    matchCount() {
+      return matches.length;
+    },
+    /** Show the next match (its groups opened); returns its position (1-based) or 0. */
+    next() {
+      if (!matches.length) return 0;
+      const at = (matches.indexOf(current) + 1) % matches.length;
+      current = matches[at];
+      let opened = false;
+      for (let g = tree.groupOf.get(current); g; g = g.parent) {
+        if (!open.has(g.id)) {
+          open.add(g.id);
+          opened = true;
+        }
+      }
+      if (opened) relayout();
+      else for (const record of records) {
+        if (record.el && record.el.isConnected) record.el.remove();
+        record.el = null;
+      }
+      const item = byId.get(current);
+      const s = Math.max(scaleNow(), LEGIBLE);
+      const rect = root.getBoundingClientRect();
+      Object.assign(view, { w: (rect.width || target.w) / s, h: (rect.height || target.h) / s });
+      centreOn(item.x + item.w / 2, item.y + item.h / 2);
+      return at + 1;
+    },
+    stats() {
+      return {
+        items: layout.items.length,
+        nodes: layout.items.filter((i) => i.kind === "node").length,
+        groups: layout.items.filter((i) => i.kind === "group").length,
+        frames: layout.frames.length,
+        drawn: nodeLayer.childElementCount,
+        width: layout.width,
+        height: layout.height,
+        ms: drawMs,
+      };
+    },
+    get layout() {
+      return layout;
+    },
+    get open() {
+      return open;
+    },
+    /** Draw now what the last view change asked for (tests; a frame does it otherwise). */
+    flush() {
+      if (frameRequest) cancelAnimationFrame(frameRequest);
+      update();
+    },
   };
+
+  relayout();
+  attachInput(container, root, minimap, control, view, scaleNow, mini);
+  control.fit();
+  control.flush();
+  const drawMs = performance.now() - started;
+  return control;
+}
+
+function attachInput(container, root, minimap, control, view, scaleNow, mini) {
   let drag = null;
   root.addEventListener("pointerdown", (event) => {
-    drag = { x: event.clientX, y: event.clientY, s: scale() };
+    const s = scaleNow();
+    drag = { x: event.clientX, y: event.clientY, s: 1 / (s || 1), moved: 0, target: event.target };
     try {
       root.setPointerCapture(event.pointerId);
     } catch {
@@ -258,16 +401,24 @@ function attachPanZoom(container, root, bounds) {
   });
   root.addEventListener("pointermove", (event) => {
     if (!drag) return;
+    drag.moved += Math.abs(drag.x - event.clientX) + Math.abs(drag.y - event.clientY);
     control.pan((drag.x - event.clientX) * drag.s, (drag.y - event.clientY) * drag.s);
     drag.x = event.clientX;
     drag.y = event.clientY;
   });
   const end = () => {
+    if (drag && drag.moved < 4 && drag.target && drag.target.closest) {
+      const group = drag.target.closest("[data-group]");
+      if (group) control.toggle(group.dataset.group);
+    }
     drag = null;
     root.classList.remove("dragging");
   };
   root.addEventListener("pointerup", end);
-  root.addEventListener("pointercancel", end);
+  root.addEventListener("pointercancel", () => {
+    drag = null;
+    root.classList.remove("dragging");
+  });
   root.addEventListener("wheel", (event) => {
     event.preventDefault();
     const matrix = root.getScreenCTM();
@@ -280,6 +431,23 @@ function attachPanZoom(container, root, bounds) {
     }
     control.zoom(event.deltaY < 0 ? 1.2 : 1 / 1.2, cx, cy);
   }, { passive: false });
+  const jump = (event) => {
+    const rect = minimap.getBoundingClientRect();
+    const { s, ox, oy } = mini();
+    const x = ((event.clientX - rect.left) * (minimap.width / rect.width) - ox) / s;
+    const y = ((event.clientY - rect.top) * (minimap.height / rect.height) - oy) / s;
+    view.x = x - view.w / 2;
+    view.y = y - view.h / 2;
+    control.pan(0, 0);
+  };
+  let miniDrag = false;
+  minimap.addEventListener("pointerdown", (event) => {
+    miniDrag = true;
+    jump(event);
+  });
+  minimap.addEventListener("pointermove", (event) => { if (miniDrag) jump(event); });
+  minimap.addEventListener("pointerup", () => { miniDrag = false; });
+  minimap.addEventListener("pointerleave", () => { miniDrag = false; });
   container.onkeydown = (event) => {
     const step = Math.max(view.w, view.h) * 0.1;
     const keys = {
@@ -297,8 +465,6 @@ function attachPanZoom(container, root, bounds) {
       keys[event.key]();
     }
   };
-  control.fit();
-  return control;
 }
 
 /** The nodes of `graph` as a table (the drawing's text alternative); rows in `highlight` marked. */

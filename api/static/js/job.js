@@ -613,6 +613,8 @@ async function deleteJob() {
 
 // -- graphs --------------------------------------------------------------------------------------
 
+const ORIGINAL_MAX_NODES = 20000; // the original is drawn up to this size (graph route's limit)
+
 async function graphOf(state, name, maxNodes) {
   const query = maxNodes ? `?max_nodes=${maxNodes}` : "";
   try {
@@ -629,7 +631,7 @@ async function loadGraphs(state, succeeded) {
     const [bad, good, original] = await Promise.all([
       graphOf(state, "min-bad"),
       succeeded ? graphOf(state, "min-good") : Promise.resolve(null),
-      graphOf(state, "original", 1),
+      graphOf(state, "original", ORIGINAL_MAX_NODES),
     ]);
     if (current !== state) return;
     state.graphs = { bad, good, original, succeeded };
@@ -642,7 +644,31 @@ async function loadGraphs(state, succeeded) {
   }
 }
 
-function drawPanel(name, graph, highlight, emptyText) {
+function bindSearch(panel, control) {
+  const form = panel.querySelector("[data-search]");
+  if (!form) return;
+  const input = form.querySelector("input");
+  const status = form.querySelector("[data-search-state]");
+  let asked = null;
+  input.value = "";
+  status.textContent = "";
+  input.oninput = () => {
+    asked = null;
+    const n = input.value.trim() ? control.search(input.value) : control.search("");
+    status.textContent = input.value.trim() ? (n ? t("graphs.search.count", { n }) : t("graphs.search.none")) : "";
+  };
+  form.onsubmit = (event) => {
+    event.preventDefault();
+    if (asked !== input.value) {
+      asked = input.value;
+      control.search(input.value);
+    }
+    const at = control.next();
+    status.textContent = at ? t("graphs.search.at", { k: at, n: control.matchCount() }) : t("graphs.search.none");
+  };
+}
+
+function drawPanel(name, graph, highlight, emptyText, options = {}) {
   const view = $(`graph-${name}`);
   const table = $(`table-${name}`);
   const panel = $(`panel-${name}`);
@@ -653,14 +679,14 @@ function drawPanel(name, graph, highlight, emptyText) {
     note.className = "graph-note";
     setRich(note, text);
     view.replaceChildren(note);
-    table.replaceChildren();
+    if (table) table.replaceChildren();
     tools.hidden = true;
     $(`caption-${name}`).textContent = graph ? t("graphs.count", { n: graph.node_count }) : "";
-    return;
+    return null;
   }
   tools.hidden = false;
   $(`caption-${name}`).textContent = t("graphs.count", { n: graph.node_count });
-  const control = drawGraph(view, graph, highlight);
+  const control = drawGraph(view, graph, highlight, options);
   for (const button of tools.querySelectorAll("[data-zoom]")) {
     button.onclick = () => {
       const action = button.dataset.zoom;
@@ -668,7 +694,10 @@ function drawPanel(name, graph, highlight, emptyText) {
       else control.zoom(action === "in" ? 1.25 : 0.8);
     };
   }
-  table.replaceChildren(graphTable(graph, highlight));
+  bindSearch(panel, control);
+  if (table) table.replaceChildren(graphTable(graph, highlight));
+  view.graphControl = control;
+  return control;
 }
 
 function showGraphs(state, graphs) {
@@ -681,10 +710,15 @@ function showGraphs(state, graphs) {
   drawPanel("min-bad", graphs.bad, graphs.good ? onlyBad : new Set(), t("graphs.none"));
   const goodText = graphs.succeeded ? t("graphs.no_min_good") : t("graphs.no_min_good.early");
   drawPanel("min-good", graphs.good, onlyGood, goodText);
-  renderOriginal(graphs.original);
+  // the original, drawn with the min-bad inside it (when the route gave its nodes)
+  const original = graphs.original;
+  const drawable = Boolean(original && !original.truncated && original.nodes.length);
+  $("panel-original").hidden = !drawable;
+  if (drawable) drawPanel("original", original, new Set(), "", { focus: badIds });
+  renderOriginal(graphs.original, drawable);
 }
 
-function renderOriginal(original) {
+function renderOriginal(original, drawn) {
   const box = $("original-summary");
   box.replaceChildren();
   if (!original) return;
@@ -692,7 +726,7 @@ function renderOriginal(original) {
   heading.textContent = t("original.heading", { n: original.node_count });
   const intro = document.createElement("p");
   intro.className = "muted";
-  intro.textContent = t("original.text");
+  intro.textContent = drawn ? t("original.text.drawn") : t("original.text");
   const bars = document.createElement("ul");
   bars.className = "histogram";
   const entries = Object.entries(original.op_histogram);
