@@ -21,6 +21,8 @@ DYNAMIC = {
     "verdict": ["fail", "pass", "timeout", "crash", "infra-error", "pending"],
     "iter.cached": ["farm", "job"],
     "workers.state": ["idle", "busy", "offline"],
+    # an iteration's phase cell takes its tooltip from the legend's entries (index.html #phase-legend)
+    "phase": re.findall(r'data-i18n="phase\.([a-z0-9-]+)"', HTML),
 }
 # Keys chosen by a variable in a script (not as a literal t("...") argument).
 CHOSEN = {
