@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 
 from fastapi import APIRouter
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, RedirectResponse, Response
 from starlette.background import BackgroundTask
 
 from api.deps import ServicesDep, TeamDep
@@ -26,6 +26,7 @@ from persistence.bundles import write_bundle
 from persistence.enums import ArtifactKind, JobStatus
 from persistence.models import Artifact, Job
 from persistence.repositories import ArtifactRepository, IterationRepository
+from persistence.store import ArtifactStore
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 _ITERATION = re.compile(r"^iteration-(\d{1,9})$")
@@ -77,15 +78,16 @@ def locate_artifact(services: Services, job: Job, name: str) -> LocatedArtifact:
     response_class=FileResponse,
     responses={200: {"content": {"application/octet-stream": {}}}},
 )
-def download_artifact(job_id: str, name: str, services: ServicesDep, team: TeamDep) -> FileResponse:
+def download_artifact(job_id: str, name: str, services: ServicesDep, team: TeamDep) -> Response:
     job = load_job(services, team.id, job_id)
     located = locate_artifact(services, job, name)
     artifact, weights = located.artifact, located.weights
     store = services.layout.store
     if artifact.kind == ArtifactKind.ORIGINAL.value:
-        return _attachment(store.path(artifact.storage_key), job.model_filename)
+        return blob_download(store, artifact.storage_key, job.model_filename)
     if artifact.kind == ArtifactKind.GOLDEN.value:
-        return _attachment(store.path(artifact.storage_key), str(artifact.meta.get("filename") or f"{job_id}-golden"))
+        filename = str(artifact.meta.get("filename") or f"{job_id}-golden")
+        return blob_download(store, artifact.storage_key, filename)
     label = name if located.best_so_far is None else f"min-bad-iteration-{located.best_so_far}"
     if artifact.kind == ArtifactKind.ITERATION.value and artifact.meta.get("weights"):
         members = [(f"{label}.onnx", store.path(artifact.storage_key))]
@@ -93,7 +95,19 @@ def download_artifact(job_id: str, name: str, services: ServicesDep, team: TeamD
         bundle = write_bundle(store.tmp_dir / f"{uuid.uuid4().hex}.tar", members)
         return _attachment(bundle, f"{job_id}-{label}.tar", BackgroundTask(bundle.unlink, missing_ok=True))
     suffix = ".tar" if artifact.meta.get("bundle") else ".onnx"
-    return _attachment(store.path(artifact.storage_key), f"{job_id}-{label}{suffix}")
+    return blob_download(store, artifact.storage_key, f"{job_id}-{label}{suffix}")
+
+
+def blob_download(store: ArtifactStore, key: str, filename: str, media: str | None = None) -> Response:
+    """One stored blob as an attachment: a redirect to a short-lived presigned URL when the store
+    gives one (S3 with ``S3_PRESIGNED_DOWNLOADS``), else the file streamed by the api (from the
+    local store, or from this machine's cache of the bucket)."""
+    url = store.download_url(key, filename)
+    if url is not None:
+        return RedirectResponse(url, status_code=307)
+    if media is not None:
+        return FileResponse(store.path(key), filename=filename, media_type=media)
+    return _attachment(store.path(key), filename)
 
 
 def _attachment(path: object, filename: str, background: BackgroundTask | None = None) -> FileResponse:
