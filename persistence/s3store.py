@@ -84,7 +84,12 @@ class S3ArtifactStore(ArtifactStore):
                     region_name=self.config.region,
                     aws_access_key_id=self.config.access_key_id,
                     aws_secret_access_key=self.config.secret_access_key,
-                    config=Config(signature_version="s3v4", retries={"max_attempts": 5, "mode": "standard"}),
+                    config=Config(
+                        signature_version="s3v4",
+                        connect_timeout=5,
+                        read_timeout=60,
+                        retries={"max_attempts": 5, "mode": "standard"},
+                    ),
                 )
                 self._clients = {k: v for k, v in self._clients.items() if k[0] == os.getpid()}
                 self._clients[slot] = client
@@ -116,6 +121,18 @@ class S3ArtifactStore(ArtifactStore):
         except ClientError as exc:
             if _code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                 raise self._error("create the bucket", exc) from exc
+
+    def ready(self) -> str:
+        """``ok`` when the bucket answers, else why not (for ``/readyz``; no secret in it)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._client().head_bucket(Bucket=self.config.bucket)
+        except ClientError as exc:
+            return f"error: {_code(exc) or _status(exc)}"
+        except BotoCoreError as exc:
+            return f"error: {type(exc).__name__}"
+        return "ok"
 
     def _error(self, doing: str, exc: Exception) -> ArtifactStoreError:
         where = self.config.endpoint_url or "the default AWS endpoint"

@@ -72,6 +72,8 @@ def test_the_api_stores_uploads_in_the_bucket_and_serves_them_from_any_machine(
 ) -> None:
     processes.env.update(s3.env(BUCKET))
     api_url = start_api(processes)
+    ready = httpx.get(api_url + "/readyz").json()
+    assert ready["checks"]["artifact_store"] == "ok", ready
     model = chain_model(8, 5).SerializeToString()
     with client_for(api_url, tokens["team-a"]) as client:
         response = submit(client, model)

@@ -142,6 +142,16 @@ def test_an_unreachable_store_says_what_to_check(tmp_path: Path) -> None:
     with pytest.raises(ArtifactStoreError) as caught:
         store.ensure_bucket()
     assert "S3_ENDPOINT_URL" in str(caught.value) and SECRET_KEY not in str(caught.value)
+    assert store.ready().startswith("error: ")
+
+
+def test_a_missing_bucket_is_not_ready_and_created_only_when_allowed(s3: S3Server, tmp_path: Path) -> None:
+    forbidden = S3ArtifactStore(tmp_path / "cache", s3.config("never-created", create_bucket=False))
+    assert forbidden.ready() == "error: 404"
+    with pytest.raises(ArtifactStoreError, match="never-created"):
+        forbidden.ensure_bucket()
+    allowed = _store(s3, tmp_path / "cache2", "created-at-start")
+    assert allowed.ready() == "ok"
 
 
 def test_settings_choose_the_store_and_keep_the_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
