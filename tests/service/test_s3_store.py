@@ -6,7 +6,9 @@ does not match its key is refused."""
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from persistence.layout import DataLayout
 from persistence.s3store import ArtifactStoreError, S3ArtifactStore
 from persistence.store import ArtifactStore
 from tests.service.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, moto_server
+from worker.prepared import unpack_original
 
 MiB = 2**20
 
@@ -179,3 +182,23 @@ def test_settings_choose_the_store_and_keep_the_secret(tmp_path: Path, monkeypat
     local = ServiceSettings(data_dir=tmp_path)
     assert local.s3_config() is None
     assert type(DataLayout(tmp_path, local.s3_config()).store) is ArtifactStore
+
+
+def test_a_worker_rebuilds_a_job_model_folder_from_the_stored_upload(s3: S3Server, tmp_path: Path) -> None:
+    api_side = _store(s3, tmp_path / "api-cache", "upload-bucket")
+    model = b"single model bytes"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("nets/model.onnx", b"bundled model")
+        archive.writestr("nets/weights.bin", b"\0" * 64)
+    single, bundle = api_side.put_bytes(model), api_side.put_bytes(buffer.getvalue())
+
+    worker_side = _store(s3, tmp_path / "worker-data" / "artifacts", "upload-bucket")
+    jobs = tmp_path / "worker-data" / "jobs"
+    unpack_original(worker_side, jobs / "one" / "model", single.key, False, "net.onnx")
+    assert (jobs / "one" / "model" / "net.onnx").read_bytes() == model
+    unpack_original(worker_side, jobs / "two" / "model", bundle.key, True, "model.onnx")
+    assert (jobs / "two" / "model" / "nets" / "model.onnx").read_bytes() == b"bundled model"
+    assert (jobs / "two" / "model" / "nets" / "weights.bin").stat().st_size == 64
+    unpack_original(worker_side, jobs / "two" / "model", bundle.key, True, "model.onnx")  # lost a race: fine
+    assert sorted(p.name for p in (jobs / "two").iterdir()) == ["model"], "no staging folder left behind"
