@@ -76,7 +76,9 @@ class ServiceSettings(BaseSettings):
     s3_region: str = "us-east-1"
     aws_access_key_id: SecretStr | None = None  # unset: boto3's own chain (instance role, ~/.aws)
     aws_secret_access_key: SecretStr | None = None
-    s3_presigned_downloads: bool = True  # downloads redirect to a short-lived presigned URL
+    # downloads redirect to a short-lived presigned URL (clients must reach the store; the web page
+    # needs the bucket to allow its origin: CORS); off: the api streams them
+    s3_presigned_downloads: bool = False
     s3_presign_expiry_s: int = Field(default=300, ge=1, le=7 * 24 * 3600)
     s3_multipart_threshold_bytes: int = Field(default=64 * 2**20, ge=5 * 2**20)
     s3_multipart_chunk_bytes: int = Field(default=16 * 2**20, ge=5 * 2**20)

@@ -53,7 +53,7 @@ class S3Config:
     region: str = "us-east-1"
     access_key_id: str | None = field(default=None, repr=False)
     secret_access_key: str | None = field(default=None, repr=False)
-    presigned_downloads: bool = True
+    presigned_downloads: bool = False
     presign_expiry_s: int = 300
     multipart_threshold: int = 64 * 2**20
     multipart_chunksize: int = 16 * 2**20

@@ -1,6 +1,6 @@
 """A farm whose machines share nothing but PostgreSQL, Redis and an S3-compatible object store
 (moto's standalone server here; MinIO in docker-compose): the api stores uploads in the bucket and
-redirects downloads to presigned URLs, and a Celery worker on a data folder of its own (an empty
+streams downloads or redirects them to presigned URLs, and a Celery worker on a data folder of its own (an empty
 cache) reduces a job whose model and weights exist only in the bucket, writing its iterations
 back through it."""
 
@@ -19,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from persistence.store import ArtifactStore
+from reducer_client import ReducerClient
 from tests.service.conftest import Processes, client_for, start_api
 from tests.service.helpers import chain_model, submit, wait_job
 from tests.service.s3_server import S3Server, moto_server
@@ -70,7 +71,7 @@ def _key(data: bytes) -> str:
 def test_the_api_stores_uploads_in_the_bucket_and_serves_them_from_any_machine(
     s3: S3Server, processes: Processes, tokens: dict[str, str], tmp_path: Path
 ) -> None:
-    processes.env.update(s3.env(BUCKET))
+    processes.env.update(s3.env(BUCKET), S3_PRESIGNED_DOWNLOADS="true")
     api_url = start_api(processes)
     ready = httpx.get(api_url + "/readyz").json()
     assert ready["checks"]["artifact_store"] == "ok", ready
@@ -85,6 +86,9 @@ def test_the_api_stores_uploads_in_the_bucket_and_serves_them_from_any_machine(
     assert location.startswith(f"{s3.endpoint}/{BUCKET}/{_key(model)}?") and "X-Amz-Signature=" in location
     downloaded = httpx.get(location)  # no team token: the URL itself grants this one download, briefly
     assert downloaded.content == model and "model.onnx" in downloaded.headers["content-disposition"]
+    with ReducerClient(api_url, tokens["team-a"]) as reducer:  # what `onnx-reducer download` uses
+        saved = reducer.download(job_id, "original", tmp_path / "client")
+    assert saved.read_bytes() == model
 
     # an api on another machine (an empty data folder), streaming instead of redirecting
     other_data = tmp_path / "other-api-data"
@@ -114,17 +118,21 @@ def test_a_worker_on_another_data_folder_reduces_a_job_that_only_the_bucket_hold
         job = wait_job(client, job_id)
         assert job["status"] == "succeeded", job
         assert (job["nodes_before"], job["nodes_after"]) == (3, 1)
-        min_bad = client.get(f"/v1/jobs/{job_id}/artifacts/min-bad", follow_redirects=True)
-        iteration = client.get(f"/v1/jobs/{job_id}/artifacts/iteration-1", follow_redirects=True)
+        api_cache_before = {p.name for p in (data_dir / "artifacts" / "sha256").glob("*/*")}
+        min_bad = client.get(f"/v1/jobs/{job_id}/artifacts/min-bad")
+        iteration = client.get(f"/v1/jobs/{job_id}/artifacts/iteration-1")
 
+    assert min_bad.status_code == 200, "streamed by the api (the default)"
     assert [n.op_type for n in onnx.load_from_string(min_bad.content).graph.node] == ["Mul"]
     min_bad_key = _key(min_bad.content)
     assert (worker_data / "artifacts" / min_bad_key).is_file(), "written by the worker through its cache"
-    assert not (data_dir / "artifacts" / min_bad_key).exists(), "the api never had it: it came from the bucket"
+    assert min_bad_key.rsplit("/", 1)[1] not in api_cache_before, "the api never had it: it came from the bucket"
+    assert (data_dir / "artifacts" / min_bad_key).is_file(), "fetched into the api's cache to stream it"
     assert (worker_data / "jobs" / job_id / "model" / "weights.bin").is_file(), "unpacked from the stored upload"
     with tarfile.open(fileobj=io.BytesIO(iteration.content)) as archive:  # assembled by the api from the bucket
         members = {member.name: archive.extractfile(member).read() for member in archive}  # type: ignore[union-attr]
     weights = {name: data for name, data in members.items() if name != "iteration-1.onnx"}
     assert "iteration-1.onnx" in members and len(weights) >= 1, list(members)
     for data in weights.values():  # the worker stored them; the api fetched them into its cache
+        assert _key(data).rsplit("/", 1)[1] not in api_cache_before
         assert (data_dir / "artifacts" / _key(data)).is_file()

@@ -115,7 +115,7 @@ def test_storing_again_makes_a_blob_young_for_the_sweep(s3: S3Server, tmp_path: 
 
 
 def test_a_presigned_url_downloads_the_blob_as_an_attachment(s3: S3Server, tmp_path: Path) -> None:
-    store = _store(s3, tmp_path / "cache", "presign-bucket", presign_expiry_s=120)
+    store = _store(s3, tmp_path / "cache", "presign-bucket", presigned_downloads=True, presign_expiry_s=120)
     blob = store.put_bytes(b"presigned bytes")
     url = store.download_url(blob.key, "job-min-bad.onnx")
     assert url is not None and "X-Amz-Expires=120" in url
@@ -123,7 +123,7 @@ def test_a_presigned_url_downloads_the_blob_as_an_attachment(s3: S3Server, tmp_p
     assert response.status_code == 200 and response.content == b"presigned bytes"
     assert "job-min-bad.onnx" in response.headers["content-disposition"]
     assert "X-Amz-Signature=" in url, "signed: the client needs no credentials of its own"
-    unsigned = _store(s3, tmp_path / "cache2", "presign-bucket", presigned_downloads=False)
+    unsigned = _store(s3, tmp_path / "cache2", "presign-bucket")  # the default: the api streams
     assert unsigned.download_url(blob.key, "x.onnx") is None
     assert ArtifactStore(tmp_path / "local").download_url(blob.key, "x.onnx") is None
 
@@ -173,7 +173,7 @@ def test_settings_choose_the_store_and_keep_the_secret(tmp_path: Path, monkeypat
     assert config is not None and SECRET_KEY not in repr(config)
     assert (config.bucket, config.endpoint_url) == ("artifacts", "http://minio:9000")
     assert config.secret_access_key == SECRET_KEY
-    assert config.presign_expiry_s == 60
+    assert config.presign_expiry_s == 60 and not config.presigned_downloads
     assert isinstance(DataLayout(tmp_path, config).store, S3ArtifactStore)
     monkeypatch.delenv("S3_BUCKET")
     with pytest.raises(ValidationError, match="S3_BUCKET"):
