@@ -2,7 +2,8 @@
 uploaded with the job), mixed (a precision job's mixed-precision model) or iteration-N, as an
 attachment. Iteration models reference the job's
 weights; when they have any, the download is a tar of the model and those weight files (assembled
-on the fly, nothing copied in the store).
+on the fly, nothing copied in the store). With an S3 store and ``S3_PRESIGNED_DOWNLOADS`` a single
+stored file answers 307 to a short-lived presigned URL instead (``blob_download``).
 
 A job that ended early (cancelled, or failed after some checks) has no min-bad of its own: its
 ``min-bad`` is then the smallest iteration model that reproduced the original failure (the best
@@ -76,7 +77,10 @@ def locate_artifact(services: Services, job: Job, name: str) -> LocatedArtifact:
 @router.get(
     "/{job_id}/artifacts/{name}",
     response_class=FileResponse,
-    responses={200: {"content": {"application/octet-stream": {}}}},
+    responses={
+        200: {"content": {"application/octet-stream": {}}},
+        307: {"description": "S3_PRESIGNED_DOWNLOADS: a short-lived presigned URL of the object store"},
+    },
 )
 def download_artifact(job_id: str, name: str, services: ServicesDep, team: TeamDep) -> Response:
     job = load_job(services, team.id, job_id)

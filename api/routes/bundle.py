@@ -22,7 +22,10 @@ router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 @router.get(
     "/{job_id}/bundle",
     response_class=FileResponse,
-    responses={200: {"content": {"application/zip": {}}}},
+    responses={
+        200: {"content": {"application/zip": {}}},
+        307: {"description": "S3_PRESIGNED_DOWNLOADS: a short-lived presigned URL of the object store"},
+    },
 )
 def download_bundle(job_id: str, services: ServicesDep, team: TeamDep) -> Response:
     job = load_job(services, team.id, job_id)
