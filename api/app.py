@@ -33,6 +33,7 @@ from api.token_cache import TokenCache
 from persistence.contracts import Enqueue, Notifier, no_notify
 from persistence.db import Database
 from persistence.layout import DataLayout
+from persistence.s3store import S3ArtifactStore
 
 log = logging.getLogger("onnx_reducer.api")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -68,7 +69,7 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
     services = Services(
         settings=settings,
         db=db,
-        layout=DataLayout(settings.data_dir.resolve()),
+        layout=DataLayout(settings.data_dir.resolve(), settings.s3_config()),
         enqueue=enqueue or _default_enqueue(settings),
         notify=notify or _default_notify(settings),
         registry=registry,
@@ -78,7 +79,9 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
         # streams woken by Redis read on their own; polling streams (embedded) share their reads
         event_reads=SharedReads(0.0 if settings.redis_url else settings.sse_poll_s / 2),
     )
-    services.layout.store  # creates the store's folders  # noqa: B018
+    store = services.layout.store  # creates the store's folders (for S3: its local cache)
+    if isinstance(store, S3ArtifactStore):
+        store.ensure_bucket()
     swept = services.layout.sweep_staging(settings.staging_max_age_s)
     if swept:
         log.info("removed %d stale upload staging folder(s) left by an earlier api", len(swept))

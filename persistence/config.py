@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from persistence.fairshare import parse_shares
+from persistence.s3store import S3Config
 
 PLACEHOLDER_SECRETS = frozenset({"changeme", "change-me", "changethis", "secret", "password", "placeholder", "xxx"})
 
@@ -66,6 +67,46 @@ class ServiceSettings(BaseSettings):
     team_shares: str = ""
     # Embedded mode: how many checks run at once (local worker slots).
     local_workers: int = Field(default=2, ge=1)
+    # Where artifacts live: "local" (DATA_DIR/artifacts, a shared volume in a farm) or "s3" (an
+    # S3-compatible bucket; DATA_DIR/artifacts is then this machine's cache of it).
+    artifact_store: Literal["local", "s3"] = "local"
+    s3_endpoint_url: str | None = None  # MinIO/Ceph: http://minio:9000; empty: AWS
+    s3_public_endpoint_url: str | None = None  # the address clients use for presigned downloads
+    s3_bucket: str = ""
+    s3_region: str = "us-east-1"
+    aws_access_key_id: SecretStr | None = None  # unset: boto3's own chain (instance role, ~/.aws)
+    aws_secret_access_key: SecretStr | None = None
+    # downloads redirect to a short-lived presigned URL (clients must reach the store; the web page
+    # needs the bucket to allow its origin: CORS); off: the api streams them
+    s3_presigned_downloads: bool = False
+    s3_presign_expiry_s: int = Field(default=300, ge=1, le=7 * 24 * 3600)
+    s3_multipart_threshold_bytes: int = Field(default=64 * 2**20, ge=5 * 2**20)
+    s3_multipart_chunk_bytes: int = Field(default=16 * 2**20, ge=5 * 2**20)
+    s3_create_bucket: bool = True
+
+    def s3_config(self) -> S3Config | None:
+        """The object store's settings when ``ARTIFACT_STORE=s3``; None for the local folder."""
+        if self.artifact_store != "s3":
+            return None
+        return S3Config(
+            bucket=self.s3_bucket,
+            endpoint_url=self.s3_endpoint_url or None,
+            public_endpoint_url=self.s3_public_endpoint_url or None,
+            region=self.s3_region,
+            access_key_id=self.aws_access_key_id.get_secret_value() if self.aws_access_key_id else None,
+            secret_access_key=self.aws_secret_access_key.get_secret_value() if self.aws_secret_access_key else None,
+            presigned_downloads=self.s3_presigned_downloads,
+            presign_expiry_s=self.s3_presign_expiry_s,
+            multipart_threshold=self.s3_multipart_threshold_bytes,
+            multipart_chunksize=self.s3_multipart_chunk_bytes,
+            create_bucket=self.s3_create_bucket,
+        )
+
+    @model_validator(mode="after")
+    def _s3_bucket(self) -> Self:
+        if self.artifact_store == "s3" and not self.s3_bucket:
+            raise ValueError("ARTIFACT_STORE=s3 needs S3_BUCKET (and S3_ENDPOINT_URL for MinIO/Ceph).")
+        return self
 
     @field_validator("team_shares")
     @classmethod

@@ -5,17 +5,22 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
+from persistence.s3store import S3ArtifactStore, S3Config
 from persistence.store import ArtifactStore
 
 
 @dataclass(frozen=True)
 class DataLayout:
     root: Path
+    s3: S3Config | None = None  # artifacts in an S3-compatible bucket, cached under root/artifacts
 
-    @property
+    @cached_property
     def store(self) -> ArtifactStore:
+        if self.s3 is not None:
+            return S3ArtifactStore(self.root / "artifacts", self.s3)
         return ArtifactStore(self.root / "artifacts")
 
     def job_dir(self, job_id: str) -> Path:

@@ -46,16 +46,25 @@ class ArtifactStore:
     def key_for(sha256: str) -> str:
         return f"sha256/{sha256[:2]}/{sha256}"
 
-    def path(self, key: str) -> Path:
+    def local_path(self, key: str) -> Path:
+        """Where the blob lives in this folder (for a remote store: its local cache), present or not."""
         if not key.startswith("sha256/") or ".." in key:
             raise ValueError(f"not a storage key: {key!r}")
         return self.root / key
+
+    def path(self, key: str) -> Path:
+        """A local file holding the blob (a remote store downloads it into its cache first)."""
+        return self.local_path(key)
 
     def open(self, key: str) -> BinaryIO:
         return open(self.path(key), "rb")
 
     def exists(self, key: str) -> bool:
-        return self.path(key).is_file()
+        return self.local_path(key).is_file()
+
+    def download_url(self, key: str, filename: str) -> str | None:
+        """A short-lived URL a client can download the blob from directly; None: serve it."""
+        return None
 
     def temp_path(self, suffix: str = "") -> Path:
         return self.tmp_dir / f"{uuid.uuid4().hex}{suffix}"
@@ -86,7 +95,7 @@ class ArtifactStore:
                 digest.update(chunk)
                 size += len(chunk)
         sha = digest.hexdigest()
-        target = self.path(self.key_for(sha))
+        target = self.local_path(self.key_for(sha))
         if not _touch(target):
             tmp = self.temp_path()
             try:
@@ -98,7 +107,7 @@ class ArtifactStore:
 
     def adopt(self, tmp: Path, sha256: str, size: int) -> StoredBlob:
         """Move a fully written temporary file (whose hash is known) into place."""
-        target = self.path(self.key_for(sha256))
+        target = self.local_path(self.key_for(sha256))
         if _touch(target):
             tmp.unlink(missing_ok=True)
         else:
@@ -111,7 +120,7 @@ class ArtifactStore:
         os.replace(tmp, target)
 
     def delete(self, key: str) -> None:
-        self.path(key).unlink(missing_ok=True)
+        self.local_path(key).unlink(missing_ok=True)
 
     def scratch_dir(self, prefix: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp_dir))
@@ -125,7 +134,7 @@ class ArtifactStore:
     def delete_if_stored_before(self, key: str, seconds: float) -> bool:
         """Delete the blob unless it was stored again within ``seconds`` (its age is checked once
         more right before, so a job storing it meanwhile keeps it)."""
-        path = self.path(key)
+        path = self.local_path(key)
         if not _stored_before(path, seconds):
             return False
         path.unlink(missing_ok=True)

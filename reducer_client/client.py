@@ -93,8 +93,14 @@ class ReducerClient:
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json, application/problem+json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        # Downloads may redirect to a presigned object-store URL (ARTIFACT_STORE=s3); httpx drops the
+        # token on a redirect to another origin, and the URL itself authorises the one download.
         self._http = httpx.Client(
-            base_url=self.server, headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0), transport=transport
+            base_url=self.server,
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=10.0),
+            transport=transport,
+            follow_redirects=True,
         )
 
     def __enter__(self) -> ReducerClient:

@@ -53,7 +53,7 @@ class RunnerContext:
 def context_from_settings(settings: WorkerSettings, notify: Notifier = no_notify) -> RunnerContext:
     return RunnerContext(
         db=Database(settings.database_url),
-        layout=DataLayout(settings.data_dir.resolve()),
+        layout=DataLayout(settings.data_dir.resolve(), settings.s3_config()),
         lease_s=settings.job_lease_s,
         max_attempts=settings.max_attempts,
         time_limit_s=settings.job_time_limit_s,

@@ -12,7 +12,10 @@ import hashlib
 import logging
 import os
 import shutil
+import tarfile
+import tempfile
 import threading
+import zipfile
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,11 +56,13 @@ class JobInput:
     golden: tuple[str, str, str] | None  # (storage key, sha256, format)
     task: JobTask = JobTask.REDUCE
     inputs: tuple[InputFile, ...] = ()  # uploaded input samples, in the order sent
+    original: tuple[str, bool] | None = None  # the uploaded model's (storage key, is a bundle)
 
     @classmethod
     def of(cls, session: Any, job: Job) -> JobInput:
         artifacts = ArtifactRepository(session)
         golden = artifacts.get(job.id, ArtifactKind.GOLDEN, "golden")
+        original = artifacts.get(job.id, ArtifactKind.ORIGINAL, "original")
         inputs = tuple(
             InputFile(a.storage_key, a.sha256, str(a.meta.get("format", "npz")), str(a.meta.get("filename", a.name)))
             for a in artifacts.inputs(job.id)
@@ -70,6 +75,7 @@ class JobInput:
             golden=(golden.storage_key, golden.sha256, str(golden.meta.get("format", "zip"))) if golden else None,
             task=JobTask.of(job.options),
             inputs=inputs,
+            original=(original.storage_key, bool(original.meta.get("bundle"))) if original else None,
         )
 
 
@@ -132,9 +138,10 @@ def prepare(job: JobInput, ctx: RunnerContext) -> PreparedJob:
     spec = parse_check_spec(job.spec_text)
     work_dir = ctx.layout.work_dir(job.job_id) / f"process-{os.getpid()}-{threading.get_ident()}"
     shutil.rmtree(work_dir, ignore_errors=True)
-    options = ReduceOptions(
-        model=ctx.layout.root / job.model_path, work_dir=work_dir, artifact_stem="iter", link_weights=True
-    )
+    model = ctx.layout.root / job.model_path
+    if not model.is_file() and job.original is not None:
+        unpack_original(ctx.layout.store, ctx.layout.model_dir(job.job_id), *job.original, model.name)
+    options = ReduceOptions(model=model, work_dir=work_dir, artifact_stem="iter", link_weights=True)
     workspace = load_workspace(options, _Log())
     try:
         golden, sha256 = _place_golden(ctx.layout.store, work_dir, *job.golden) if job.golden else (None, None)
@@ -154,6 +161,38 @@ def prepare(job: JobInput, ctx: RunnerContext) -> PreparedJob:
         workspace.close()
         raise
     return PreparedJob(job.job_id, spec, job.config, workspace, check, session_check, work_dir, job.task, plan)
+
+
+def unpack_original(store: ArtifactStore, model_dir: Path, key: str, bundle: bool, model_name: str) -> None:
+    """Rebuild the job's model folder from its stored upload, on a machine whose data folder never
+    saw it (an object store shared by the farm, each machine with its own data folder): the model
+    file under the name the api gave it, or the bundle unpacked as the api unpacked it (the api
+    checked these very bytes: the key is their sha256). Built beside and renamed into place, so
+    processes of one machine racing here agree."""
+    source = store.path(key)
+    model_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="model-", dir=model_dir.parent))
+    try:
+        built = staging / "model"
+        built.mkdir()
+        if not bundle:
+            try:
+                os.link(source, built / model_name)
+            except OSError:
+                shutil.copyfile(source, built / model_name)
+        elif zipfile.is_zipfile(source):
+            with zipfile.ZipFile(source) as archive:
+                archive.extractall(built)
+        else:
+            with tarfile.open(source, "r:*") as archive:
+                archive.extractall(built, filter="data")
+        try:
+            os.rename(built, model_dir)
+        except OSError:
+            if not model_dir.is_dir():  # not another process of this machine having won the race
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _place_golden(store: ArtifactStore, work_dir: Path, key: str, sha256: str, fmt: str) -> tuple[Path, str]:

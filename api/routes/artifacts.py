@@ -2,7 +2,8 @@
 uploaded with the job), mixed (a precision job's mixed-precision model) or iteration-N, as an
 attachment. Iteration models reference the job's
 weights; when they have any, the download is a tar of the model and those weight files (assembled
-on the fly, nothing copied in the store).
+on the fly, nothing copied in the store). With an S3 store and ``S3_PRESIGNED_DOWNLOADS`` a single
+stored file answers 307 to a short-lived presigned URL instead (``blob_download``).
 
 A job that ended early (cancelled, or failed after some checks) has no min-bad of its own: its
 ``min-bad`` is then the smallest iteration model that reproduced the original failure (the best
@@ -15,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 
 from fastapi import APIRouter
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, RedirectResponse, Response
 from starlette.background import BackgroundTask
 
 from api.deps import ServicesDep, TeamDep
@@ -26,6 +27,7 @@ from persistence.bundles import write_bundle
 from persistence.enums import ArtifactKind, JobStatus
 from persistence.models import Artifact, Job
 from persistence.repositories import ArtifactRepository, IterationRepository
+from persistence.store import ArtifactStore
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 _ITERATION = re.compile(r"^iteration-(\d{1,9})$")
@@ -78,18 +80,21 @@ def locate_artifact(services: Services, job: Job, name: str) -> LocatedArtifact:
 @router.get(
     "/{job_id}/artifacts/{name}",
     response_class=FileResponse,
-    responses={200: {"content": {"application/octet-stream": {}}}},
+    responses={
+        200: {"content": {"application/octet-stream": {}}},
+        307: {"description": "S3_PRESIGNED_DOWNLOADS: a short-lived presigned URL of the object store"},
+    },
 )
-def download_artifact(job_id: str, name: str, services: ServicesDep, team: TeamDep) -> FileResponse:
+def download_artifact(job_id: str, name: str, services: ServicesDep, team: TeamDep) -> Response:
     job = load_job(services, team.id, job_id)
     located = locate_artifact(services, job, name)
     artifact, weights = located.artifact, located.weights
     store = services.layout.store
     if artifact.kind == ArtifactKind.ORIGINAL.value:
-        return _attachment(store.path(artifact.storage_key), job.model_filename)
+        return blob_download(store, artifact.storage_key, job.model_filename)
     if artifact.kind in (ArtifactKind.GOLDEN.value, ArtifactKind.INPUTS.value):
         fallback = f"{job_id}-{artifact.name}"
-        return _attachment(store.path(artifact.storage_key), str(artifact.meta.get("filename") or fallback))
+        return blob_download(store, artifact.storage_key, str(artifact.meta.get("filename") or fallback))
     label = name if located.best_so_far is None else f"min-bad-iteration-{located.best_so_far}"
     if artifact.kind == ArtifactKind.ITERATION.value and artifact.meta.get("weights"):
         members = [(f"{label}.onnx", store.path(artifact.storage_key))]
@@ -97,7 +102,19 @@ def download_artifact(job_id: str, name: str, services: ServicesDep, team: TeamD
         bundle = write_bundle(store.tmp_dir / f"{uuid.uuid4().hex}.tar", members)
         return _attachment(bundle, f"{job_id}-{label}.tar", BackgroundTask(bundle.unlink, missing_ok=True))
     suffix = ".tar" if artifact.meta.get("bundle") else ".onnx"
-    return _attachment(store.path(artifact.storage_key), f"{job_id}-{label}{suffix}")
+    return blob_download(store, artifact.storage_key, f"{job_id}-{label}{suffix}")
+
+
+def blob_download(store: ArtifactStore, key: str, filename: str, media: str | None = None) -> Response:
+    """One stored blob as an attachment: a redirect to a short-lived presigned URL when the store
+    gives one (S3 with ``S3_PRESIGNED_DOWNLOADS``), else the file streamed by the api (from the
+    local store, or from this machine's cache of the bucket)."""
+    url = store.download_url(key, filename)
+    if url is not None:
+        return RedirectResponse(url, status_code=307)
+    if media is not None:
+        return FileResponse(store.path(key), filename=filename, media_type=media)
+    return _attachment(store.path(key), filename)
 
 
 def _attachment(path: object, filename: str, background: BackgroundTask | None = None) -> FileResponse:

@@ -7,10 +7,11 @@ artifact."""
 from __future__ import annotations
 
 from fastapi import APIRouter
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 
 from api.deps import ServicesDep, TeamDep
 from api.problems import ProblemError
+from api.routes.artifacts import blob_download
 from api.routes.jobs import load_job
 from persistence.enums import ArtifactKind, JobStatus, JobTask
 from persistence.repositories import ArtifactRepository
@@ -21,16 +22,18 @@ router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 @router.get(
     "/{job_id}/bundle",
     response_class=FileResponse,
-    responses={200: {"content": {"application/zip": {}}}},
+    responses={
+        200: {"content": {"application/zip": {}}},
+        307: {"description": "S3_PRESIGNED_DOWNLOADS: a short-lived presigned URL of the object store"},
+    },
 )
-def download_bundle(job_id: str, services: ServicesDep, team: TeamDep) -> FileResponse:
+def download_bundle(job_id: str, services: ServicesDep, team: TeamDep) -> Response:
     job = load_job(services, team.id, job_id)
     with services.db.session() as session:
         artifact = ArtifactRepository(session).get(job.id, ArtifactKind.BUNDLE, ArtifactKind.BUNDLE.value)
     if artifact is None:
         raise ProblemError(404, "No bug-report bundle", _why_none(job.status, JobTask.of(job.options), job_id))
-    path = services.layout.store.path(artifact.storage_key)
-    return FileResponse(path, filename=f"{job_id}-bundle.zip", media_type="application/zip")
+    return blob_download(services.layout.store, artifact.storage_key, f"{job_id}-bundle.zip", "application/zip")
 
 
 def _why_none(status: str, task: JobTask, job_id: str) -> str:

@@ -1,4 +1,5 @@
-"""Liveness (no dependencies), readiness (database, Redis, data folder) and Prometheus metrics."""
+"""Liveness (no dependencies), readiness (database, Redis, data folder, the S3 bucket when artifacts
+live in one) and Prometheus metrics."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from api.deps import ServicesDep
 from api.metrics import team_neutral_registry
 from api.problems import problem_response
 from api.services import Services
+from persistence.s3store import S3ArtifactStore
 
 router = APIRouter(tags=["health"])
 
@@ -40,6 +42,8 @@ def _readiness(services: Services) -> dict[str, str]:
             checks["redis"] = f"error: {type(exc).__name__}"
     store = services.layout.store
     checks["data_dir"] = "ok" if store.tmp_dir.is_dir() else "error: missing"
+    if isinstance(store, S3ArtifactStore):
+        checks["artifact_store"] = store.ready()
     return checks
 
 

@@ -18,6 +18,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from api.settings import ApiSettings
+from persistence.config import ServiceSettings
 from reducer_cli.args import build_parser
 from tests.service.commands import API_COMMAND, GPU_WORKER_COMMAND, MIGRATE_COMMAND, WORKER_COMMAND
 from worker.settings import WorkerSettings
@@ -34,7 +35,7 @@ def compose() -> dict[str, Any]:
 
 def test_compose_services_and_commands(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"postgres", "redis", "migrate", "api", "worker-cpu", "worker-gpu"}
+    assert set(services) == {"postgres", "redis", "minio", "migrate", "api", "worker-cpu", "worker-gpu"}
     assert services["migrate"]["command"] == MIGRATE_COMMAND
     assert services["api"]["command"] == API_COMMAND
     assert services["worker-cpu"]["command"] == WORKER_COMMAND
@@ -51,6 +52,37 @@ def test_compose_services_and_commands(compose: dict[str, Any]) -> None:
     devices = services["worker-gpu"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"]
     assert services["worker-gpu"]["build"]["dockerfile"] == "Dockerfile.gpu"
+
+
+def test_compose_keeps_artifacts_in_minio(compose: dict[str, Any]) -> None:
+    """The distributed setup stores artifacts in its MinIO bucket by default; the secret comes from
+    the operator's environment, never from the file."""
+    services = compose["services"]
+    minio = services["minio"]
+    assert minio["command"][:2] == ["server", "/data"] and minio["healthcheck"]["test"][0] == "CMD"
+    assert minio["environment"]["MINIO_ROOT_PASSWORD"].startswith("${MINIO_ROOT_PASSWORD:?")
+    for name in ("api", "worker-cpu", "worker-gpu"):
+        env = services[name]["environment"]
+        assert env["ARTIFACT_STORE"] == "s3" and env["S3_ENDPOINT_URL"] == "http://minio:9000"
+        assert env["S3_BUCKET"] and env["AWS_ACCESS_KEY_ID"]
+        assert env["AWS_SECRET_ACCESS_KEY"] == minio["environment"]["MINIO_ROOT_PASSWORD"]
+        assert services[name]["depends_on"]["minio"] == {"condition": "service_healthy"}
+    settings = ServiceSettings(**_resolved(services["api"]["environment"]))
+    config = settings.s3_config()
+    assert config is not None and (config.endpoint_url, config.bucket) == ("http://minio:9000", "onnx-reducer")
+    assert config.secret_access_key == "a-real-secret"
+
+
+def _resolved(env: dict[str, str]) -> dict[str, str]:
+    """The compose file's ``${VAR:-default}`` / ``${VAR:?message}`` as compose fills them in with
+    MINIO_ROOT_PASSWORD and POSTGRES_PASSWORD set and nothing else."""
+    given = {"MINIO_ROOT_PASSWORD": "a-real-secret", "POSTGRES_PASSWORD": "another-real-secret"}
+
+    def fill(match: re.Match[str]) -> str:
+        name, op, rest = match.group(1), match.group(2), match.group(3)
+        return given.get(name, rest if op == ":-" else "")
+
+    return {key.lower(): re.sub(r"\$\{(\w+)(:[-?])([^}]*)\}", fill, value) for key, value in env.items()}
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:

@@ -1,0 +1,271 @@
+"""The S3-compatible artifact store (MinIO, Ceph, cloud S3) for a farm across machines.
+
+The bucket holds the blobs under the same content-addressed keys as the local store
+(``sha256/ab/abcdef...``); each machine keeps a local cache of them under its data folder, in the
+local store's own layout. So ``S3ArtifactStore`` is the local store (the cache) plus the bucket
+(the truth):
+
+- writing (``put_stream``, ``put_file``, ``adopt``) first lands the blob in the local cache, as the
+  local store does (a temporary file written while hashing, renamed into place), then uploads the
+  finished file under its sha256 key; boto3's transfer manager uploads it in parts above
+  ``multipart_threshold``. Hashing into a local temporary file first, rather than uploading to a
+  temporary key and copying it, is deliberate: the key is only known once the last byte is hashed,
+  a server-side copy of more than 5 GB needs a multipart copy of its own, an api or worker killed
+  mid-way would leave temporary objects behind in the bucket, and the writer needs the file
+  locally anyway (the api unpacks the model, the worker hardlinks iterations from it);
+- ``path(key)`` materialises the blob into the local cache (downloaded to a temporary file, its
+  sha256 checked against the key, renamed into place) and returns that path, so every caller that
+  reads a local file works unchanged, on any machine;
+- content already in the bucket is not uploaded again: it is touched (copied onto itself with new
+  metadata), so its age tells the sweep (``worker/maintenance.py``) that a job stored it again;
+- ``download_url`` gives a short-lived presigned GET URL (the api redirects downloads to it).
+
+Credentials come from the settings (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, else boto3's
+own chain: instance roles, ``~/.aws``); they are kept as secrets and never logged. The boto3
+client is made per process (Celery forks its workers; a client is not fork-safe)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from persistence.store import CHUNK, ArtifactStore, StoredBlob
+
+COPY_LIMIT = 5 * 2**30  # the largest object one CopyObject call may copy
+
+
+class ArtifactStoreError(Exception):
+    """The object store refused or could not be reached (the message says what to check)."""
+
+
+@dataclass(frozen=True)
+class S3Config:
+    bucket: str
+    endpoint_url: str | None = None
+    public_endpoint_url: str | None = None  # presigned URLs: the address clients reach the store at
+    region: str = "us-east-1"
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    presigned_downloads: bool = False
+    presign_expiry_s: int = 300
+    multipart_threshold: int = 64 * 2**20
+    multipart_chunksize: int = 16 * 2**20
+    create_bucket: bool = True
+
+
+class S3ArtifactStore(ArtifactStore):
+    def __init__(self, cache_root: Path, config: S3Config) -> None:
+        super().__init__(cache_root)
+        self.config = config
+        self._clients: dict[tuple[int, str | None], Any] = {}
+        self._lock = threading.Lock()
+
+    # -- the bucket ---------------------------------------------------------------------------
+
+    def _client(self, endpoint: str | None = None) -> Any:
+        endpoint = endpoint or self.config.endpoint_url
+        slot = (os.getpid(), endpoint)
+        with self._lock:
+            client = self._clients.get(slot)
+            if client is None:
+                import boto3  # an optional heavy import: only a store configured for S3 pays it
+                from botocore.config import Config
+
+                client = boto3.client(
+                    "s3",
+                    endpoint_url=endpoint,
+                    region_name=self.config.region,
+                    aws_access_key_id=self.config.access_key_id,
+                    aws_secret_access_key=self.config.secret_access_key,
+                    config=Config(
+                        signature_version="s3v4",
+                        connect_timeout=5,
+                        read_timeout=60,
+                        retries={"max_attempts": 5, "mode": "standard"},
+                    ),
+                )
+                self._clients = {k: v for k, v in self._clients.items() if k[0] == os.getpid()}
+                self._clients[slot] = client
+            return client
+
+    def _transfer_config(self) -> Any:
+        from boto3.s3.transfer import TransferConfig
+
+        return TransferConfig(
+            multipart_threshold=self.config.multipart_threshold,
+            multipart_chunksize=self.config.multipart_chunksize,
+        )
+
+    def ensure_bucket(self) -> None:
+        """Create the bucket when it is missing and ``create_bucket`` is set."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client = self._client()
+        try:
+            client.head_bucket(Bucket=self.config.bucket)
+            return
+        except ClientError as exc:
+            if _status(exc) != 404 or not self.config.create_bucket:
+                raise self._error("reach the bucket", exc) from exc
+        except BotoCoreError as exc:
+            raise self._error("reach the bucket", exc) from exc
+        try:
+            client.create_bucket(Bucket=self.config.bucket)
+        except ClientError as exc:
+            if _code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise self._error("create the bucket", exc) from exc
+
+    def ready(self) -> str:
+        """``ok`` when the bucket answers, else why not (for ``/readyz``; no secret in it)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._client().head_bucket(Bucket=self.config.bucket)
+        except ClientError as exc:
+            return f"error: {_code(exc) or _status(exc)}"
+        except BotoCoreError as exc:
+            return f"error: {type(exc).__name__}"
+        return "ok"
+
+    def _error(self, doing: str, exc: Exception) -> ArtifactStoreError:
+        where = self.config.endpoint_url or "the default AWS endpoint"
+        return ArtifactStoreError(
+            f"Cannot {doing} '{self.config.bucket}' at {where} ({type(exc).__name__}: {_code(exc) or exc}); "
+            "check S3_ENDPOINT_URL, S3_BUCKET and the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)."
+        )
+
+    def _head(self, key: str) -> dict[str, Any] | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            head: dict[str, Any] = self._client().head_object(Bucket=self.config.bucket, Key=key)
+        except ClientError as exc:
+            if _status(exc) == 404:
+                return None
+            raise self._error("read from", exc) from exc
+        return head
+
+    def _upload(self, blob: StoredBlob) -> None:
+        """Upload the cached blob unless the bucket has it; then only mark it stored now."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client, bucket = self._client(), self.config.bucket
+        try:
+            head = self._head(blob.key)
+            if head is not None and head.get("ContentLength") == blob.size and blob.size <= COPY_LIMIT:
+                client.copy_object(
+                    Bucket=bucket,
+                    Key=blob.key,
+                    CopySource={"Bucket": bucket, "Key": blob.key},
+                    Metadata={"stored": f"{time.time():.3f}"},
+                    MetadataDirective="REPLACE",
+                )
+                return
+            client.upload_file(
+                str(self.local_path(blob.key)),
+                bucket,
+                blob.key,
+                ExtraArgs={"Metadata": {"stored": f"{time.time():.3f}"}},
+                Config=self._transfer_config(),
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error("upload to", exc) from exc
+
+    # -- the store's interface ----------------------------------------------------------------
+
+    def path(self, key: str) -> Path:
+        """The blob in the local cache, downloaded first when it is not there yet."""
+        local = self.local_path(key)
+        if local.is_file():
+            return local
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        tmp = self.temp_path()
+        try:
+            try:
+                self._client().download_file(self.config.bucket, key, str(tmp), Config=self._transfer_config())
+            except ClientError as exc:
+                if _status(exc) == 404:
+                    raise FileNotFoundError(f"artifact {key} is in neither the cache nor the bucket") from exc
+                raise self._error("download from", exc) from exc
+            except BotoCoreError as exc:
+                raise self._error("download from", exc) from exc
+            if _sha256_of(tmp) != key.rsplit("/", 1)[-1]:
+                raise ArtifactStoreError(f"artifact {key} downloaded from the bucket does not match its sha256")
+            self._install(tmp, local)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return local
+
+    def exists(self, key: str) -> bool:
+        return super().exists(key) or self._head(key) is not None
+
+    def adopt(self, tmp: Path, sha256: str, size: int) -> StoredBlob:
+        blob = super().adopt(tmp, sha256, size)
+        self._upload(blob)
+        return blob
+
+    def put_file(self, path: Path) -> StoredBlob:
+        blob = super().put_file(path)
+        self._upload(blob)
+        return blob
+
+    def delete(self, key: str) -> None:
+        super().delete(key)
+        self._client().delete_object(Bucket=self.config.bucket, Key=key)
+
+    def download_url(self, key: str, filename: str) -> str | None:
+        if not self.config.presigned_downloads:
+            return None
+        client = self._client(self.config.public_endpoint_url)
+        url: str = client.generate_presigned_url(
+            "get_object",
+            Params={
+                "Bucket": self.config.bucket,
+                "Key": key,
+                "ResponseContentDisposition": f"attachment; filename*=UTF-8''{quote(filename)}",
+            },
+            ExpiresIn=self.config.presign_expiry_s,
+        )
+        return url
+
+    def keys_stored_before(self, seconds: float) -> Iterator[str]:
+        cutoff = time.time() - seconds
+        pages = self._client().get_paginator("list_objects_v2").paginate(Bucket=self.config.bucket, Prefix="sha256/")
+        for page in pages:
+            for item in page.get("Contents", []):
+                if item["LastModified"].timestamp() < cutoff:
+                    yield str(item["Key"])
+
+    def delete_if_stored_before(self, key: str, seconds: float) -> bool:
+        head = self._head(key)
+        if head is not None and head["LastModified"].timestamp() >= time.time() - seconds:
+            return False
+        self.delete(key)
+        return head is not None
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as source:
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _status(exc: Exception) -> int | None:
+    response = getattr(exc, "response", None) or {}
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return int(status) if status is not None else None
+
+
+def _code(exc: Exception) -> str:
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
