@@ -96,6 +96,18 @@ def resolve_config(config: SessionConfig, spec: CheckSpec | None) -> SessionConf
     return config
 
 
+def fixed_inputs(check: SessionCheck, options: ReduceOptions) -> str | None:
+    """Why the check's inputs cannot shrink with the model (``reducer_core.data_reduction``), or
+    None: golden reference outputs are the full model's (a slice of them is not what a smaller
+    input gives), and a command reads the inputs of ``--load-inputs``/``--data-loader-script``
+    itself, at their sizes."""
+    if check.spec is not None and check.spec.kind == "golden":
+        return "a golden check compares with the full-size reference outputs"
+    if check.spec is None and (options.load_inputs or options.data_loader_script):
+        return "the check reads fixed inputs (--load-inputs / --data-loader-script)"
+    return None
+
+
 class SessionHooks(SilentListener):
     """What a driver does for ``ReductionSession.run``: write the candidate where the check reads
     it, run the check, hear each verdict (``on_record``: log it, save the replay or the state),
@@ -159,6 +171,9 @@ class ReductionSession:
     ) -> ReductionSession:
         """A new session, or (``state``) the one whose ``state()`` was saved, at that position."""
         config = resolve_config(config, check.spec)
+        if config.reduce_data and (fixed := fixed_inputs(check, workspace.options)):
+            workspace.log.info(f"Input sizes are not reduced: {fixed}.")
+            config = dataclasses.replace(config, reduce_data=False)
         index = workspace.index
         cache = VerdictCache(index.fingerprint, verdict_identity(check, workspace.options))
         relay = _Relay(listener or SilentListener())
