@@ -130,3 +130,19 @@ def _takes(index: GraphIndex, candidate: Candidate) -> bool:
     except data_edits.DataEditError:
         return False
     return True
+
+
+def input_sizes(index: GraphIndex, candidate: Candidate) -> dict[str, object] | None:
+    """What the data edits of ``candidate`` changed (``--summary-json``'s ``smaller_inputs``): the
+    sizes, and the input elements before and after; None without data edits."""
+    if not candidate.data:
+        return None
+    before = data_edits.input_dims(extract(index, Candidate(candidate.nodes, candidate.primary, candidate.body)))
+    after = data_edits.input_dims(extract(index, candidate))
+    return {
+        "sizes": data_edits.describe(candidate.data),
+        "inputs_before": before,
+        "inputs_after": after,
+        "elements_before": data_edits.elements(before),
+        "elements_after": data_edits.elements(after),
+    }
