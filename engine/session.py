@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from checks.interactive import InteractiveCheck
 from checks.spec import CheckSpec, ModelCheck
 from engine.localize import layerwise_run
 from engine.parallel import Job, drive_parallel
@@ -100,7 +101,9 @@ def fixed_inputs(check: SessionCheck, options: ReduceOptions) -> str | None:
     """Why the check's inputs cannot shrink with the model (``reducer_core.data_reduction``), or
     None: golden reference outputs are the full model's (a slice of them is not what a smaller
     input gives), and a command reads the inputs of ``--load-inputs``/``--data-loader-script``
-    itself, at their sizes."""
+    itself, at their sizes; a person judging each model (interactive) feeds their own inputs."""
+    if isinstance(check.check, InteractiveCheck):
+        return "a person judges each model with their own inputs"
     if check.spec is not None and check.spec.kind == "golden":
         return "a golden check compares with the full-size reference outputs"
     if check.spec is None and (options.load_inputs or options.data_loader_script):
