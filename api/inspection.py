@@ -27,7 +27,13 @@ from reducer_core.errors import UsageError
 from reducer_core.strategies import MODES
 
 # the form's true/false fields, each with its value when left out (kept in the job's options)
-BOOL_FIELDS = {"reduce_inputs": True, "reduce_outputs": True, "pin_signature": True, "confirm_flaky": True}
+BOOL_FIELDS = {
+    "reduce_inputs": True,
+    "reduce_outputs": True,
+    "pin_signature": True,
+    "confirm_flaky": True,
+    "reduce_data": True,  # smaller input sizes at the end (reducer_core.data_reduction)
+}
 GOLDEN_FLOOR_BYTES = 64 * 1024**2  # what golden JSON may decode to at least (NPZ payloads inflate)
 
 

@@ -135,11 +135,19 @@ def feeds_for(
     generated: list[str] = []
     for name, value in random.items():
         if golden is not None and name in golden:
-            feeds[name] = np.asarray(golden[name]).astype(value.dtype, copy=False)
+            feeds[name] = _fitted(np.asarray(golden[name]), value.shape).astype(value.dtype, copy=False)
         else:
             feeds[name] = value
             generated.append(name)
     return feeds, generated
+
+
+def _fitted(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A golden value cut to the input's shape where the input shrank (``Candidate.data``: the
+    leading entries along each smaller dimension); unchanged otherwise."""
+    if value.ndim != len(shape) or value.shape == shape or any(d > v for d, v in zip(shape, value.shape, strict=True)):
+        return value
+    return value[tuple(slice(0, d) for d in shape)]
 
 
 def _golden_samples(payload: Mapping[str, Any]) -> list[Mapping[str, np.ndarray] | None]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from checks.interactive import InteractiveCheck
 from checks.spec import CheckSpec, ModelCheck
 from engine.localize import layerwise_run
 from engine.parallel import Job, drive_parallel
@@ -96,6 +97,20 @@ def resolve_config(config: SessionConfig, spec: CheckSpec | None) -> SessionConf
     return config
 
 
+def fixed_inputs(check: SessionCheck, options: ReduceOptions) -> str | None:
+    """Why the check's inputs cannot shrink with the model (``reducer_core.data_reduction``), or
+    None: golden reference outputs are the full model's (a slice of them is not what a smaller
+    input gives), and a command reads the inputs of ``--load-inputs``/``--data-loader-script``
+    itself, at their sizes; a person judging each model (interactive) feeds their own inputs."""
+    if isinstance(check.check, InteractiveCheck):
+        return "a person judges each model with their own inputs"
+    if check.spec is not None and check.spec.kind == "golden":
+        return "a golden check compares with the full-size reference outputs"
+    if check.spec is None and (options.load_inputs or options.data_loader_script):
+        return "the check reads fixed inputs (--load-inputs / --data-loader-script)"
+    return None
+
+
 class SessionHooks(SilentListener):
     """What a driver does for ``ReductionSession.run``: write the candidate where the check reads
     it, run the check, hear each verdict (``on_record``: log it, save the replay or the state),
@@ -159,6 +174,9 @@ class ReductionSession:
     ) -> ReductionSession:
         """A new session, or (``state``) the one whose ``state()`` was saved, at that position."""
         config = resolve_config(config, check.spec)
+        if config.reduce_data and (fixed := fixed_inputs(check, workspace.options)):
+            workspace.log.info(f"Input sizes are not reduced: {fixed}.")
+            config = dataclasses.replace(config, reduce_data=False)
         index = workspace.index
         cache = VerdictCache(index.fingerprint, verdict_identity(check, workspace.options))
         relay = _Relay(listener or SilentListener())

@@ -246,6 +246,13 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         help="Keep the bodies of Loop and If nodes whole, as Polygraphy does (by default they are "
         "reduced too once the outer graph is minimal). [onnx-reducer]",
     )
+    parser.add_argument(
+        "--no-reduce-data",
+        dest="reduce_data",
+        action="store_false",
+        help="Keep the min-bad model's input sizes (by default its batch, sequence and other input "
+        "dimensions shrink at the end to the smallest sizes that still fail). [onnx-reducer]",
+    )
     passes = parser.add_mutually_exclusive_group()
     passes.add_argument(
         "--no-reduce-inputs",

@@ -54,6 +54,7 @@ from reducer_core import modelio
 from reducer_core.bodies import describe
 from reducer_core.cache import cache_key
 from reducer_core.candidate import Candidate
+from reducer_core.data_reduction import input_sizes
 from reducer_core.errors import UsageError
 from reducer_core.graph import GraphIndex
 from reducer_core.prepare import parse_shape_arg
@@ -145,6 +146,7 @@ def config_from_args(args: argparse.Namespace) -> SessionConfig:
         min_good=bool(args.min_good or getattr(args, "bundle", None)),  # a bundle carries min-good
         confirm_flaky=confirms_flaky(args),
         reduce_bodies=getattr(args, "reduce_bodies", True),
+        reduce_data=getattr(args, "reduce_data", True),
     )
 
 
@@ -529,6 +531,11 @@ class CommandLineRun(SlotSessionHooks):
         if len(candidate) <= 10:
             labels = ", ".join(describe(self.ws.index, candidate))
             self.log.info(f"Minimal failing nodes: {labels}")
+        if (shrunk := input_sizes(self.ws.index, candidate)) is not None:
+            self.log.info(
+                f"Smaller inputs: sizes {shrunk['sizes']} ({shrunk['elements_before']} -> "
+                f"{shrunk['elements_after']} input elements)"
+            )
 
     def discard_skip_current_replay(self) -> None:
         """After a finished run the ``_skip_current`` replay has no use; after a crash it stays."""
@@ -586,6 +593,7 @@ def write_summary_json(
         "nodes_after": len(result.min_bad),
         "min_bad_nodes": describe(index, result.min_bad),  # a node's label, with what its body keeps
         "min_good_nodes": len(result.min_good) if result.min_good is not None else None,
+        "smaller_inputs": input_sizes(index, result.min_bad),  # None when the inputs kept their sizes
         "checks_run": result.checks_run,
         "cache_hits": result.cache_hits,
         "pinned_out": result.pinned_out,

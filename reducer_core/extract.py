@@ -14,7 +14,10 @@ Rules (ARCHITECTURE.md §2):
   keep their outer-scope references, now satisfied by inputs or initializers) are preserved;
 - a candidate with body edits (``Candidate.body``) has its Loop/If bodies rewritten by
   ``reducer_core.bodies``: the tensors it hoists become graph inputs after the others; an
-  inlined node's body nodes take its place (their inputs and dangling outputs become the graph's).
+  inlined node's body nodes take its place (their inputs and dangling outputs become the graph's);
+- a candidate with data edits (``Candidate.data``) is the same model with smaller input sizes and
+  its shapes inferred again (``reducer_core.data_edits``; ``DataEditError`` when its nodes cannot
+  take them).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from reducer_core import bodies
+from reducer_core import bodies, data_edits
 from reducer_core.candidate import Candidate
 from reducer_core.errors import MissingTypeError
 from reducer_core.graph import GraphIndex, node_reads
@@ -138,6 +141,9 @@ def extract(
     node's inputs and have a value here become constants instead of graph inputs (Polygraphy's
     branch freezing on the input side).
     """
+    if candidate.data:  # smaller input sizes on the model of the same nodes (``data_edits``)
+        plain = Candidate(candidate.nodes, candidate.primary, candidate.body)
+        return data_edits.apply(extract(index, plain, frozen_values, ir_version_cap), candidate.data)
     if candidate.body:
         return _extract_edited(index, candidate, ir_version_cap)
     model, order, inner = _extract_light(index, candidate, frozen_values, ir_version_cap)
@@ -234,7 +240,7 @@ def extract_bytes(
     ir_version_cap: int | None = None,
 ) -> bytes:
     """``extract(...).SerializeToString()``, parsed equal, built from pre-serialized pieces."""
-    if candidate.body:  # rewritten bodies: no pre-serialized pieces to reuse
+    if candidate.body or candidate.data:  # rewritten bodies or shapes: no pre-serialized pieces to reuse
         edited: bytes = extract(pieces.index, candidate, frozen_values, ir_version_cap).SerializeToString()
         return edited
     model, order, inner = _extract_light(pieces.index, candidate, frozen_values, ir_version_cap)

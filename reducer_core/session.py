@@ -26,6 +26,8 @@ from typing import Any, ClassVar, Protocol
 from reducer_core.body_reduction import BodySearch
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.data_reduction import PHASE as DATA_PHASE
+from reducer_core.data_reduction import DataSearch
 from reducer_core.errors import CheckInfraError, GoalUnreachableError, OriginalDidNotFailError, ReplayMismatchError
 from reducer_core.flakiness import CONFIRM_LIMIT, PROBE_BUDGET, Evidence, FlakinessTracker, Status
 from reducer_core.graph import GraphIndex
@@ -68,6 +70,9 @@ class SessionConfig:
     reduce_bodies: bool = True
     """Reduce inside the bodies of the Loop/If nodes left once the outer graph is minimal
     (``reducer_core.body_reduction``); False keeps them whole, as Polygraphy does."""
+    reduce_data: bool = False
+    """Shrink the min-bad model's input sizes at the end (``reducer_core.data_reduction``); the
+    command line and the service turn it on by default (``--no-reduce-data`` turns it off)."""
 
     @property
     def confirms(self) -> bool:
@@ -91,6 +96,8 @@ class SessionConfig:
             saved["goal"] = self.goal.value
         if "reduce_bodies" in saved and self.reduce_bodies:
             del saved["reduce_bodies"]  # the default: sessions saved before it resume unchanged
+        if not self.reduce_data:
+            del saved["reduce_data"]  # sessions saved before it existed resume unchanged (``_check_state``)
         return saved
 
 
@@ -212,6 +219,7 @@ class ReductionMachine:
         self._verified: Strategy | None = None  # the search again, once the check proved flaky
         self._probed_good: Candidate | None = None
         self._bodies: BodySearch | None = None  # the second level: inside Loop/If bodies
+        self._data: DataSearch | None = None  # the last step: smaller input sizes
         self._flow: _Flow = self._run()
         self._step: _Step | None = None
         self._started = False
@@ -262,6 +270,8 @@ class ReductionMachine:
 
     @property
     def best_bad(self) -> Candidate:
+        if self._data is not None:
+            return self._data.best_bad
         if self._found is not None:
             return self._found
         if self._bodies is not None:
@@ -368,6 +378,7 @@ class ReductionMachine:
             yield from self._reduce_bodies()
         if self.config.min_good and self.min_good is None:
             self._probed_good = yield from self._probe_min_good()
+        yield from self._reduce_data()
 
     def _run_to_pass(self) -> _Flow:
         """``Goal.PASS``: the empty set (the original: every node converted) must not pass, the
@@ -435,6 +446,20 @@ class ReductionMachine:
             verdict = yield _CheckStep(candidate, bodies.phase)
             assert isinstance(verdict, Verdict)
             bodies.observe(candidate, self._reproduces(verdict), self._clean_miss(verdict))
+
+    def _reduce_data(self) -> _Flow:
+        """The last step (``reducer_core.data_reduction``): the answer's input sizes, shrunk while
+        the failure reproduces. Not for a flaky check (one pass would settle a size)."""
+        if self.flakiness.flaky or not self.config.reduce_data:
+            return
+        search = DataSearch.start(self.index, self.best_bad)
+        if search is None:
+            return
+        self._data = search
+        while (candidate := search.propose()) is not None:
+            verdict = yield _CheckStep(candidate, DATA_PHASE)
+            assert isinstance(verdict, Verdict)
+            search.observe(candidate, self._reproduces(verdict))
 
     def _confirm_small_answer(self) -> Generator[_Step, Answer, None]:
         """An answer of 2 to ``CONFIRM_LIMIT`` nodes: ``CONFIRM_LIMIT`` re-checks, taking in turn the
@@ -709,6 +734,8 @@ def _check_state(state: dict[str, Any], index: GraphIndex, config: SessionConfig
     saved = state.get("config")
     if saved is not None and "confirm_flaky" not in saved:
         saved = {**saved, "confirm_flaky": True} if config.confirms else saved  # confirming only adds checks at the end
+    if saved is not None and "reduce_data" not in saved and config.reduce_data:
+        saved = {**saved, "reduce_data": True}  # so does shrinking the inputs: a state saved before it resumes
     if saved is not None and saved != config.to_json():
         raise ReplayMismatchError(f"The saved session was made with other options ({saved}), not {config.to_json()}.")
 

@@ -28,7 +28,8 @@ def _reduce(tmp_path: Path, model: onnx.ModelProto, spec: str, *extra: str) -> d
     onnx.save(model, str(tmp_path / "model.onnx"))
     (tmp_path / "spec.yaml").write_text(spec)
     args = ["reduce", "model.onnx", "-o", "min.onnx", "--check-spec", "spec.yaml", "--summary-json", "s.json"]
-    proc = cli(*args, "--no-progress", *extra, cwd=tmp_path)
+    # --no-reduce-data: these tests count the checks of localisation (smaller inputs: tests/cli/test_cli_data.py)
+    proc = cli(*args, "--no-progress", "--no-reduce-data", *extra, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Moved" in proc.stderr + proc.stdout  # the weights really went to a reference file
     summary: dict[str, object] = json.loads((tmp_path / "s.json").read_text())

@@ -47,7 +47,8 @@ def test_check_spec_and_check_are_mutually_exclusive(tmp_path: Path) -> None:
 
 def _checks(tmp_path: Path, *extra: str) -> dict[str, object]:
     args = ["reduce", "model.onnx", "-o", "min.onnx", "--check-spec", "spec.yaml", "--golden", "model.golden"]
-    proc = cli(*args, "--summary-json", "s.json", "--no-progress", *extra, cwd=tmp_path)
+    # --no-reduce-data: these tests count the checks of localisation (smaller inputs: tests/cli/test_cli_data.py)
+    proc = cli(*args, "--summary-json", "s.json", "--no-progress", "--no-reduce-data", *extra, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     summary: dict[str, object] = json.loads((tmp_path / "s.json").read_text())
     return summary

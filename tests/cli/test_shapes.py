@@ -37,9 +37,10 @@ def make_model(
 def reduce(model: onnx.ModelProto, op_regex: str, *options: str) -> tuple[int, onnx.ModelProto | None, str]:
     """Run `onnx-reducer reduce` on ``model`` (saved as model.onnx in the cwd) with an op-type regex
     check, as a user would; every iteration model is kept under arts/good and arts/bad.
-    Returns the exit code, the reduced model and the log (stderr)."""
+    Returns the exit code, the reduced model and the log (stderr). ``--no-reduce-data``: these
+    tests are about the shapes graph reduction gives (smaller inputs: ``test_cli_data.py``)."""
     onnx.save(model, "model.onnx")
-    argv = ["onnx-reducer", "reduce", "model.onnx", "-o", "reduced.onnx", "--no-progress", *options]
+    argv = ["onnx-reducer", "reduce", "model.onnx", "-o", "reduced.onnx", "--no-progress", "--no-reduce-data", *options]
     argv += ["--artifacts", "polygraphy_debug.onnx", "--art-dir", "arts"]
     argv += ["--fail-regex", op_regex, "--check", "onnx-reducer", "inspect", "polygraphy_debug.onnx"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)

@@ -209,7 +209,7 @@ def test_confirm_flaky_is_kept_in_the_jobs_options_and_part_of_the_same_request(
     """The form's ``confirm_flaky`` (on when left out) is stored with the other options and shown by
     ``GET /v1/jobs/{id}``; an Idempotency-Key reused with it changed is another request."""
     with client_for(api, tokens["team-a"]) as client:
-        asked = submit(client, EXAMPLE, confirm_flaky="false", pin_signature="false")
+        asked = submit(client, EXAMPLE, confirm_flaky="false", pin_signature="false", reduce_data="false")
         plain = submit(client, EXAMPLE)
         assert asked.status_code == plain.status_code == 202, (asked.text, plain.text)
         options = client.get(f"/v1/jobs/{asked.json()['id']}").json()["options"]
@@ -223,8 +223,14 @@ def test_confirm_flaky_is_kept_in_the_jobs_options_and_part_of_the_same_request(
         person = submit(client, EXAMPLE, "kind: interactive\n")
         assert person.status_code == 202, person.text
         interactive = client.get(f"/v1/jobs/{person.json()['id']}").json()["options"]
-    assert options == {"reduce_inputs": True, "reduce_outputs": True, "pin_signature": False, "confirm_flaky": False}
-    assert default["confirm_flaky"] is True and default["pin_signature"] is True
+    assert options == {
+        "reduce_inputs": True,
+        "reduce_outputs": True,
+        "pin_signature": False,
+        "confirm_flaky": False,
+        "reduce_data": False,
+    }
+    assert default["confirm_flaky"] is True and default["pin_signature"] is True and default["reduce_data"] is True
     assert interactive["confirm_flaky"] is False  # a person is not asked again unless the form says so
     assert first.status_code == same.status_code == 202 and first.json()["id"] == same.json()["id"]
     assert other.status_code == 422 and "Idempotency-Key" in other.json()["title"]

@@ -1,0 +1,189 @@
+"""Smaller inputs (``reducer_core.data_edits``, ``reducer_core.data_reduction``): the oracle fails
+from a given input size up, and every candidate the search checks is a valid model that
+onnxruntime runs at its new sizes."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from reducer_core import data_edits
+from reducer_core.cache import VerdictCache
+from reducer_core.candidate import Candidate
+from reducer_core.data_reduction import DataSearch
+from reducer_core.errors import ReplayMismatchError
+from reducer_core.extract import SerializedPieces, extract, extract_bytes
+from reducer_core.graph import GraphIndex
+from reducer_core.session import ReductionMachine, SessionConfig
+from reducer_core.verdict import Verdict
+from tests.models import FAIL, IR_VERSION, OPSET, PASS, index_of, random_feeds
+
+SEQ, HIDDEN = 64, 8
+
+
+def seq_model(seq: int = SEQ) -> onnx.ModelProto:
+    """tokens [1, seq, 8] and mask [1, seq, 1] -> MatMul(8x8 weight) -> Add(bias[8]) -> Mul(mask)
+    -> Relu -> Erf (the culprit) -> out."""
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(HIDDEN).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("MatMul", ["tokens", "w"], ["mm"], name="mm"),
+        helper.make_node("Add", ["mm", "b"], ["biased"], name="bias"),
+        helper.make_node("Mul", ["biased", "mask"], ["masked"], name="mask"),
+        helper.make_node("Relu", ["masked"], ["act"], name="relu"),
+        helper.make_node("Erf", ["act"], ["out"], name="culprit"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "seq",
+        [
+            helper.make_tensor_value_info("tokens", TensorProto.FLOAT, [1, seq, HIDDEN]),
+            helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, seq, 1]),
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, seq, HIDDEN])],
+        initializer=[weight, bias],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    return model
+
+
+class SizeOracle:
+    """Fails when node ``culprit`` is in the candidate and its model's sequence length is at least
+    ``threshold``; proves every candidate valid (checker and an onnxruntime run)."""
+
+    def __init__(self, index: GraphIndex, threshold: int, culprit: str = "culprit") -> None:
+        self.index, self.threshold, self.culprit = index, threshold, culprit
+        self.sizes: list[int] = []
+
+    def __call__(self, candidate: Candidate) -> Verdict:
+        model = extract(self.index, candidate)
+        onnx.checker.check_model(model, full_check=True)
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        outputs = session.run(None, random_feeds(model))
+        assert all(o.ndim == 0 or o.size > 0 for o in outputs)
+        present = {self.index.nodes[n].name for n in candidate.nodes}
+        seq = max(
+            (d for dims in data_edits.input_dims(model).values() for d in dims[1:2] if isinstance(d, int)), default=1
+        )
+        self.sizes.append(seq)
+        return FAIL if self.culprit in present and seq >= self.threshold else PASS
+
+
+def run(machine: ReductionMachine, oracle: SizeOracle, limit: int | None = None) -> int:
+    """Drive ``machine``; stop after ``limit`` checks. Returns the checks run."""
+    done = 0
+    while not machine.done and (limit is None or done < limit):
+        (request,) = machine.next_requests(1)
+        assert not isinstance(request, str)
+        machine.deliver(request, oracle(request.candidate))  # type: ignore[union-attr]
+        done += 1
+    return done
+
+
+def session(index: GraphIndex, reduce_data: bool = True) -> ReductionMachine:
+    return ReductionMachine(index, SessionConfig(reduce_data=reduce_data), VerdictCache(index.fingerprint, "c"))
+
+
+@pytest.mark.parametrize("threshold", [1, 2, 17, 33, 63, 64])
+def test_the_sequence_shrinks_to_the_smallest_failing_size_in_few_checks(threshold: int) -> None:
+    index = index_of(seq_model())
+    machine = session(index)
+    oracle = SizeOracle(index, threshold)
+    run(machine, oracle)
+    best = machine.result.min_bad
+    assert {index.nodes[n].name for n in best.nodes} == {"culprit"}
+    model = extract(index, best)
+    # the hidden size fails at any size too (the Erf alone reads no weight)
+    assert data_edits.input_dims(model) == {"act": [1, threshold, 1]}
+    data_checks = sum(1 for r in machine.records if r.phase == "data")
+    # per size: halving, log2(size) at most, then bisection between the pass and the failure
+    assert data_checks <= 2 * (math.log2(SEQ) + math.log2(HIDDEN))
+    if threshold == 1:
+        assert data_checks == math.log2(SEQ) + math.log2(HIDDEN)  # a failure at every size: one halving per check
+
+
+def test_weight_dimensions_stay_and_mask_shrinks_with_the_tokens() -> None:
+    """A candidate that keeps the MatMul: the hidden size (its contraction with the weight) is
+    refused without a check; tokens and mask share the sequence length and shrink together."""
+    index = index_of(seq_model())
+    whole = Candidate(index.all_nodes())
+    search = DataSearch.start(index, whole)
+    assert search is not None
+    asked: list[Candidate] = []
+    while (candidate := search.propose()) is not None:
+        asked.append(candidate)
+        sizes = data_edits.parse(candidate.data)
+        search.observe(candidate, sizes.get(SEQ, SEQ) >= 5)
+    assert all(str(HIDDEN) not in "".join(c.data).split("=")[0] for c in asked)
+    assert data_edits.input_dims(extract(index, search.best_bad)) == {"tokens": [1, 5, HIDDEN], "mask": [1, 5, 1]}
+
+
+def test_refused_sizes_cost_no_check() -> None:
+    model = seq_model()
+    shape = numpy_helper.from_array(np.array([1, SEQ, 2, 4], dtype=np.int64), "shape")
+    model.graph.initializer.append(shape)
+    model.graph.node.append(helper.make_node("Reshape", ["out", "shape"], ["flat"], name="reshape"))
+    model.graph.output.append(helper.make_tensor_value_info("flat", TensorProto.FLOAT, [1, SEQ, 2, 4]))
+    index = index_of(model)
+    whole = Candidate(index.all_nodes())
+    with pytest.raises(data_edits.DataEditError):
+        extract(index, Candidate(whole.nodes, None, frozenset(), frozenset({data_edits.dim_edit(SEQ, 32)})))
+    search = DataSearch.start(index, whole)
+    assert search is not None and search.propose() is None  # nothing to check: every size refused
+
+
+def test_a_data_candidate_has_its_own_fingerprint_json_and_bytes() -> None:
+    index = index_of(seq_model())
+    plain = Candidate(frozenset({4}))
+    shrunk = Candidate(plain.nodes, None, frozenset(), frozenset({data_edits.dim_edit(SEQ, 3)}))
+    assert plain.fingerprint == Candidate(frozenset({4})).fingerprint
+    assert "data" not in plain.to_json()
+    assert shrunk.fingerprint != plain.fingerprint
+    assert Candidate.from_json(json.loads(json.dumps(shrunk.to_json()))) == shrunk
+    written = onnx.load_from_string(extract_bytes(SerializedPieces(index), shrunk))
+    assert written == extract(index, shrunk)
+
+
+def test_a_session_resumed_in_the_data_phase_ends_like_one_run() -> None:
+    index = index_of(seq_model())
+    whole = session(index)
+    run(whole, SizeOracle(index, 17))
+    for stop in range(1, whole.checks_run):
+        first = session(index)
+        run(first, SizeOracle(index, 17), limit=stop)
+        saved = json.loads(json.dumps(first.state()))
+        second = ReductionMachine.from_state(
+            index, SessionConfig(reduce_data=True), VerdictCache(index.fingerprint, "c"), saved
+        )
+        oracle = SizeOracle(index, 17)
+        run(second, oracle)
+        assert second.result.min_bad == whole.result.min_bad
+        assert len(oracle.sizes) == whole.checks_run - stop  # no finished check runs again
+
+
+def test_reduce_data_off_by_default_and_old_states_resume_with_it_on() -> None:
+    index = index_of(seq_model())
+    off = session(index, reduce_data=False)
+    oracle = SizeOracle(index, 1)
+    run(off, oracle)
+    assert not off.result.min_bad.data
+    assert "reduce_data" not in off.state()["config"]
+    saved = json.loads(json.dumps(off.state()))  # as a session saved before data reduction existed
+    resumed = ReductionMachine.from_state(
+        index, SessionConfig(reduce_data=True), VerdictCache(index.fingerprint, "c"), saved
+    )
+    more = SizeOracle(index, 1)
+    run(resumed, more)
+    assert more.sizes == [32, 16, 8, 4, 2, 1, 1, 1, 1]  # only the data phase's checks (sequence, then hidden)
+    on_state = json.loads(json.dumps(resumed.state()))
+    assert on_state["config"]["reduce_data"] is True
+    with pytest.raises(ReplayMismatchError):
+        ReductionMachine.from_state(index, SessionConfig(), VerdictCache(index.fingerprint, "c"), on_state)
