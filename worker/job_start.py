@@ -5,11 +5,14 @@ a big model loads; once checks are queued, the workers that run them keep the jo
 
 from __future__ import annotations
 
+from sqlalchemy.orm import Session
+
 from persistence.enums import ArtifactKind, EventKind
 from persistence.jsonlog import bind_job
 from persistence.models import utcnow
 from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
 from persistence.repositories.units import UnitRepository
+from persistence.retry import transaction
 from worker.advance import Advanced, advance
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError, JobTimedOutError, deadline_of, ending_errors
@@ -47,10 +50,11 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
     prepared = PREPARED.get(job_input, ctx)
     nodes = len(prepared.workspace.index)
     weights = {loc: ctx.layout.store.put_file(path) for loc, path in prepared.workspace.sources.files.items()}
-    with ctx.db.session() as session:
+
+    def begin(session: Session) -> tuple[str, Advanced] | None:
         job = JobRepository(session).lock_running(job_id)
         if job is None or job.attempts != attempt:
-            return  # ended meanwhile, or taken again by another worker
+            return None  # ended meanwhile, or taken again by another worker
         for location, blob in weights.items():
             ArtifactRepository(session).put(job_id, ArtifactKind.WEIGHTS, location, blob)
         job.nodes_before = nodes
@@ -58,5 +62,8 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
         started = EventRepository(session).append(job_id, EventKind.STARTED, payload).seq
         requeued = UnitRepository(session).requeue_running(job_id)  # the checks of workers that died
         outcome = advance(ctx, session, job, prepared)
-        queue = job.queue
-    announce(ctx, job_id, queue, Advanced(max(outcome.seq, started), outcome.queued + requeued, outcome.ended))
+        return job.queue, Advanced(max(outcome.seq, started), outcome.queued + requeued, outcome.ended)
+
+    begun = transaction(ctx.db, begin, f"job {job_id}: starting it")
+    if begun is not None:
+        announce(ctx, job_id, *begun)

@@ -36,6 +36,7 @@ from checks.spec import requirements_of
 from persistence.models import utcnow
 from persistence.repositories import JobRepository, WorkerRepository, WorkerStatus
 from persistence.repositories.units import UnitRepository
+from persistence.retry import transaction
 from worker.context import RunnerContext
 from worker.maintenance import sweep_unreferenced_blobs
 
@@ -213,8 +214,9 @@ class WorkerPresence:
 
     def _requeue_lost_checks(self) -> None:
         """Checks whose worker died (their lease ran out) are queued again and announced."""
-        with self.ctx.db.session() as session:
-            requeued = UnitRepository(session).requeue_expired()
+        requeued = transaction(
+            self.ctx.db, lambda session: UnitRepository(session).requeue_expired(), "queueing lost checks again"
+        )
         for job_id, queue in requeued:
             log.info("job %s: a check's worker is gone; the check is queued again", job_id)
             self.ctx.wake(job_id, queue)

@@ -148,7 +148,10 @@ class UnitRepository:
     def requeue_expired(self) -> list[tuple[str, str]]:
         """Running units whose worker stopped renewing them (it died), of jobs another worker keeps
         alive (their lease is live; a job nobody keeps alive is taken again as a whole): queued again.
-        Returns (job id, queue) per unit, for the messages that announce them."""
+        Returns (job id, queue) per unit, for the messages that announce them.
+
+        The units are locked without their jobs' rows, so a unit another transaction holds is
+        skipped (the next heartbeat looks again) rather than waited for (lock order: retry.py)."""
         now = utcnow()
         query = (
             select(CheckUnit, Job.queue)
@@ -159,6 +162,8 @@ class UnitRepository:
                 Job.status == JobStatus.RUNNING.value,
                 Job.lease_expires_at >= now,
             )
+            .order_by(CheckUnit.id)
+            .with_for_update(of=CheckUnit, skip_locked=True)
         )
         requeued: list[tuple[str, str]] = []
         for unit, queue in self.session.execute(query).all():
