@@ -122,6 +122,14 @@ class UnitRepository:
     def finish(self, unit: CheckUnit, duration_s: float) -> None:
         unit.status, unit.finished_at, unit.duration_s, unit.lease_expires_at = DONE, utcnow(), duration_s, None
 
+    def renumber(self, job_id: str, request_id: str, number: int) -> None:
+        """A finished unit takes the number its iteration was recorded with."""
+        self.session.execute(
+            update(CheckUnit)
+            .where(CheckUnit.job_id == job_id, CheckUnit.request_id == request_id)
+            .values(number=number)
+        )
+
     def requeue(self, unit: CheckUnit) -> None:
         unit.status, unit.worker, unit.lease_expires_at = QUEUED, None, None
 

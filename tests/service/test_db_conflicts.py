@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -147,9 +148,18 @@ def test_fast_check_jobs_on_three_workers_all_succeed_at_their_first_attempt(
     with client_for(command_api_url, tokens["team-a"]) as client:
         ids = [submit(client, model, FAST_CHECK.format(mul=mul)).json()["id"] for model, mul in models]
         jobs = [wait_job(client, job_id, timeout=300) for job_id in ids]
-    for job in jobs:
+        numbers = [_numbers(client, job_id) for job_id in ids]
+    for job, recorded in zip(jobs, numbers, strict=True):
         assert job["status"] == "succeeded", job
         assert job["attempts"] == 1, job
+        # checks cancelled or answered too late (speculative ones) take no number: no gap
+        assert recorded == list(range(1, len(recorded) + 1)), recorded
+        assert job["progress"]["iteration"] == len(recorded), job
     logs = "".join(proc.output() for proc in processes.started)
     assert "workers are gone" not in logs
     assert "database failed" not in logs and "kept aborting" not in logs
+
+
+def _numbers(client: httpx.Client, job_id: str) -> list[int]:
+    items = client.get(f"/v1/jobs/{job_id}/iterations", params={"limit": 1000}).json()["items"]
+    return sorted(int(item["number"]) for item in items)
