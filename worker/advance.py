@@ -144,7 +144,8 @@ def _queue_next(ctx: RunnerContext, session: Any, job: Job, reduction: Reduction
     before = reduction.machine.issued
     requests = _numbered(reduction.next_requests(wanted, active), before)
     # a rebuilt session numbers the request it waits for again even when it is in flight: the new
-    # requests are numbered after the last one handed out, so iteration numbers leave no gap
+    # requests are numbered after the last one handed out, so the checks in flight have distinct
+    # numbers (the iteration's own number is given when its verdict is recorded: ``_record``)
     reduction.machine.issued = before + sum(isinstance(r, CheckRequest) for r in requests)
     units.add(job.id, [new_unit(r) for r in requests])
     JobRepository.progress(job, session_state=reduction.state())

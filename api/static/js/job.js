@@ -161,7 +161,8 @@ function flights(state) {
 /** The in-flight numbers of the checks already recorded: an iteration is numbered when its verdict
  * is recorded (no gaps), so a check runs under the number it was queued with (`started_as`). */
 function finishedFlights(state) {
-  return new Set([...state.rows.values()].map(({ data }) => data.started_as ?? data.number));
+  const checked = [...state.rows.values()].filter(({ data }) => !data.cached); // a cached answer never ran
+  return new Set(checked.map(({ data }) => data.started_as ?? data.number));
 }
 
 function inFlight(state) {
