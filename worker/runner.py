@@ -70,7 +70,7 @@ class JobHandler:
                     )
                 else:
                     log.warning(
-                        "job %s: the database failed (%s%s: %s); the job is taken again once it works",
+                        "job %s: the database is unreachable (%s%s: %s); the job is taken again once it is back",
                         *(job_id, type(exc).__name__, f", SQLSTATE {state}" if state else "", _first_line(exc)),
                     )
                 return Delivery.NO_DATABASE
