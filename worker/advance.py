@@ -27,7 +27,7 @@ from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
 from persistence.models import CheckUnit, Iteration, Job, utcnow
 from persistence.reduction import store_results
 from persistence.report_bundle import store_bundle
-from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
+from persistence.repositories import ArtifactRepository, EventRepository, IterationRepository, JobRepository
 from persistence.repositories.units import NewUnit, UnitRepository
 from persistence.store import StoredBlob
 from reducer_core.candidate import Candidate
@@ -153,7 +153,8 @@ def _queue_next(ctx: RunnerContext, session: Any, job: Job, reduction: Reduction
     before = reduction.machine.issued
     requests = _numbered(reduction.next_requests(wanted, active), before)
     # a rebuilt session numbers the request it waits for again even when it is in flight: the new
-    # requests are numbered after the last one handed out, so iteration numbers leave no gap
+    # requests are numbered after the last one handed out, so the checks in flight have distinct
+    # numbers (the iteration's own number is given when its verdict is recorded: ``_record``)
     reduction.machine.issued = before + sum(isinstance(r, CheckRequest) for r in requests)
     units.add(job.id, [new_unit(r) for r in requests])
     JobRepository.progress(job, session_state=reduction.state())
@@ -181,17 +182,24 @@ def _record(
     farm: FarmLink,
 ) -> int:
     """The iteration rows and events of the verdicts just taken in (one per delivered check, one
-    per answer from the job's or the farm's cache)."""
+    per answer from the job's or the farm's cache).
+
+    An iteration is numbered when its verdict is recorded, the next number after the job's last
+    row (under the job's row lock), so the numbers have no gap: a check cancelled before its
+    verdict (a speculative one the search no longer needs) takes none. The number its unit was
+    queued with (``record.number``, shown while it runs) is kept in the event as ``started_as``,
+    and the unit takes the iteration's number."""
     seq = 0
+    iterations = IterationRepository(session)
     for record in records:
+        number = iterations.next_number(job.id)
         if record.cached:
-            reduction.machine.issued += 1  # its own iteration number, after every one handed out
-            seq = farm.record_hit(record, reduction.machine.issued)
+            seq = farm.record_hit(record, number)
             continue
         verdict = record.verdict
         row = Iteration(
             job_id=job.id,
-            number=record.number,
+            number=number,
             phase=record.phase,
             fingerprint=record.candidate.fingerprint,
             node_count=len(record.candidate),
@@ -208,18 +216,21 @@ def _record(
         session.flush()
         if delivery is not None and delivery.blob is not None:
             meta = {"weights": delivery.locations, "nodes": len(record.candidate)}
-            name = f"iteration-{record.number}"
+            name = f"iteration-{number}"
             row.artifact_id = (
                 ArtifactRepository(session).put(job.id, ArtifactKind.ITERATION, name, delivery.blob, meta).id
             )
         JobRepository.progress(
             job,
-            iterations_done=max(job.iterations_done, record.number),
+            iterations_done=max(job.iterations_done, number),
             best_size=record.best_size,
             check_time_s=job.check_time_s + verdict.duration_s,
         )
+        if delivery is not None:
+            UnitRepository(session).renumber(job.id, delivery.request.id, number)
         payload = {
-            "number": record.number,
+            "number": number,
+            "started_as": record.number,
             "phase": record.phase,
             "nodes": len(record.candidate),
             "verdict": verdict.kind.value,

@@ -5,13 +5,15 @@ of delivery), from where kombu hands it out again after the visibility timeout.
 
 ``forget_unacked`` removes a job's messages from there when the farm has re-sent the job itself
 (``worker/presence.py``): the broker's redelivery would only repeat it. A worker still holding
-such a message is unaffected (its acknowledgement of a removed tag does nothing)."""
+such a message is unaffected (its acknowledgement of a removed tag does nothing).
+``forget_unacked_of_ended`` removes the messages of ended jobs, which a killed worker leaves behind
+when other workers carry its job on (an idle worker sweeps them, ``worker/presence.py``)."""
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
@@ -29,6 +31,22 @@ class BrokerMessages:
     def forget_unacked(self, job_id: str) -> int:
         """Remove every unacknowledged message for ``job_id``; how many were removed."""
         tags = [tag for tag, raw in self.client.hscan_iter(UNACKED) if job_of(raw) == job_id]
+        if tags:
+            pipe = self.client.pipeline()
+            pipe.zrem(UNACKED_INDEX, *tags)
+            pipe.hdel(UNACKED, *tags)
+            pipe.execute()
+        return len(tags)
+
+    def forget_unacked_of_ended(self, ended: Callable[[list[str]], set[str]]) -> int:
+        """Remove the unacknowledged messages of the jobs that ``ended`` picks out of those held: an
+        ended job needs no message, and one a killed worker held would otherwise stay until the
+        visibility timeout (hours). How many were removed."""
+        held = {tag: job for tag, raw in self.client.hscan_iter(UNACKED) if (job := job_of(raw)) is not None}
+        if not held:
+            return 0
+        gone = ended(sorted(set(held.values())))
+        tags = [tag for tag, job in held.items() if job in gone]
         if tags:
             pipe = self.client.pipeline()
             pipe.zrem(UNACKED_INDEX, *tags)

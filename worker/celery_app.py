@@ -64,7 +64,14 @@ class _CeleryWorker:
     def node(self) -> WorkerNode:
         if self._node is None:
             broker = BrokerMessages(str(self.settings.redis_url))
-            self._node = WorkerNode(self.settings, self.ctx, self.queues, self.send_to_self, broker.forget_unacked)
+            self._node = WorkerNode(
+                self.settings,
+                self.ctx,
+                self.queues,
+                self.send_to_self,
+                broker.forget_unacked,
+                forget_ended=broker.forget_unacked_of_ended,
+            )
             self.ctx.on_work = self._node.activity.switch  # the farm view shows the job it works on
         return self._node
 

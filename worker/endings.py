@@ -16,6 +16,7 @@ from persistence.enums import ErrorCode, EventKind, JobStatus
 from persistence.models import Job, utcnow
 from persistence.repositories import EventRepository, IterationRepository, JobRepository
 from persistence.repositories.units import UnitRepository
+from persistence.retry import transaction
 from reducer_core.errors import (
     CheckInfraError,
     InvalidModelError,
@@ -74,11 +75,14 @@ def finish_locked(session: Any, job: Job, status: JobStatus, code: ErrorCode | N
 
 def end_job(ctx: RunnerContext, job_id: str, status: JobStatus, code: ErrorCode | None, message: str | None) -> bool:
     """End the job if it is still running (False: another worker ended it first)."""
-    with ctx.db.session() as session:
+
+    def end(session: Any) -> int | None:
         job = JobRepository(session).lock_running(job_id)
-        if job is None:
-            return False
-        seq = finish_locked(session, job, status, code, message)
+        return None if job is None else finish_locked(session, job, status, code, message)
+
+    seq = transaction(ctx.db, end, f"job {job_id}: ending it")
+    if seq is None:
+        return False
     ctx.notify(job_id, seq)
     return True
 

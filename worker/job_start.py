@@ -5,15 +5,18 @@ a big model loads; once checks are queued, the workers that run them keep the jo
 
 from __future__ import annotations
 
+from sqlalchemy.orm import Session
+
 from persistence.enums import ArtifactKind, EventKind
 from persistence.jsonlog import bind_job
 from persistence.models import utcnow
 from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
 from persistence.repositories.units import UnitRepository
+from persistence.retry import transaction
 from worker.advance import Advanced, advance
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError, JobTimedOutError, deadline_of, ending_errors
-from worker.final_checks import run_finals
+from worker.final_checks import Finals, run_finals
 from worker.lease import Heartbeat
 from worker.prepared import PREPARED, JobInput
 from worker.unit_run import announce
@@ -48,10 +51,11 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
     prepared = PREPARED.get(job_input, ctx)
     nodes = len(prepared.workspace.index)
     weights = {loc: ctx.layout.store.put_file(path) for loc, path in prepared.workspace.sources.files.items()}
-    with ctx.db.session() as session:
+
+    def begin(session: Session) -> tuple[str, Advanced, Finals | None] | None:
         job = JobRepository(session).lock_running(job_id)
         if job is None or job.attempts != attempt:
-            return  # ended meanwhile, or taken again by another worker
+            return None  # ended meanwhile, or taken again by another worker
         for location, blob in weights.items():
             ArtifactRepository(session).put(job_id, ArtifactKind.WEIGHTS, location, blob)
         job.nodes_before = nodes
@@ -59,7 +63,12 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
         started = EventRepository(session).append(job_id, EventKind.STARTED, payload).seq
         requeued = UnitRepository(session).requeue_running(job_id)  # the checks of workers that died
         outcome = advance(ctx, session, job, prepared)
-        queue = job.queue
-    announce(ctx, job_id, queue, Advanced(max(outcome.seq, started), outcome.queued + requeued, outcome.ended))
-    if outcome.finals is not None:  # the answer's final checks, outside the lock (worker.final_checks)
-        announce(ctx, job_id, queue, Advanced(run_finals(ctx, prepared, outcome.finals), ended=True))
+        return job.queue, Advanced(max(outcome.seq, started), outcome.queued + requeued, outcome.ended), outcome.finals
+
+    begun = transaction(ctx.db, begin, f"job {job_id}: starting it")
+    if begun is None:
+        return
+    queue, advanced, finals = begun
+    announce(ctx, job_id, queue, advanced)
+    if finals is not None:  # the answer's final checks, outside the lock (worker.final_checks)
+        announce(ctx, job_id, queue, Advanced(run_finals(ctx, prepared, finals), ended=True))

@@ -11,7 +11,15 @@ from collections.abc import Sequence
 
 from checks.capabilities import detect_capabilities, parse_gpu_names
 from worker.context import RunnerContext
-from worker.presence import Activity, ForgetMessages, PresenceTimings, Resend, WorkerIdentity, WorkerPresence
+from worker.presence import (
+    Activity,
+    ForgetEnded,
+    ForgetMessages,
+    PresenceTimings,
+    Resend,
+    WorkerIdentity,
+    WorkerPresence,
+)
 from worker.runner import JobHandler
 from worker.settings import WorkerSettings
 
@@ -59,6 +67,7 @@ class WorkerNode:
         resend: Resend | None = None,
         forget_messages: ForgetMessages | None = None,
         name: str | None = None,
+        forget_ended: ForgetEnded | None = None,
     ) -> None:
         gpus = parse_gpu_names(settings.worker_gpus) if settings.worker_gpus is not None else None
         self.identity = WorkerIdentity(
@@ -72,5 +81,5 @@ class WorkerNode:
         self.activity = Activity()
         self.handler = JobHandler(ctx, self.identity, self.activity)
         self.presence = WorkerPresence(
-            ctx, self.identity, self.activity, presence_timings(settings), resend, forget_messages
+            ctx, self.identity, self.activity, presence_timings(settings), resend, forget_messages, forget_ended
         )

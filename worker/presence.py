@@ -19,7 +19,8 @@ works on (queued, or running with an expired lease) and whose last message is ol
 worker would have received it, so the message is gone: the worker records the new dispatch time
 (conditionally, so of two idle workers one re-sends), removes any copy of the lost message from
 Redis's unacknowledged set (so the broker's own redelivery does not fire as well) and sends the
-job to its own queue. A busy worker never re-sends anything."""
+job to its own queue. A busy worker never re-sends anything. An idle worker also removes the
+unacknowledged messages of ended jobs (a killed worker's, whose job other workers finished)."""
 
 from __future__ import annotations
 
@@ -33,10 +34,12 @@ from datetime import datetime, timedelta
 from checks.capabilities import Capabilities, unmet
 from checks.lifeline import kill_orphaned_checks
 from checks.spec import requirements_of
+from persistence.enums import JobStatus
 from persistence.models import utcnow
 from persistence.repositories import JobRepository, WorkerRepository, WorkerStatus
 from persistence.repositories.units import UnitRepository
 from persistence.retention import enforce_retention
+from persistence.retry import transaction
 from worker.context import RunnerContext
 from worker.maintenance import sweep_unreferenced_blobs
 
@@ -124,6 +127,8 @@ class PresenceTimings:
 
 Resend = Callable[[str], None]  # sends a job to this worker's own queue
 ForgetMessages = Callable[[str], int]  # removes a job's unacknowledged messages from the broker
+# removes the unacknowledged messages of the jobs the callable picks as ended (of those it is given)
+ForgetEnded = Callable[[Callable[[list[str]], set[str]]], int]
 
 
 class WorkerPresence:
@@ -138,9 +143,10 @@ class WorkerPresence:
         timings: PresenceTimings,
         resend: Resend | None = None,
         forget_messages: ForgetMessages | None = None,
+        forget_ended: ForgetEnded | None = None,
     ) -> None:
         self.ctx, self.identity, self.activity, self.timings = ctx, identity, activity, timings
-        self.resend, self.forget_messages = resend, forget_messages
+        self.resend, self.forget_messages, self.forget_ended = resend, forget_messages, forget_ended
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="worker-presence", daemon=True)
@@ -219,6 +225,7 @@ class WorkerPresence:
         grace = self.timings.dispatch_grace_s
         if idle is None or idle < grace or self.resend is None:
             return
+        self._forget_ended_messages()
         job_id = self._claim_dispatch(utcnow() - timedelta(seconds=grace))
         if job_id is None:
             self._take_waiting_check(grace)
@@ -234,10 +241,25 @@ class WorkerPresence:
         self.activity.restart_idle_clock()  # one job per grace period: its message is on its way
         self.resend(job_id)
 
+    def _forget_ended_messages(self) -> None:
+        """Messages of ended jobs left in the broker's unacknowledged set (a worker killed while
+        holding one, its job carried on by others) are removed, not redelivered hours later."""
+        if self.forget_ended is None:
+            return
+        removed = self.forget_ended(self._ended)
+        if removed:
+            log.info("removed %d unacknowledged messages of ended jobs from the broker", removed)
+
+    def _ended(self, job_ids: list[str]) -> set[str]:
+        with self.ctx.db.session() as session:
+            jobs = JobRepository(session)
+            return {j for j in job_ids if (job := jobs.get(j)) is None or JobStatus(job.status).terminal}
+
     def _requeue_lost_checks(self) -> None:
         """Checks whose worker died (their lease ran out) are queued again and announced."""
-        with self.ctx.db.session() as session:
-            requeued = UnitRepository(session).requeue_expired()
+        requeued = transaction(
+            self.ctx.db, lambda session: UnitRepository(session).requeue_expired(), "queueing lost checks again"
+        )
         for job_id, queue in requeued:
             log.info("job %s: a check's worker is gone; the check is queued again", job_id)
             self.ctx.wake(job_id, queue)

@@ -25,6 +25,7 @@ from persistence.jsonlog import bind_job
 from persistence.models import Job, utcnow
 from persistence.repositories import ClaimResult, EventRepository, JobRepository
 from persistence.repositories.units import UnitRepository, Work
+from persistence.retry import transaction
 from worker.context import RunnerContext
 from worker.endings import end_event, end_payload, finish_locked
 from worker.job_start import start_job
@@ -63,14 +64,20 @@ def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
 def _recover(job_id: str, ctx: RunnerContext) -> bool:
     """The named job, if nobody works on it (running, its lease out, nothing queued: its workers
     died): taken again and resumed. A job the claim ends (out of attempts) gets its event."""
-    with ctx.db.session() as session:
+
+    def take_over(session: Any) -> ClaimResult | None:
         jobs = JobRepository(session)
         job = jobs.get(job_id)
         if job is None or job.status != JobStatus.RUNNING.value or _lease_live(job):
-            return False
+            return None
         claim = jobs.claim(job_id, ctx.lease_s, ctx.max_attempts)
         if claim is ClaimResult.FINISHED:
             _announce_end(session, job)
+        return claim
+
+    claim = transaction(ctx.db, take_over, f"job {job_id}: taking it over")
+    if claim is None:
+        return False
     if claim is ClaimResult.FINISHED:
         _notify_last(ctx, job_id)
         cleanup_if_ended(ctx, job_id)
@@ -91,33 +98,52 @@ def _lease_live(job: Job) -> bool:
 def take_next(ctx: RunnerContext) -> _Taken | None:
     """Claim the work fair share gives this worker first (a job to start or a check), or None."""
     _end_cancelled(ctx)
-    with ctx.db.session() as session:
-        units = UnitRepository(session)
-        work = units.available_work(ctx.queues, ctx.max_attempts)
-        if not work:
-            return None
-        cap = ctx.team_max_running_checks or None
-        for item in fair_order(work, units.team_loads(), ctx.team_shares, cap):
-            if not _servable(ctx, item):
-                continue
-            taken = _claim(ctx, session, item)
-            if taken is not None:
-                seq = session.info.pop("check_started_seq", 0)
-                break
-        else:
-            return None
+    found = transaction(ctx.db, lambda session: _take(ctx, session), "taking the next piece of work")
+    if found is None:
+        return None
+    taken, seq = found
     if seq:
         ctx.notify(taken.job_id, seq)
     return taken
+
+
+def _take(ctx: RunnerContext, session: Any) -> tuple[_Taken, int] | None:
+    units = UnitRepository(session)
+    work = units.available_work(ctx.queues, ctx.max_attempts)
+    if not work:
+        return None
+    cap = ctx.team_max_running_checks or None
+    for item in fair_order(work, units.team_loads(), ctx.team_shares, cap):
+        if not _servable(ctx, item):
+            continue
+        taken = _claim(ctx, session, item)
+        if taken is not None:
+            return taken, session.info.pop("check_started_seq", 0)
+    return None
 
 
 def _claim(ctx: RunnerContext, session: Any, item: Work) -> _Taken | None:
     if item.kind == "job":
         claimed = JobRepository(session).claim(str(item.id), ctx.lease_s, ctx.max_attempts)
         return _Taken(item.job_id, None) if claimed is ClaimResult.CLAIMED else None
+    # inside a savepoint: a unit another worker took first is rolled back, and with it the locks
+    # taken for it, so this transaction holds the rows of one job at most (lock order: retry.py)
+    savepoint = session.begin_nested()
+    taken = _claim_unit(ctx, session, item)
+    if taken is None:
+        savepoint.rollback()
+    else:
+        savepoint.commit()
+    return taken
+
+
+def _claim_unit(ctx: RunnerContext, session: Any, item: Work) -> _Taken | None:
     units = UnitRepository(session)
     cap = ctx.team_max_running_checks
     if cap and units.team_running_locked(item.team) >= cap:
+        return None
+    # the lock order (persistence/retry.py): the job's row before its unit's
+    if JobRepository(session).lock_running(item.job_id) is None:
         return None
     if not units.claim(int(item.id), ctx.worker, ctx.lease_s):
         return None
@@ -146,15 +172,18 @@ def _servable(ctx: RunnerContext, item: Work) -> bool:
 
 def _end_cancelled(ctx: RunnerContext) -> None:
     """Cancelled running jobs with no check running: nobody else would end them."""
-    ended: list[tuple[str, int]] = []
-    with ctx.db.session() as session:
+
+    def end(session: Any) -> list[tuple[str, int]]:
+        ended: list[tuple[str, int]] = []
         for job_id in JobRepository(session).cancelled_running(ctx.queues):
             if UnitRepository(session).running_count(job_id):
                 continue  # the workers running its checks stop them and end it
             job = JobRepository(session).lock_running(job_id)
             if job is not None:
                 ended.append((job_id, finish_locked(session, job, JobStatus.CANCELLED, None, None)))
-    for job_id, seq in ended:
+        return ended
+
+    for job_id, seq in transaction(ctx.db, end, "ending cancelled jobs"):
         ctx.notify(job_id, seq)
         cleanup_if_ended(ctx, job_id)
 

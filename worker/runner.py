@@ -22,6 +22,7 @@ from checks.spec import requirements_of
 from persistence.enums import JobStatus
 from persistence.jsonlog import bind_job
 from persistence.repositories import ClaimResult, JobRepository, TeamRepository, claimable
+from persistence.retry import MAX_TRIES, is_conflict, sqlstate_of
 from worker.context import RunnerContext
 from worker.presence import Activity, WorkerIdentity
 from worker.run_job import run_job
@@ -60,11 +61,18 @@ class JobHandler:
             try:
                 return self._handle(job_id)
             except SQLAlchemyError as exc:
-                log.warning(
-                    "job %s: the database is unreachable (%s); the job is taken again once it is back",
-                    job_id,
-                    type(exc).__name__,
-                )
+                state = sqlstate_of(exc)
+                if is_conflict(exc):
+                    log.warning(
+                        "job %s: PostgreSQL kept aborting a transaction as it crossed other workers' "
+                        "(%s, SQLSTATE %s, after %d tries); the work is taken again later",
+                        *(job_id, type(exc).__name__, state, MAX_TRIES),
+                    )
+                else:
+                    log.warning(
+                        "job %s: the database is unreachable (%s%s: %s); the job is taken again once it is back",
+                        *(job_id, type(exc).__name__, f", SQLSTATE {state}" if state else "", _first_line(exc)),
+                    )
                 return Delivery.NO_DATABASE
 
     def _handle(self, job_id: str) -> Delivery:
@@ -128,3 +136,9 @@ class JobHandler:
             "job %s ended: %s, team %s, %.1f s, %d checks, %d cache hits",
             *(job_id, outcome, team, seconds, checks, hits),
         )
+
+
+def _first_line(exc: SQLAlchemyError) -> str:
+    """The driver's message, first line (no SQL, no parameters)."""
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return lines[0][:200] if lines else ""

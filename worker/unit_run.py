@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
+from sqlalchemy.orm import Session
+
 from checks.cancel import CheckStoppedError, stop_checks_when
 from engine.localize import layerwise_run
 from persistence.enums import ErrorCode, JobStatus
@@ -22,6 +24,7 @@ from persistence.jsonlog import bind_job
 from persistence.models import CheckUnit, utcnow
 from persistence.repositories import JobRepository
 from persistence.repositories.units import CANCELLED, DONE, UnitRepository
+from persistence.retry import sqlstate_of, transaction
 from reducer_core.errors import MissingTypeError
 from reducer_core.session import CheckRequest, Request
 from reducer_core.verdict import Verdict, VerdictKind
@@ -70,11 +73,15 @@ class _UnitLease:
     def _loop(self) -> None:
         while not self._stop.wait(max(self.ctx.lease_s / 3, 0.05)):
             try:
-                with self.ctx.db.session() as session:
-                    held = UnitRepository(session).renew(self.ticket.id, self.ctx.worker, self.ctx.lease_s)
+                with self.ctx.db.session() as session:  # the job's row before its unit's (retry.py)
                     JobRepository(session).keep_alive(self.ticket.job_id, self.ctx.lease_s)
-            except Exception:  # noqa: BLE001 - the database is down: retried, the lease may run out
-                log.warning("job %s: renewing the lease of a check failed (retrying)", self.ticket.job_id)
+                    held = UnitRepository(session).renew(self.ticket.id, self.ctx.worker, self.ctx.lease_s)
+            except Exception as exc:  # noqa: BLE001 - the database is down or a conflict: retried, the lease may run out
+                state = sqlstate_of(exc)
+                log.warning(
+                    "job %s: renewing the lease of a check failed (%s%s); retrying",
+                    *(self.ticket.job_id, type(exc).__name__, f", SQLSTATE {state}" if state else ""),
+                )
                 continue
             if not held:
                 self.lost.set()
@@ -156,17 +163,17 @@ class UnitRun:
         cleanup_if_ended(self.ctx, self.job_id)
 
     def _record(self, prepared: PreparedJob, delivery: Delivery) -> None:
-        with self.ctx.db.session() as session:
+        def record(session: Session) -> tuple[str, Advanced | None]:
             job = JobRepository(session).lock_running(self.job_id)
             unit = UnitRepository(session).get(self.ticket.id)
-            queue = job.queue if job is not None else ""
             if job is None or unit is None or unit.status in (DONE, CANCELLED):
-                outcome = None  # the job ended, or another worker recorded this check first
-            else:
-                if self.deadline is not None and utcnow() > self.deadline:
-                    raise JobTimedOutError()
-                UnitRepository(session).finish(unit, self.duration_s)
-                outcome = advance(self.ctx, session, job, prepared, delivery)
+                return "", None  # the job ended, or another worker recorded this check first
+            if self.deadline is not None and utcnow() > self.deadline:
+                raise JobTimedOutError()
+            UnitRepository(session).finish(unit, self.duration_s)
+            return job.queue, advance(self.ctx, session, job, prepared, delivery)
+
+        queue, outcome = transaction(self.ctx.db, record, f"job {self.job_id}: recording a verdict")
         if outcome is None:
             cleanup_if_ended(self.ctx, self.job_id)
             return

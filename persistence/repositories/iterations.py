@@ -47,6 +47,10 @@ class IterationRepository:
         self.session.flush()
         return row
 
+    def next_number(self, job_id: str) -> int:
+        """The number the job's next recorded iteration takes (after its last row: no gap)."""
+        return (self.session.scalar(select(func.max(Iteration.number)).where(Iteration.job_id == job_id)) or 0) + 1
+
     def add_cached(self, job_id: str, answer: CachedAnswer, number: int | None = None) -> Iteration:
         """A finished row for a verdict answered from a cache (no check, no model, no time);
         ``number``: its iteration number (default: after the last row)."""

@@ -122,6 +122,14 @@ class UnitRepository:
     def finish(self, unit: CheckUnit, duration_s: float) -> None:
         unit.status, unit.finished_at, unit.duration_s, unit.lease_expires_at = DONE, utcnow(), duration_s, None
 
+    def renumber(self, job_id: str, request_id: str, number: int) -> None:
+        """A finished unit takes the number its iteration was recorded with."""
+        self.session.execute(
+            update(CheckUnit)
+            .where(CheckUnit.job_id == job_id, CheckUnit.request_id == request_id)
+            .values(number=number)
+        )
+
     def requeue(self, unit: CheckUnit) -> None:
         unit.status, unit.worker, unit.lease_expires_at = QUEUED, None, None
 
@@ -148,7 +156,10 @@ class UnitRepository:
     def requeue_expired(self) -> list[tuple[str, str]]:
         """Running units whose worker stopped renewing them (it died), of jobs another worker keeps
         alive (their lease is live; a job nobody keeps alive is taken again as a whole): queued again.
-        Returns (job id, queue) per unit, for the messages that announce them."""
+        Returns (job id, queue) per unit, for the messages that announce them.
+
+        The units are locked without their jobs' rows, so a unit another transaction holds is
+        skipped (the next heartbeat looks again) rather than waited for (lock order: retry.py)."""
         now = utcnow()
         query = (
             select(CheckUnit, Job.queue)
@@ -159,6 +170,8 @@ class UnitRepository:
                 Job.status == JobStatus.RUNNING.value,
                 Job.lease_expires_at >= now,
             )
+            .order_by(CheckUnit.id)
+            .with_for_update(of=CheckUnit, skip_locked=True)
         )
         requeued: list[tuple[str, str]] = []
         for unit, queue in self.session.execute(query).all():

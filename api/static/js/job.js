@@ -154,8 +154,15 @@ function flights(state) {
   if (state.awaiting && !TERMINAL.has(job.status)) {
     byNumber.set(state.awaiting.iteration, { ...state.awaiting, worker: null, you: true, started_at: state.awaiting.asked_at });
   }
-  for (const number of state.rows.keys()) byNumber.delete(number);
+  for (const number of finishedFlights(state)) byNumber.delete(number);
   return [...byNumber.values()].sort((a, b) => a.iteration - b.iteration);
+}
+
+/** The in-flight numbers of the checks already recorded: an iteration is numbered when its verdict
+ * is recorded (no gaps), so a check runs under the number it was queued with (`started_as`). */
+function finishedFlights(state) {
+  const checked = [...state.rows.values()].filter(({ data }) => !data.cached); // a cached answer never ran
+  return new Set(checked.map(({ data }) => data.started_as ?? data.number));
 }
 
 function inFlight(state) {
@@ -412,7 +419,7 @@ function onEvent(state, event) {
   if (event.type === "iteration") {
     addRow(state, data);
     queueChart(state);
-    state.flights.delete(data.number);
+    state.flights.delete(data.started_as ?? data.number);
     if (state.awaiting && state.awaiting.iteration === data.number) state.awaiting = null;
     if (state.job) {
       renderFlights(state);
@@ -432,7 +439,7 @@ function onEvent(state, event) {
     }
     if (!state.ended) scheduleRefresh(state);
   } else if (["verdict.needed", "check_started", "check.started"].includes(event.type)) {
-    if (state.ended || state.rows.has(data.iteration)) return;
+    if (state.ended || finishedFlights(state).has(data.iteration)) return;
     if (event.type === "verdict.needed") state.awaiting = data;
     else {
       state.flights.set(data.iteration, data);

@@ -1,0 +1,96 @@
+"""Iteration numbers have no gap, whatever happens to the checks in flight: a job's checks spread
+over three (simulated) workers, the check queued last answers first, then the job is cancelled
+with the others still in flight. The one recorded verdict is iteration 1 (its event says it ran
+as the later number), and the cancelled checks take no number. ``run_job``'s own steps
+(``take_next``, ``start_job``, ``UnitRun``) run in this process against PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from api.app import create_app
+from api.settings import ApiSettings
+from persistence.db import Database
+from persistence.enums import JobStatus
+from persistence.models import utcnow
+from persistence.repositories import WorkerRepository, WorkerStatus
+from tests.service.conftest import client_for
+from tests.service.helpers import chain_model, read_sse, submit
+from worker.context import RunnerContext, context_from_settings
+from worker.endings import end_job
+from worker.job_start import start_job
+from worker.run_job import take_next
+from worker.settings import WorkerSettings
+from worker.unit_run import UnitRun, UnitTicket
+
+MODEL = chain_model(12, 7).SerializeToString()
+
+
+@pytest.fixture
+def client(
+    db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str], tokens: dict[str, str]
+) -> Iterator[httpx.Client]:
+    settings = ApiSettings(database_url=db_url, data_dir=data_dir, allow_command_checks=True)
+    api = serve_app(create_app(settings, enqueue=lambda job_id, queue: None))
+    with client_for(api, tokens["team-a"]) as client:
+        yield client
+
+
+@pytest.fixture
+def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
+    settings: dict[str, Any] = {"job_lease_s": 60.0, "max_workers_per_job": 3}
+    ctx = context_from_settings(WorkerSettings(database_url=db_url, data_dir=data_dir, **settings))
+    yield ctx
+    ctx.db.dispose()
+
+
+def _three_live_workers(db_url: str, queue: str) -> None:
+    """Heartbeats of three workers, so the job gets three slots (checks in flight at once)."""
+    database = Database(db_url)
+    with database.session() as session:
+        for n in range(3):
+            status = WorkerStatus(f"w{n}", "host", [queue], {}, None, None, 0.0, 0, utcnow())
+            WorkerRepository(session).report(status)
+    database.dispose()
+
+
+def _claim_all(ctx: RunnerContext) -> list[UnitTicket]:
+    tickets = []
+    while (taken := take_next(ctx)) is not None:
+        assert taken.unit is not None
+        tickets.append(taken.unit)
+    return tickets
+
+
+def test_checks_cancelled_in_flight_leave_no_gap_in_iteration_numbers(
+    client: httpx.Client, db_url: str, ctx: RunnerContext
+) -> None:
+    job_id = submit(client, MODEL).json()["id"]
+    queue = client.get(f"/v1/jobs/{job_id}").json()["queue"]
+    _three_live_workers(db_url, queue)
+    started = take_next(ctx)
+    assert started is not None and started.unit is None
+    start_job(ctx, job_id)
+    in_flight = _claim_all(ctx)
+    while len(in_flight) < 2:  # one check at a time until the session looks ahead
+        assert len(in_flight) == 1, "the job ended before it ran two checks at once"
+        UnitRun(ctx, in_flight[0]).run()
+        in_flight = _claim_all(ctx)
+    recorded_before = len(client.get(f"/v1/jobs/{job_id}/iterations").json()["items"])
+    last = max(in_flight, key=lambda t: t.request.number)  # type: ignore[union-attr]
+    UnitRun(ctx, last).run()  # the check queued last answers first
+    assert end_job(ctx, job_id, JobStatus.CANCELLED, None, None)  # the others are cancelled in flight
+
+    items = client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]
+    numbers = sorted(int(item["number"]) for item in items)
+    assert numbers == list(range(1, recorded_before + 2)), numbers
+    events = [e for e in read_sse(client, f"/v1/jobs/{job_id}/events") if e.kind == "iteration"]
+    assert events[-1].data["number"] == recorded_before + 1
+    assert events[-1].data["started_as"] == last.request.number > recorded_before + 1  # type: ignore[union-attr]
+    assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
