@@ -9,10 +9,15 @@ CHROMEDRIVER=${CHROMEDRIVER:-/usr/bin/chromedriver}
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-# a Chinese font, so that the zh-CN page and its screenshots show characters, not boxes
-if command -v fc-list >/dev/null && ! fc-list | grep -qi "wqy\|cjk"; then
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-wqy-microhei >/dev/null || true
-fi
+# a Chinese font, so that the zh-CN page and its screenshots show characters, not boxes (best effort:
+# the tests read text, not pixels)
+chinese_font() {
+    if command -v fc-list >/dev/null && ! fc-list | grep -qi "wqy\|cjk"; then
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-wqy-microhei >/dev/null 2>&1 ||
+            { as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-wqy-microhei >/dev/null 2>&1; } || true
+    fi
+}
+chinese_font
 
 if [ -x "$CHROMIUM" ] && [ -x "$CHROMEDRIVER" ]; then
     echo "Chromium: $("$CHROMIUM" --version 2>/dev/null || echo "$CHROMIUM")"
