@@ -5,7 +5,9 @@ candidate holding the culprit left a second node in the answer before flakiness 
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from pathlib import Path
 
 import onnx
@@ -30,6 +32,7 @@ def test_a_flaky_check_ends_at_the_culprit_and_the_job_status_says_flaky(
         job_id = response.json()["id"]
         job = wait_job(client, job_id)
         min_bad = client.get(f"/v1/jobs/{job_id}/artifacts/min-bad").content
+        bundle = client.get(f"/v1/jobs/{job_id}/bundle")
         listed = client.get("/v1/jobs").json()["items"]
     assert job["status"] == "succeeded", job
     assert [n.name for n in onnx.load_from_string(min_bad).graph.node] == ["n15_Mul"]
@@ -37,5 +40,11 @@ def test_a_flaky_check_ends_at_the_culprit_and_the_job_status_says_flaky(
     assert flaky is not None and flaky["status"] == "flaky"
     assert 0 < flaky["fails_percent"] < 100 and flaky["rechecks"] > 0 and flaky["evidence"]
     runs = (tmp_path / "runs.log").read_text().split()
-    assert len(runs) == job["progress"]["checks_run"] > len(set(runs))  # re-checks ran
+    # every run of the check is accounted for: the search's checks, the final checks that verify the
+    # handed-over models, and the bug-report bundle's self-check (its repro.py on each model it ships)
+    final = sum(int(v["checks"]) for v in job["verified"].values() if v)
+    assert bundle.status_code == 200, bundle.text
+    shipped = set(zipfile.ZipFile(io.BytesIO(bundle.content)).namelist()) & {"min_bad.onnx", "min_good.onnx"}
+    assert len(runs) == job["progress"]["checks_run"] + final + len(shipped)
+    assert job["progress"]["checks_run"] > len(set(runs[: job["progress"]["checks_run"]]))  # re-checks ran
     assert [j["flaky"] for j in listed if j["id"] == job_id] == [None]  # lists leave it out
