@@ -31,15 +31,15 @@ def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
     ``confirm_flaky``: the api stores it with every new job (on unless the upload says false); a job
     stored before it existed has none and keeps it off, so its saved session resumes unchanged. It
     matters to reduce jobs only: a precision job's session takes no ``SessionConfig``. ``reduce_data``
-    (smaller input sizes at the end) is on unless the options say false, also for stored jobs: on is
-    the default a saved session records by leaving it out."""
+    (smaller input sizes at the end) likewise: the api stores it with every new job (on unless the
+    upload says false); a job stored before it existed keeps it off, its saved session unchanged."""
     return SessionConfig(
         mode=mode,
         reduce_inputs=bool(options.get("reduce_inputs", True)),
         reduce_outputs=bool(options.get("reduce_outputs", True)),
         pin_signature=bool(options.get("pin_signature", True)),
         confirm_flaky=bool(options.get("confirm_flaky", False)),
-        reduce_data=bool(options.get("reduce_data", True)),
+        reduce_data=bool(options.get("reduce_data", False)),
         localize=True,
         min_good=True,
     )

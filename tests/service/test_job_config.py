@@ -15,6 +15,11 @@ def test_confirm_flaky_reaches_the_session_config_and_is_off_by_default() -> Non
     assert job_config("bisect", {"pin_signature": True, "task": "precision"}).confirm_flaky is False
 
 
+def test_smaller_inputs_are_on_for_new_jobs_and_off_for_jobs_stored_before() -> None:
+    assert job_config("auto", {"reduce_data": True}).reduce_data is True  # the api stores it with new jobs
+    assert job_config("auto", {}).reduce_data is False
+
+
 def test_a_job_that_never_asked_saves_the_same_session_as_before() -> None:
     stored = {"reduce_inputs": True, "reduce_outputs": True, "pin_signature": True}
     assert job_config("auto", stored).to_json() == job_config("auto", stored | {"confirm_flaky": False}).to_json()
