@@ -150,15 +150,15 @@ def test_a_busy_worker_resends_nothing_and_a_dead_workers_message_leaves_redis(
         first.kill()
         assert broker.unacked_jobs().count(x) == 1  # the dead worker's copy
         second = processes.worker()
-        eventually(lambda: client.get(f"/v1/jobs/{y}").json()["status"] == "running", 30, "Y runs")
+        eventually(lambda: client.get(f"/v1/jobs/{y}").json()["status"] == "running", 120, "Y runs")
         waiting: list[int] = []
         while client.get(f"/v1/jobs/{y}").json()["status"] == "running":
             queues = ["cpu", *(k.decode() for k in client_redis.scan_iter("onnx-reducer.worker.*"))]
             waiting.append(broker.waiting_jobs(queues).count(x))
             time.sleep(0.5)
         assert len(waiting) >= 5 and max(waiting) == 0, waiting
-        eventually(lambda: client.get(f"/v1/jobs/{x}").json()["attempts"] == 2, 30, "X is taken again")
-        eventually(lambda: bool(processes_with(marker)), 30, "X's check runs again")
+        eventually(lambda: client.get(f"/v1/jobs/{x}").json()["attempts"] == 2, 120, "X is taken again")
+        eventually(lambda: bool(processes_with(marker)), 120, "X's check runs again")
         assert broker.unacked_jobs().count(x) == 1  # the running delivery only: the stale copy is gone
         client.post(f"/v1/jobs/{x}/cancel")
         assert wait_job(client, x)["status"] == "cancelled"
