@@ -18,6 +18,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
+from api.enqueue import CeleryEnqueue
 from api.guide import router as guide_router
 from api.intake_pool import IntakePool
 from api.job_cache import JobReadCache
@@ -33,6 +34,7 @@ from api.token_cache import TokenCache
 from persistence.contracts import Enqueue, Notifier, no_notify
 from persistence.db import Database
 from persistence.layout import DataLayout
+from persistence.notify import RedisNotifier
 from persistence.s3store import S3ArtifactStore
 
 log = logging.getLogger("onnx_reducer.api")
@@ -50,7 +52,6 @@ DOCS_CSP = (
 def _default_enqueue(settings: ApiSettings) -> Enqueue:
     if not settings.redis_url:
         raise ValueError("Without REDIS_URL the api needs a local runner (use `onnx-reducer serve`).")
-    from api.enqueue import CeleryEnqueue
 
     return CeleryEnqueue(settings.redis_url)
 
@@ -58,7 +59,6 @@ def _default_enqueue(settings: ApiSettings) -> Enqueue:
 def _default_notify(settings: ApiSettings) -> Notifier:
     if not settings.redis_url:
         return no_notify
-    from persistence.notify import RedisNotifier
 
     return RedisNotifier(settings.redis_url)
 

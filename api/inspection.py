@@ -19,8 +19,9 @@ from api.golden import check_golden_fits, validate_golden
 from api.inputs import stage_inputs, validate_inputs
 from api.problems import ProblemError, about_field, field_errors
 from api.validation import validate_model
+from checks.build import build_check
 from checks.mixed_precision import require_fp16_target
-from checks.spec import INTERACTIVE_KIND, CheckSpec, CheckSpecError, build_check, is_interactive_spec, parse_check_spec
+from checks.spec import INTERACTIVE_KIND, CheckSpec, CheckSpecError, is_interactive_spec, parse_check_spec
 from checks.user_inputs import INPUT_KINDS
 from persistence.enums import JobTask
 from reducer_core.errors import UsageError

@@ -51,8 +51,9 @@ sys.path.insert(0, str(BENCH.parent))
 
 import zoo  # noqa: E402
 
+from checks.build import build_check  # noqa: E402
 from checks.golden import GoldenStore  # noqa: E402
-from checks.spec import build_check, parse_check_spec  # noqa: E402
+from checks.spec import parse_check_spec  # noqa: E402
 
 BIN = Path(sys.executable).parent
 OUT = BENCH / "out"

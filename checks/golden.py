@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import tempfile
 import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -19,8 +20,12 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
+import onnx
 
+from checks.ort_runtime import max_ir_version
 from reducer_core.errors import UsageError
+from reducer_core.modelio import load_model, write_iteration_model
+from reducer_core.prepare import infer_shapes
 from reducer_core.tensors import TensorMap, load_tensor_file
 
 FORMAT = "onnx-reducer-golden/1"
@@ -186,14 +191,7 @@ def write_golden(
     """Run ``model_path`` on onnxruntime CPU (no graph optimisation, so every tensor exists) for
     each sample and store the inputs and every tensor. Outputs are marked a chunk at a time and
     written one by one, so memory holds one chunk, never all tensors. Returns (tensors, runs)."""
-    import tempfile
-
-    import onnx
-    import onnxruntime as ort
-
-    from checks.ort_runtime import max_ir_version
-    from reducer_core.modelio import load_model, write_iteration_model
-    from reducer_core.prepare import infer_shapes
+    import onnxruntime as ort  # noqa: PLC0415 - onnxruntime (CUDA libraries with onnxruntime-gpu) loads only when golden values are written
 
     model, sources = load_model(model_path, external_data_dir)
     with contextlib.suppress(Exception):  # shapes only size the chunks

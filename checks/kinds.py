@@ -27,6 +27,9 @@ from typing import Any
 import numpy as np
 import onnx
 
+from checks.golden import GoldenStore
+from checks.ort_runtime import random_inputs
+from checks.runtimes import RuntimeUnavailableError, make_runner
 from checks.spec import CheckSpec, Tolerance, check_spec_from_dict
 from reducer_core.modelio import load_model_with_weights
 from reducer_core.prepare import mark_all_outputs
@@ -127,8 +130,6 @@ def feeds_for(
     model: onnx.ModelProto, spec: CheckSpec, golden: Mapping[str, np.ndarray] | None
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Graph inputs from the golden values (by tensor name) where present, random otherwise."""
-    from checks.ort_runtime import random_inputs
-
     low, high = spec.input_range
     random = random_inputs(model, spec.seed, low, high)
     feeds: dict[str, np.ndarray] = {}
@@ -153,7 +154,6 @@ def _fitted(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 def _golden_samples(payload: Mapping[str, Any]) -> list[Mapping[str, np.ndarray] | None]:
     if not payload.get("golden"):
         return [None]
-    from checks.golden import GoldenStore
 
     store = GoldenStore.open(payload["golden"])
     return [store.sample(i) for i in range(store.samples)]
@@ -167,7 +167,6 @@ def run_spec(payload: Mapping[str, Any]) -> Result:
     model_path = Path(payload["model"])
     if spec.kind == "op-present":
         return _op_present(spec, onnx.load(str(model_path), load_external_data=False))  # no weights needed
-    from checks.runtimes import RuntimeUnavailableError
 
     try:
         model = load_model(model_path)
@@ -216,8 +215,6 @@ def _error(
     spec: CheckSpec, model: onnx.ModelProto, workdir: Path, samples: list[Mapping[str, np.ndarray] | None]
 ) -> Result:
     """Every sample runs on the target; ``fail_if`` over the samples decides (one sample: its result)."""
-    from checks.runtimes import RuntimeUnavailableError, make_runner
-
     assert spec.target is not None
     results: list[Result] = []
     try:
@@ -285,7 +282,6 @@ def _reference_values(
     if spec.kind == "golden":
         assert golden is not None
         return {o.name: golden[o.name] for o in model.graph.output if o.name in golden}
-    from checks.runtimes import make_runner
 
     assert spec.reference is not None
     return make_runner(spec.reference, model, workdir).run(feeds)
@@ -295,8 +291,6 @@ def _accuracy(
     spec: CheckSpec, model: onnx.ModelProto, workdir: Path, samples: list[Mapping[str, np.ndarray] | None]
 ) -> Result:
     """Every sample is judged; ``fail_if`` over the samples decides (``decide_samples``)."""
-    from checks.runtimes import RuntimeUnavailableError, make_runner
-
     assert spec.target is not None and spec.tolerance is not None
     results: list[Result] = []
     for i, golden in enumerate(samples):
@@ -341,8 +335,6 @@ def layerwise(payload: Mapping[str, Any]) -> Result:
 
 
 def _layerwise_sample(spec: CheckSpec, model: onnx.ModelProto, golden: Mapping[str, np.ndarray] | None) -> list[str]:
-    from checks.runtimes import make_runner
-
     assert spec.target is not None and spec.tolerance is not None
     feeds, _ = feeds_for(model, spec, golden)
     with tempfile.TemporaryDirectory(prefix="layerwise-", dir=".") as workdir:

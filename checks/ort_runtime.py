@@ -21,16 +21,18 @@ from typing import Any
 import numpy as np
 import onnx
 
+from checks.isolated import run_isolated
 from reducer_core.modelio import WeightSources, write_iteration_model
 from reducer_core.prepare import TensorMeta, mark_all_outputs
 from reducer_core.tensors import TensorMap
+from reducer_core.verdict import VerdictKind
 
 
 @functools.cache
 def max_ir_version() -> int | None:
     """The newest ONNX IR version the installed onnxruntime loads (None if it is not installed)."""
     try:
-        import onnxruntime as ort
+        import onnxruntime as ort  # noqa: PLC0415 - optional here: without onnxruntime the answer is None
     except ImportError:
         return None
     node = onnx.helper.make_node("Identity", ["x"], ["y"])
@@ -114,7 +116,7 @@ def _prepared(
 
 
 def _run(path: Path, inputs: Mapping[str, np.ndarray]) -> TensorMap:
-    import onnxruntime as ort
+    import onnxruntime as ort  # noqa: PLC0415 - onnxruntime loads only in the process that runs the model
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
@@ -155,9 +157,6 @@ def isolated_fallback_inference(
     private folder for the model and the tensors goes (beside the weights, so that they are
     hardlinked rather than copied); ``timeout_s`` defaults to ``FALLBACK_TIMEOUT_S``. Raises
     ``FallbackInferenceError`` when the child crashes, times out or fails."""
-    from checks.isolated import run_isolated
-    from reducer_core.verdict import VerdictKind
-
     marked, inputs = _prepared(model, feeds, seed)
     with tempfile.TemporaryDirectory(prefix="onnx-reducer-fallback-", dir=work_dir) as tmp:
         folder = Path(tmp)

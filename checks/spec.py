@@ -564,31 +564,3 @@ def _show(value: Any) -> str:
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# ---------------------------------------------------------------------------------------------
-# building a runnable check
-
-
-def build_check(
-    spec: CheckSpec, golden: Path | None = None, allow_command: bool = True, work_dir: Path | None = None
-) -> ModelCheck:
-    """A runnable check for ``spec``. ``golden``: a golden-values file (``onnx-reducer golden``)
-    that feeds every candidate's boundary inputs (required for kind 'golden'). ``allow_command``
-    False (the service's default) refuses kind 'command'; ``work_dir``: where a command runs."""
-    from checks.isolated import IsolatedSpecCheck, RepeatedCheck, SpecCommandCheck
-
-    if spec.kind == "golden" and golden is None:
-        raise CheckSpecError("kind: 'golden' compares against stored values: give a golden file (--golden GOLDEN)")
-    if spec.kind == "command":
-        if not allow_command:
-            raise CheckSpecError(
-                "kind: 'command' runs an arbitrary program and is disabled here; the operator must enable "
-                "command checks explicitly (they are remote code execution in a shared service)"
-            )
-        base: ModelCheck = SpecCommandCheck(spec, cwd=work_dir)
-    else:
-        base = IsolatedSpecCheck(spec, golden)
-    if spec.repeat > 1:
-        return RepeatedCheck(base, spec.repeat, spec.fail_if)
-    return base

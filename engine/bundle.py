@@ -168,7 +168,7 @@ def environment(worker: str | None = None) -> dict[str, Any]:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             env[package] = importlib.metadata.version(package)
     try:
-        import onnxruntime as ort
+        import onnxruntime as ort  # noqa: PLC0415 - optional: a bundle records the providers only where onnxruntime is installed
 
         env["onnxruntime_providers"] = list(ort.get_available_providers())
     except ImportError:

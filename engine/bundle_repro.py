@@ -139,7 +139,7 @@ def run_model(
     path = converted_model(model_path, role, runtime)
     if runtime.get("runtime", "onnxruntime") == "tensorrt":
         return _run_tensorrt(path, runtime, feeds)
-    import onnxruntime as ort
+    import onnxruntime as ort  # noqa: PLC0415 - repro.py runs standalone; onnxruntime is needed only for onnxruntime targets
 
     provider = runtime.get("provider") or "CPUExecutionProvider"
     if provider not in ort.get_available_providers():
@@ -165,7 +165,7 @@ def run_model(
 
 def _run_tensorrt(path: Path, runtime: Mapping[str, Any], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     try:
-        from polygraphy.backend import trt as poly_trt  # type: ignore[import-not-found,unused-ignore]
+        from polygraphy.backend import trt as poly_trt  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415 - optional: TensorRT targets only
     except ImportError as exc:
         raise CannotRunError(f"the target is TensorRT: install TensorRT and Polygraphy ({exc})") from exc
     precision = runtime.get("precision", "fp32")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from checks.ort_runtime import tensor_like
 from reducer_core.errors import UsageError
 from reducer_core.tensors import TensorMap
 
@@ -78,8 +79,6 @@ def ranged_inputs(
     model_inputs: Mapping[str, tuple[int, list[int]]], ranges: Mapping[str, Range], seed: int
 ) -> TensorMap:
     """Uniform values in each input's range (the default range under ""; [0, 1] without one)."""
-    from checks.ort_runtime import tensor_like
-
     rng = np.random.default_rng(seed)
     default = ranges.get("", (0.0, 1.0))
     return {

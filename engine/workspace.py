@@ -4,6 +4,7 @@ and fallback inference, and the IR version cap of the installed onnxruntime."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -13,7 +14,11 @@ from typing import Protocol
 
 import numpy as np
 import onnx
+from onnxconverter_common import float16
 
+from checks.fp16_warnings import summarised_fp16_warnings
+from checks.ort_runtime import input_signatures, isolated_fallback_inference, max_ir_version
+from engine.data_loader import feeds_from_script, ranged_inputs
 from reducer_core import modelio
 from reducer_core.candidate import Candidate
 from reducer_core.control_flow import has_shape
@@ -144,14 +149,6 @@ class Workspace:
             path.unlink(missing_ok=True)
 
 
-def _ort_max_ir_version() -> int | None:
-    try:
-        from checks.ort_runtime import max_ir_version
-    except ImportError:
-        return None
-    return max_ir_version()
-
-
 def load_workspace(options: ReduceOptions, log: Log) -> Workspace:
     """Load, validate and prepare ``options.model``; move inline weights out once."""
     model, sources = modelio.load_model(options.model, options.external_data_dir, options.ignore_external_data)
@@ -192,7 +189,7 @@ def _prepare_workspace(
     if moved:
         log.info(f"Moved {moved / 1e6:.1f} MB of inline weights to a reference file once; iterations copy none.")
     values = initial_values(options, prepared)
-    workspace = Workspace(GraphIndex.build(prepared), sources, options, log, values, _ort_max_ir_version(), scratch)
+    workspace = Workspace(GraphIndex.build(prepared), sources, options, log, values, max_ir_version(), scratch)
     if moved:
         workspace.owned.append(inline_weights)
     if options.force_fallback_shape_inference or _has_untyped_tensors(workspace.index):
@@ -205,10 +202,6 @@ def _to_fp16(
     model: onnx.ModelProto, sources: modelio.WeightSources, log: Log
 ) -> tuple[onnx.ModelProto, modelio.WeightSources]:
     """Polygraphy's --fp-to-fp16: every floating-point tensor converted with onnxconverter-common."""
-    from onnxconverter_common import float16
-
-    from checks.fp16_warnings import summarised_fp16_warnings
-
     log.info("Converting the model's floating-point tensors to fp16 (--fp-to-fp16).")
     modelio.inline_external_data(model, sources)
     with summarised_fp16_warnings(log.warning):
@@ -220,8 +213,6 @@ def initial_values(options: ReduceOptions, model: onnx.ModelProto) -> TensorMap:
     """Tensor values known before any run: a --data-loader-script's first feed (it overrides the
     other data options, as in Polygraphy), then --load-inputs (its first sample; files of other
     tensors merged into it), then --val-range inputs."""
-    from engine.data_loader import feeds_from_script, ranged_inputs
-
     values: TensorMap = feeds_from_script(options.data_loader_script) if options.data_loader_script else {}
     files = [(path.name, load_tensor_file(path)) for path in options.load_inputs]
     initializers = {t.name for t in model.graph.initializer}
@@ -230,8 +221,6 @@ def initial_values(options: ReduceOptions, model: onnx.ModelProto) -> TensorMap:
     for name, value in (samples[0] if samples else {}).items():
         values.setdefault(name, value)
     if options.val_ranges:
-        from checks.ort_runtime import input_signatures
-
         for name, value in ranged_inputs(input_signatures(model), options.val_ranges, options.seed).items():
             values.setdefault(name, value)
     return values
@@ -251,12 +240,9 @@ def _lacks_type(index: GraphIndex, name: str) -> bool:
 def run_fallback_inference(workspace: Workspace) -> None:
     """Shapes (and values for freezing) from one onnxruntime run; on failure, keep going and say so."""
     workspace._fallback_done = True
-    import importlib.util
-
     if importlib.util.find_spec("onnxruntime") is None:
         workspace.log.warning("onnxruntime is not installed: fallback shape inference is unavailable.")
         return
-    from checks.ort_runtime import isolated_fallback_inference
 
     workspace.log.info("Running onnxruntime once to find intermediate tensor shapes and values (fallback inference).")
     try:

@@ -75,8 +75,8 @@ class S3ArtifactStore(ArtifactStore):
         with self._lock:
             client = self._clients.get(slot)
             if client is None:
-                import boto3  # an optional heavy import: only a store configured for S3 pays it
-                from botocore.config import Config
+                import boto3  # noqa: PLC0415 - boto3 is heavy: only a store configured for S3 pays it
+                from botocore.config import Config  # noqa: PLC0415 - boto3 is heavy: only a store configured for S3 pays it
 
                 client = boto3.client(
                     "s3",
@@ -96,7 +96,7 @@ class S3ArtifactStore(ArtifactStore):
             return client
 
     def _transfer_config(self) -> Any:
-        from boto3.s3.transfer import TransferConfig
+        from boto3.s3.transfer import TransferConfig  # noqa: PLC0415 - boto3 is heavy: only a store configured for S3 pays it
 
         return TransferConfig(
             multipart_threshold=self.config.multipart_threshold,
@@ -105,7 +105,7 @@ class S3ArtifactStore(ArtifactStore):
 
     def ensure_bucket(self) -> None:
         """Create the bucket when it is missing and ``create_bucket`` is set."""
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - boto3 is heavy: only a store configured for S3 pays it
 
         client = self._client()
         try:
@@ -124,7 +124,7 @@ class S3ArtifactStore(ArtifactStore):
 
     def ready(self) -> str:
         """``ok`` when the bucket answers, else why not (for ``/readyz``; no secret in it)."""
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - boto3 is heavy: only a store configured for S3 pays it
 
         try:
             self._client().head_bucket(Bucket=self.config.bucket)
@@ -142,7 +142,7 @@ class S3ArtifactStore(ArtifactStore):
         )
 
     def _head(self, key: str) -> dict[str, Any] | None:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import ClientError  # noqa: PLC0415 - boto3 is heavy: only a store configured for S3 pays it
 
         try:
             head: dict[str, Any] = self._client().head_object(Bucket=self.config.bucket, Key=key)
@@ -154,7 +154,7 @@ class S3ArtifactStore(ArtifactStore):
 
     def _upload(self, blob: StoredBlob) -> None:
         """Upload the cached blob unless the bucket has it; then only mark it stored now."""
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - boto3 is heavy: only a store configured for S3 pays it
 
         client, bucket = self._client(), self.config.bucket
         try:
@@ -185,7 +185,7 @@ class S3ArtifactStore(ArtifactStore):
         local = self.local_path(key)
         if local.is_file():
             return local
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - boto3 is heavy: only a store configured for S3 pays it
 
         tmp = self.temp_path()
         try:

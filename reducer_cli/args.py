@@ -8,9 +8,10 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 
+from checks.memory import parse_size
 from reducer_cli.client_args import add_client_parsers
 from reducer_cli.phases import phase_legend
-from reducer_cli.service_cmd import add_service_parsers
+from reducer_cli.service_args import add_service_parsers
 from reducer_core.strategies import MODES
 from reducer_core.verdict import Pinning
 
@@ -59,8 +60,6 @@ def version_text() -> str:
 
 
 def _memory_size(text: str) -> int:
-    from checks.memory import parse_size
-
     try:
         return parse_size(text)
     except ValueError as exc:

@@ -7,10 +7,22 @@ import contextlib
 import sys
 from collections.abc import Callable, Sequence
 
+from engine.workspace import load_workspace
 from reducer_cli import args as cli_args
-from reducer_cli import service_cmd
 from reducer_cli.client_args import CLIENT_COMMANDS
+from reducer_cli.golden_cmd import run_golden
+from reducer_cli.inspect_cmd import inspect_model
+from reducer_cli.precision_cmd import PrecisionRun, build_precision_check
 from reducer_cli.progress import ProgressReporter, reporter_from_args
+from reducer_cli.reduce_cmd import (
+    CommandLineRun,
+    build_check,
+    options_from_args,
+    plan_from_args,
+    speculative_checks,
+    write_summary_json,
+)
+from reducer_cli.service_args import SERVICE_COMMANDS
 from reducer_cli.writable import check_writable
 from reducer_core.errors import (
     CheckInfraError,
@@ -25,16 +37,6 @@ from reducer_core.verdict import Goal
 
 
 def _reduce(ns: argparse.Namespace) -> int:
-    from engine.workspace import load_workspace
-    from reducer_cli.reduce_cmd import (
-        CommandLineRun,
-        build_check,
-        options_from_args,
-        plan_from_args,
-        speculative_checks,
-        write_summary_json,
-    )
-
     log = _reporter(ns)
     if not ns.output and not ns.min_good and not ns.bundle:
         raise UsageError("Give -o/--output (where to write the reduced model), --min-good and/or --bundle FILE.zip.")
@@ -67,10 +69,6 @@ def _reduce(ns: argparse.Namespace) -> int:
 
 
 def _precision(ns: argparse.Namespace) -> int:
-    from engine.workspace import load_workspace
-    from reducer_cli.precision_cmd import PrecisionRun, build_precision_check
-    from reducer_cli.reduce_cmd import options_from_args
-
     log = _reporter(ns)
     log.goal = Goal.PASS
     check = build_precision_check(ns, log)
@@ -94,21 +92,22 @@ def _precision(ns: argparse.Namespace) -> int:
 
 
 def _golden(ns: argparse.Namespace) -> int:
-    from reducer_cli.golden_cmd import run_golden
-
     return run_golden(ns)
 
 
 def _inspect(ns: argparse.Namespace) -> int:
-    from reducer_cli.inspect_cmd import inspect_model
-
     print(inspect_model(ns.model, ns.external_data_dir))
     return cli_args.EXIT_OK
 
 
 def _client_command(ns: argparse.Namespace) -> int:
-    # Imported here: the HTTP client is loaded only by the service commands, not by every start-up.
-    from reducer_cli.client_cmd import HANDLERS
+    from reducer_cli.client_cmd import HANDLERS  # noqa: PLC0415 - httpx loads only for client commands
+
+    return HANDLERS[ns.command](ns)
+
+
+def _service_command(ns: argparse.Namespace) -> int:
+    from reducer_cli.service_cmd import HANDLERS  # noqa: PLC0415 - the service stack (fastapi, sqlalchemy, celery: seconds) loads only for service commands
 
     return HANDLERS[ns.command](ns)
 
@@ -122,7 +121,7 @@ def _reporter(ns: argparse.Namespace) -> ProgressReporter:
 def run(argv: Sequence[str]) -> int:
     ns = cli_args.build_parser().parse_args(list(argv))
     handlers = {"reduce": _reduce, "precision": _precision, "inspect": _inspect, "golden": _golden}
-    handlers |= service_cmd.HANDLERS
+    handlers |= dict.fromkeys(SERVICE_COMMANDS, _service_command)
     handlers |= dict.fromkeys(CLIENT_COMMANDS, _client_command)
     with contextlib.ExitStack() as stack:
         if ns.command in ("reduce", "precision"):

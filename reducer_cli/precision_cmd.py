@@ -16,9 +16,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from checks.build import build_check as build_spec_check
 from checks.mixed_precision import require_fp16_target
 from checks.spec import CheckSpec, ModelCheck
-from checks.spec import build_check as build_spec_check
 from engine.precision import PrecisionPlan, PrecisionSession, WrittenMixed, reference_run
 from engine.session import SessionCheck
 from engine.workspace import Workspace

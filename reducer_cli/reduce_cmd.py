@@ -17,12 +17,12 @@ from pathlib import Path
 
 import onnx
 
+from checks.build import build_check as build_spec_check
 from checks.command import CommandCheck, tail
 from checks.interactive import InteractiveCheck
 from checks.memory import parse_size
 from checks.slots import for_slot
 from checks.spec import CheckSpec, ModelCheck, load_check_spec
-from checks.spec import build_check as build_spec_check
 from engine.data_loader import parse_val_ranges
 from engine.parallel import Job
 from engine.session import ReductionSession, SessionCheck, SlotSessionHooks

@@ -1,5 +1,6 @@
 """``onnx-reducer serve | worker | db | token``: the service's deployables, composed here (the
-command line is the one place that may import both the api and the worker)."""
+command line is the one place that may import both the api and the worker). Their arguments are in
+``service_args``; this module loads the service stack and is imported only to run one of them."""
 
 from __future__ import annotations
 
@@ -12,66 +13,33 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from persistence.contracts import QUEUES
+import uvicorn
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+
+from api.app import create_app
+from api.settings import load_api_settings
+from persistence.db import Database, database_problem, describe_url
+from persistence.jsonlog import configure_logging
+from persistence.migrate import downgrade, upgrade
+from persistence.repositories import TeamRepository
+from persistence.repositories.teams import TokenInfo
 from reducer_core.errors import ReducerError, UsageError
-
-if TYPE_CHECKING:
-    from persistence.repositories import TeamRepository
-    from persistence.repositories.teams import TokenInfo
+from worker.celery_app import default_app
+from worker.context import context_from_settings
+from worker.local import LocalRunner
+from worker.settings import load_worker_settings
 
 EMBEDDED_TEAM = "default"
 
 
-def add_service_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    serve = sub.add_parser(
-        "serve",
-        help="Run the web service (embedded default: SQLite and artifacts in ONNX_REDUCER_HOME, an "
-        "in-process runner; `make run` sets ONNX_REDUCER_HOME=./data).",
-        description="Start the HTTP api. Without REDIS_URL (or without --no-local-worker) jobs run in this "
-        "process; with --no-local-worker they are queued to Celery workers (`onnx-reducer worker`). The "
-        "embedded default keeps its SQLite file and artifacts in ONNX_REDUCER_HOME (default: "
-        "$XDG_DATA_HOME/onnx-reducer, else ~/.local/share/onnx-reducer); it prints the `token create` "
-        "command that works for it.",
-    )
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument(
-        "--no-local-worker", dest="local_worker", action="store_false", help="Queue jobs to Celery (needs REDIS_URL)."
-    )
-    worker = sub.add_parser("worker", help="Run a Celery worker (needs REDIS_URL and DATABASE_URL).")
-    worker.add_argument("-Q", "--queues", default="cpu", help=f"Comma-separated queues ({', '.join(QUEUES)}).")
-    worker.add_argument("--pool", default="solo", choices=("solo", "prefork"))
-    worker.add_argument("--concurrency", type=int, default=1)
-    db = sub.add_parser("db", help="Database migrations (DATABASE_URL).")
-    db_sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
-    upgrade = db_sub.add_parser("upgrade", help="Migrate to the newest schema (or --revision).")
-    upgrade.add_argument("--revision", default="head")
-    downgrade = db_sub.add_parser("downgrade", help="Migrate down to REVISION (e.g. base).")
-    downgrade.add_argument("revision")
-    token = sub.add_parser("token", help="API tokens.")
-    token_sub = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
-    create = token_sub.add_parser("create", help="Print a new token for a team (created if needed).")
-    create.add_argument("--team", required=True)
-    token_sub.add_parser("list", help="List tokens: prefix, team, created, revoked (never the tokens).")
-    revoke = token_sub.add_parser("revoke", help="Revoke a token (its open event streams end too).")
-    revoke.add_argument("token", metavar="TOKEN_OR_PREFIX", help="the token, or its prefix as `token list` shows it")
-
-
 def _database_url() -> str:
-    from worker.settings import load_worker_settings
-
     return load_worker_settings().database_url
 
 
 @contextlib.contextmanager
 def _database_errors(url: str) -> Iterator[None]:
     """A database that is unreachable or not migrated is one line for the user, not a traceback."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from persistence.db import database_problem
-
     try:
         yield
     except SQLAlchemyError as exc:
@@ -82,8 +50,6 @@ def _database_errors(url: str) -> Iterator[None]:
 
 
 def db_command(ns: argparse.Namespace) -> int:
-    from persistence.migrate import downgrade, upgrade
-
     url = _database_url()
     with _database_errors(url):
         if ns.db_command == "upgrade":
@@ -96,9 +62,6 @@ def db_command(ns: argparse.Namespace) -> int:
 
 
 def token_command(ns: argparse.Namespace) -> int:
-    from persistence.db import Database, describe_url
-    from persistence.repositories import TeamRepository
-
     url = _database_url()
     with _database_errors(url):
         if url.startswith("sqlite"):  # the embedded default: a fresh home is migrated, as `serve` does
@@ -137,8 +100,6 @@ def _revoke(teams: TeamRepository, token_or_prefix: str) -> None:
 
 
 def worker_command(ns: argparse.Namespace) -> int:
-    from worker.celery_app import default_app
-
     argv = ["worker", "-Q", ns.queues, "--pool", ns.pool, "--concurrency", str(ns.concurrency), "--loglevel", "INFO"]
     default_app().worker_main(argv)
     return 0
@@ -150,8 +111,6 @@ def _ensure_sqlite_folder(url: str) -> None:
 
 
 def _migrate_sqlite(url: str) -> None:
-    from persistence.migrate import upgrade
-
     _ensure_sqlite_folder(url)
     upgrade(url)
 
@@ -159,10 +118,6 @@ def _migrate_sqlite(url: str) -> None:
 def _wait_for_database(url: str, wait_s: float) -> None:
     """Start-up: a database that is not reachable yet (a container starting beside this one) is
     retried for ``wait_s`` seconds, with one line saying so."""
-    from sqlalchemy.exc import InterfaceError, OperationalError
-
-    from persistence.db import Database, database_problem
-
     database = Database(url)
     deadline = time.monotonic() + wait_s
     told = False
@@ -186,9 +141,6 @@ def _wait_for_database(url: str, wait_s: float) -> None:
 def _first_start(url: str, wait_s: float) -> None:
     """Wait for the database; the embedded default migrates its SQLite file and creates a team the
     first time."""
-    from persistence.db import Database
-    from persistence.repositories import TeamRepository
-
     if url.startswith("sqlite"):
         _migrate_sqlite(url)
     else:
@@ -227,21 +179,11 @@ def token_hint(database_url: str, home: Path) -> str:
 
 
 def serve_command(ns: argparse.Namespace) -> int:
-    import uvicorn
-
-    from api.app import create_app
-    from api.settings import load_api_settings
-    from persistence.jsonlog import configure_logging
-
     settings = load_api_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     _first_start(settings.database_url, settings.database_wait_s)
     configure_logging()
     if ns.local_worker:
-        from worker.context import context_from_settings
-        from worker.local import LocalRunner
-        from worker.settings import load_worker_settings
-
         worker_settings = load_worker_settings()
         runner = LocalRunner(context_from_settings(worker_settings), worker_settings, jobs_in_child=True).start()
         app = create_app(settings, enqueue=runner)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from checks.spec import CheckSpec, ModelCheck, build_check
+from checks.build import build_check
+from checks.spec import CheckSpec, ModelCheck
 
 
 def capped(spec: CheckSpec, memory_limit_bytes: int | None) -> CheckSpec:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import anyio
+import redis.asyncio as aioredis
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
@@ -45,8 +46,6 @@ class _Follower:
     async def open(self) -> None:
         url = self.services.settings.redis_url
         if url:
-            import redis.asyncio as aioredis
-
             self.client = aioredis.Redis.from_url(url)
             self.pubsub = self.client.pubsub()
             await self.pubsub.subscribe(events_channel(self.job_id))

@@ -7,6 +7,7 @@ import hmac
 from typing import Annotated, Any
 
 import anyio
+import redis
 from fastapi import APIRouter, Header, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
@@ -33,8 +34,6 @@ def _readiness(services: Services) -> dict[str, str]:
     except SQLAlchemyError as exc:
         checks["database"] = f"error: {type(exc).__name__}"
     if services.settings.redis_url:
-        import redis
-
         try:
             redis.Redis.from_url(services.settings.redis_url, socket_timeout=2).ping()
             checks["redis"] = "ok"

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnxconverter_common import float16
 
 from checks.fp16_model import is_mixed, storage_real
 from checks.fp16_warnings import summarised_fp16_warnings
 from checks.mixed_precision import keep_fp32_of
-from checks.runtimes import RuntimeUnavailableError
+from checks.runtimes.base import RuntimeUnavailableError
 from checks.spec import RuntimeSpec
 
 PROTO_LIMIT = 1_800_000_000
@@ -72,8 +73,6 @@ def fp16_storage(model: onnx.ModelProto, keep_fp32: Collection[str] = ()) -> onn
 def _round_initializers(graph: onnx.GraphProto, blocked: frozenset[str]) -> dict[str, str]:
     """Round float weights to fp16 in place; a weight an fp32 node reads stays as it is, and the
     fp16 nodes reading it get a rounded copy. Returns {weight: its rounded copy's name}."""
-    from onnxconverter_common import float16
-
     fp32_reads = {name for node in graph.node if node.name in blocked for name in node.input}
     fp16_reads = {name for node in graph.node if node.name not in blocked for name in node.input}
     copies: dict[str, str] = {}
@@ -114,8 +113,6 @@ def _float_tensors(model: onnx.ModelProto) -> set[str]:
 def to_fp16(model: onnx.ModelProto, keep_fp32: Collection[str] = ()) -> onnx.ModelProto:
     """fp32 -> fp16 with inputs/outputs kept fp32 (Cast nodes at the edges); the nodes named in
     ``keep_fp32`` stay fp32 (Cast nodes around them)."""
-    from onnxconverter_common import float16
-
     converted: onnx.ModelProto = float16.convert_float_to_float16(
         model,
         keep_io_types=True,
@@ -166,7 +163,7 @@ def session_source(model: onnx.ModelProto, workdir: Path, stem: str) -> str | by
 
 class OrtRunner:
     def __init__(self, spec: RuntimeSpec, model: onnx.ModelProto, workdir: Path) -> None:
-        import onnxruntime as ort
+        import onnxruntime as ort  # noqa: PLC0415 - onnxruntime loads only in the check's child process that runs the model
 
         provider = spec.provider or "CPUExecutionProvider"
         if provider not in ort.get_available_providers():

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from checks.mixed_precision import keep_fp32_of
-from checks.runtimes import RuntimeUnavailableError
+from checks.runtimes.base import RuntimeUnavailableError
 from checks.runtimes.onnxruntime import to_fp16
 from checks.spec import RuntimeSpec
 
@@ -67,8 +67,8 @@ def build_plan(precision: str, major: int) -> BuildPlan:
 class TensorRTRunner:
     def __init__(self, spec: RuntimeSpec, model: onnx.ModelProto, workdir: Path) -> None:
         try:
-            import tensorrt
-            from polygraphy.backend import trt as poly_trt
+            import tensorrt  # noqa: PLC0415 - optional: TensorRT exists on GPU workers only
+            from polygraphy.backend import trt as poly_trt  # noqa: PLC0415 - optional: TensorRT exists on GPU workers only
         except ImportError as exc:
             raise RuntimeUnavailableError(f"TensorRT is not installed here ({exc}); run on a GPU worker") from exc
         self._trt = poly_trt

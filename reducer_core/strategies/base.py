@@ -9,60 +9,25 @@ observations to rebuild the exact same position without running a single check.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from reducer_core.candidate import Candidate
 from reducer_core.errors import ReplayMismatchError, UsageError
+from reducer_core.strategies.bisect import bisect_search, linear_search
+from reducer_core.strategies.minimize import auto_search, minimize_search
 from reducer_core.strategies.space import SearchSpace
+from reducer_core.strategies.tracker import Algorithm, Tracker
 
-Search = Generator[Candidate, bool, None]
 Observation = tuple[bool, bool]
 """What a strategy learns from a verdict: (reproduces the failure, clean pass)."""
-Algorithm = Callable[[SearchSpace, "Tracker"], Search]
 
-
-class Tracker:
-    """What the algorithms know about verdicts seen so far (shared with the wrapper)."""
-
-    def __init__(self, start: Candidate) -> None:
-        self.best_bad = start
-        self.good: list[Candidate] = []
-        self.phase = "start"
-
-    def record(self, candidate: Candidate, failed: bool, passed: bool) -> None:
-        """``passed`` is a clean pass: only those can be the min-good model (a crash, timeout or
-        different failure does not reproduce the failure, but is no good model either)."""
-        if failed:
-            if len(candidate) <= len(self.best_bad):
-                self.best_bad = candidate
-        elif passed:
-            self.good.append(candidate)
-
-    def closest_good(self) -> Candidate | None:
-        """Polygraphy's rule: the largest passing candidate smaller than the best bad one, else
-        the smallest larger one; ties go to the one sharing most nodes with the best bad one."""
-        if not self.good:
-            return None
-        size = len(self.best_bad)
-        overlap = self.best_bad.nodes
-        smaller = [g for g in self.good if len(g) < size and g.nodes]
-        if smaller:
-            return max(smaller, key=lambda g: (len(g), len(g.nodes & overlap)))
-        larger = [g for g in self.good if len(g) >= size]
-        return min(larger, key=lambda g: (len(g), -len(g.nodes & overlap))) if larger else None
-
-
-def _algorithms() -> dict[str, Algorithm]:
-    from reducer_core.strategies.bisect import bisect_search, linear_search
-    from reducer_core.strategies.minimize import auto_search, minimize_search
-
-    return {
-        "bisect": bisect_search,
-        "linear": linear_search,
-        "minimize": minimize_search,
-        "auto": auto_search,
-    }
+ALGORITHMS: dict[str, Algorithm] = {
+    "bisect": bisect_search,
+    "linear": linear_search,
+    "minimize": minimize_search,
+    "auto": auto_search,
+}
 
 
 MODES = ("auto", "bisect", "linear", "minimize")
@@ -80,7 +45,7 @@ class Strategy:
         self._observations: list[tuple[Candidate, bool, bool]] = []
         self.outcomes: list[tuple[str, bool]] = []
         """(phase, reproduced) of every observation, in order (speculation estimates rates from it)."""
-        self._search = _algorithms()[mode](space, self.tracker)
+        self._search = ALGORITHMS[mode](space, self.tracker)
         self._pending: Candidate | None = None
         self._done = False
         self._advance(None)

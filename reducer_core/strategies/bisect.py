@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 
 from reducer_core.candidate import Candidate
-from reducer_core.strategies.base import Search, Tracker
 from reducer_core.strategies.space import SearchSpace
+from reducer_core.strategies.tracker import Search, Tracker
 
 Pick = Callable[[int], Candidate]
 Phase = Generator[Candidate, bool, Candidate]

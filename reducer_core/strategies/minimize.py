@@ -38,9 +38,9 @@ import math
 from collections.abc import Generator
 
 from reducer_core.candidate import Candidate
-from reducer_core.strategies.base import Search, Tracker
 from reducer_core.strategies.bisect import Phase, binary_phase, components
 from reducer_core.strategies.space import SearchSpace
+from reducer_core.strategies.tracker import Search, Tracker
 
 NodePhase = Generator[Candidate, bool, frozenset[int]]
 

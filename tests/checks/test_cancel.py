@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from checks.build import build_check
 from checks.cancel import CheckStoppedError, stop_checks_when
-from checks.spec import build_check, parse_check_spec
+from checks.spec import parse_check_spec
 from tests.checks.conftest import COMPARE_FP16
 
 # The command leaves a grandchild in a session of its own (which the check's own group kill would

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from checks.build import build_check
 from checks.command import CommandCheck
 from checks.isolated import run_isolated, safe_child_env
-from checks.spec import build_check, parse_check_spec
+from checks.spec import parse_check_spec
 from reducer_core.verdict import VerdictKind
 
 SECRETS = {

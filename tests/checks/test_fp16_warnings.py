@@ -9,7 +9,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from checks.spec import build_check, parse_check_spec
+from checks.build import build_check
+from checks.spec import parse_check_spec
 
 SPEC = "kind: compare\ntarget: {precision: fp16}\ntolerance: {atol: 1000, rtol: 1000}\n"
 

@@ -8,8 +8,9 @@ import onnx
 import pytest
 from polygraphy.json import save_json
 
+from checks.build import build_check
 from checks.golden import GoldenStore, GoldenWriter, write_golden
-from checks.spec import build_check, parse_check_spec
+from checks.spec import parse_check_spec
 from reducer_core.verdict import VerdictKind
 from tests.checks.conftest import COMPARE_FP16, cli
 from tests.checks.models import chain_model, overflow_model

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from checks.build import build_check
 from checks.isolated import IsolatedSpecCheck, RepeatedCheck, run_isolated
-from checks.spec import build_check, parse_check_spec
+from checks.spec import parse_check_spec
 from reducer_core.verdict import Verdict, VerdictKind
 
 OP_SPEC = parse_check_spec("kind: op-present\nops: [Mul]\ntimeout: 1.5")

@@ -9,7 +9,8 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from checks.spec import build_check, parse_check_spec
+from checks.build import build_check
+from checks.spec import parse_check_spec
 from reducer_core.verdict import OP_NOT_REGISTERED_SIGNATURE, Verdict, VerdictKind
 from tests.checks.conftest import cli
 

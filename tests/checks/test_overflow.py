@@ -8,7 +8,8 @@ from pathlib import Path
 
 import onnx
 
-from checks.spec import build_check, parse_check_spec
+from checks.build import build_check
+from checks.spec import parse_check_spec
 from reducer_core.verdict import VerdictKind
 from tests.checks.conftest import COMPARE_FP16, cli
 from tests.checks.models import lossy_overflow_model, overflow_model

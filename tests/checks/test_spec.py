@@ -4,10 +4,10 @@ import json
 
 import pytest
 
+from checks.build import build_check
 from checks.spec import (
     CheckSpecError,
     Requirements,
-    build_check,
     is_interactive_spec,
     parse_check_spec,
     requirements_of,

@@ -7,7 +7,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from checks.spec import build_check, parse_check_spec
+from checks.build import build_check
+from checks.spec import parse_check_spec
 from reducer_core.verdict import VerdictKind
 from tests.checks.models import overflow_model
 

@@ -13,9 +13,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 
+from checks.build import build_check
 from checks.fp16_model import is_mixed
 from checks.runtimes.onnxruntime import to_fp16
-from checks.spec import CheckSpec, ModelCheck, build_check, parse_check_spec
+from checks.spec import CheckSpec, ModelCheck, parse_check_spec
 from engine.precision import MixedModelFailedError, PrecisionSession, reference_run
 from engine.session import SessionCheck
 from engine.workspace import ReduceOptions, load_workspace
