@@ -210,7 +210,7 @@ def _save_model(workspace: Workspace, candidate: Candidate, path: Path) -> onnx.
     """``path`` with only the weights ``candidate`` reads (large ones in ``<name>.data``); returns
     the model as written, its external weights not loaded. A candidate that reads no weight file
     is written as its iteration model: the bytes its check judged and ``-o``/the job's min-bad
-    hand over (``engine.verification``)."""
+    hand over (``reducer_core.verification``)."""
     if not workspace.weight_locations(candidate):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(workspace.iteration_bytes(candidate))

@@ -2,7 +2,7 @@
 options (``job_config``) and storing its final models (``store_results``: self-contained min-bad /
 min-good, as a tar bundle when the weights exceed protobuf's limit and had to stay in a separate
 data file), and, for a verified answer (``store_final_models``), reusing the very model a check
-judged when it is self-contained (``engine.verification``)."""
+judged when it is self-contained (``reducer_core.verification``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,8 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from engine.verification import JUDGED, MIN_BAD, MIN_GOOD, Verified, agrees
-from engine.workspace import Workspace
 from persistence.bundles import write_bundle
 from persistence.enums import ArtifactKind
 from persistence.repositories import IterationRepository
@@ -22,6 +20,14 @@ from reducer_core.candidate import Candidate
 from reducer_core.records import ReductionResult
 from reducer_core.session import SessionConfig
 from reducer_core.verdict import Pinning, Verdict, VerdictKind
+from reducer_core.verification import JUDGED, MIN_BAD, MIN_GOOD, Verified, agrees
+
+
+class Workspace(Protocol):
+    """What storing a model needs of the engine's workspace (``engine.workspace.Workspace``)."""
+
+    def save_self_contained(self, candidate: Candidate, path: Path) -> Path | None: ...
+
 
 NOT_RECHECKED = "not-rechecked"  # an interactive job's final model differs from what the person judged
 

@@ -26,24 +26,6 @@ from checks.spec import CheckSpec, ModelCheck, load_check_spec
 from engine.data_loader import parse_val_ranges
 from engine.parallel import Job
 from engine.session import ReductionSession, SessionCheck, SlotSessionHooks
-from engine.verification import (
-    DISAGREES,
-    JUDGED,
-    MIN_BAD,
-    MIN_GOOD,
-    RECHECKED,
-    JudgedBytes,
-    Suspect,
-    Verified,
-    agrees,
-    checker_crash,
-    disagreement,
-    identity_model,
-    judged_agrees,
-    sha256_of,
-    verified_json,
-    worth_preflight,
-)
 from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.args import EXIT_OK, EXIT_SUSPECT, EXIT_UNVERIFIED
 from reducer_cli.bundle_cmd import write_cli_bundle
@@ -62,6 +44,24 @@ from reducer_core.records import IterationRecord, Localization, ReductionResult
 from reducer_core.samples import samples_summary
 from reducer_core.session import Answer, CheckRequest, Request, SessionConfig
 from reducer_core.verdict import Verdict, VerdictKind
+from reducer_core.verification import (
+    DISAGREES,
+    JUDGED,
+    MIN_BAD,
+    MIN_GOOD,
+    RECHECKED,
+    JudgedBytes,
+    Suspect,
+    Verified,
+    agrees,
+    checker_crash,
+    disagreement,
+    identity_model,
+    judged_agrees,
+    sha256_of,
+    verified_json,
+    worth_preflight,
+)
 
 
 def options_from_args(args: argparse.Namespace) -> ReduceOptions:
@@ -174,7 +174,7 @@ def plan_from_args(args: argparse.Namespace) -> SlotPlan:
     return plan
 
 
-# The debug replay's record of which bytes its verdicts were given to (engine.verification.JudgedBytes).
+# The debug replay's record of which bytes its verdicts were given to (reducer_core.verification.JudgedBytes).
 JUDGED_KEY = "judged_sha256"
 
 
@@ -200,7 +200,7 @@ class CommandLineRun(SlotSessionHooks):
         self.slot_checks: dict[int, ModelCheck] = {}
         self._rate_check: ModelCheck = self.check
         self.flakiness_said = ""  # the flakiness status the log announced
-        self.judged = JudgedBytes()  # sha256 of the bytes each check judged (engine.verification)
+        self.judged = JudgedBytes()  # sha256 of the bytes each check judged (reducer_core.verification)
         self.original_output = ""
         self._original_place: tuple[ModelCheck, Path] = (self.check, self.iter_path)
         self.verified: dict[str, Verified | None] = {}
@@ -401,7 +401,7 @@ class CommandLineRun(SlotSessionHooks):
         return EXIT_SUSPECT if self.suspect is not None else EXIT_OK
 
     def write_results(self, result: ReductionResult) -> None:
-        """Write -o / --min-good, each verified (``engine.verification``), after the one-check
+        """Write -o / --min-good, each verified (``reducer_core.verification``), after the one-check
         preflight that calls out a check independent of the model."""
         self._preflight(result)
         if self.args.output:
@@ -512,7 +512,7 @@ class CommandLineRun(SlotSessionHooks):
 
     def _preflight(self, result: ReductionResult) -> None:
         """When every verdict reproduced the original failure, check a trivial model once: if it
-        fails the same way, the check does not depend on the model (``engine.verification``)."""
+        fails the same way, the check does not depend on the model (``reducer_core.verification``)."""
         if isinstance(self.session.check.check, InteractiveCheck):
             return
         if not worth_preflight(result.iterations, result.localization):

@@ -21,12 +21,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.report_bundle import store_bundle
 from engine.session import ReductionSession
 from engine.workspace import Workspace
 from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
 from persistence.models import CheckUnit, Iteration, Job, utcnow
 from persistence.reduction import store_results
-from persistence.report_bundle import store_bundle
 from persistence.repositories import ArtifactRepository, EventRepository, IterationRepository, JobRepository
 from persistence.repositories.units import NewUnit, UnitRepository
 from persistence.store import StoredBlob

@@ -1,4 +1,4 @@
-"""The end of a reduce job: its answer verified before it succeeds (``engine.verification``).
+"""The end of a reduce job: its answer verified before it succeeds (``reducer_core.verification``).
 
 When the session is done, ``plan_finals`` (under the job's row lock) stores min-bad and min-good:
 the very model a check of this job judged when that model is self-contained (``judged``: no copy,
@@ -23,8 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checks.cancel import CheckStoppedError, stop_checks_when
+from engine.report_bundle import store_bundle
 from engine.session import ReductionSession
-from engine.verification import (
+from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
+from persistence.models import Job, utcnow
+from persistence.reduction import FinalModel, judged_blobs, store_final_models
+from persistence.repositories import ArtifactRepository, EventRepository, IterationRepository, JobRepository
+from persistence.repositories.units import UnitRepository
+from persistence.store import StoredBlob
+from reducer_core.verdict import Pinning, Verdict, VerdictKind
+from reducer_core.verification import (
     DISAGREES,
     MIN_BAD,
     MIN_GOOD,
@@ -36,14 +44,6 @@ from engine.verification import (
     disagreement,
     identity_model,
 )
-from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
-from persistence.models import Job, utcnow
-from persistence.reduction import FinalModel, judged_blobs, store_final_models
-from persistence.report_bundle import store_bundle
-from persistence.repositories import ArtifactRepository, EventRepository, IterationRepository, JobRepository
-from persistence.repositories.units import UnitRepository
-from persistence.store import StoredBlob
-from reducer_core.verdict import Pinning, Verdict, VerdictKind
 from worker.context import RunnerContext
 from worker.endings import deadline_of, end_job, end_payload, finish_locked, time_limit_message
 from worker.lease import Heartbeat

@@ -101,7 +101,7 @@ class IterationRepository:
 
     def all_reproduced(self, job_id: str) -> bool:
         """Whether every verdict of the job (cached ones too) reproduced the original failure: the
-        evidence that the check may not depend on the model (``engine.verification``)."""
+        evidence that the check may not depend on the model (``reducer_core.verification``)."""
         query = select(func.count()).where(
             Iteration.job_id == job_id,
             Iteration.pending.is_(False),

@@ -16,9 +16,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from engine.verification import checker_crash, identity_model
 from reducer_cli.args import EXIT_OK, EXIT_SUSPECT, EXIT_UNVERIFIED
 from reducer_core.graph import GraphIndex
+from reducer_core.verification import checker_crash, identity_model
 from tests.cli.helpers import ITER, checks_logged, fails_when_present, node, reduce, save_branchy, write_script
 
 JUDGED_LOG = "judged.log"

@@ -1,5 +1,5 @@
 """A finished service job's bug-report bundle (``engine.bundle``), built by the worker that
-finished the job and stored as the job's ``bundle`` artifact.
+finished the job and stored as the job's ``bundle`` artifact (in any store with ``put_file``).
 
 Built at the job's end rather than on each download: its ``environment.json`` must name the
 worker's runtimes, providers and GPU (the API process has none of them), and building it runs the
@@ -13,20 +13,28 @@ import dataclasses
 import logging
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from checks.isolated import safe_child_env
 from checks.spec import CheckSpec
 from engine.bundle import BundleCheck, write_bundle
 from engine.workspace import Workspace
-from persistence.store import ArtifactStore, StoredBlob
 from reducer_core.records import ReductionResult
 
 log = logging.getLogger(__name__)
 
+Blob_co = TypeVar("Blob_co", covariant=True)
+B = TypeVar("B")
+
+
+class FileStore(Protocol[Blob_co]):
+    """Where the bundle is kept (the service's ``persistence.store.ArtifactStore``)."""
+
+    def put_file(self, path: Path) -> Blob_co: ...
+
 
 def store_bundle(
-    store: ArtifactStore,
+    store: FileStore[B],
     workspace: Workspace,
     result: ReductionResult,
     spec: CheckSpec,
@@ -34,7 +42,7 @@ def store_bundle(
     work_dir: Path,
     original_name: str,
     worker: str,
-) -> tuple[StoredBlob, dict[str, Any]] | None:
+) -> tuple[B, dict[str, Any]] | None:
     """The stored bundle and its meta (``finding``, ``reproduced``, ``members``); None when it
     could not be built (logged)."""
     folder = work_dir / "result-bundle"
