@@ -31,7 +31,6 @@ TEXT_FIELDS = frozenset(
     {"check_spec", "mode", "task", "model_path", "reduce_inputs", "reduce_outputs", "pin_signature", "confirm_flaky"}
     | {"reduce_data"}
 )
-FILE_FIELDS = ("model", "golden", "inputs")
 MAX_INPUT_FILES = 8  # 'inputs' parts: several files are several samples, in order
 
 

@@ -9,7 +9,6 @@ the model file, and an iteration model re-checked by hand gives the same verdict
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 
 import onnx
 
@@ -39,16 +38,6 @@ def _names(text: str) -> list[str]:
     except ValueError:
         return []
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
-def keep_fp32_suffix(names: Iterable[str]) -> bytes:
-    """Serialised bytes that, appended to a serialised ``ModelProto``, add the entry naming
-    ``names`` (protobuf merges a repeated field by appending: no re-serialisation of the model)."""
-    entry = onnx.StringStringEntryProto(key=KEEP_FP32_KEY, value=json.dumps(sorted(names)))
-    piece = onnx.ModelProto()
-    piece.metadata_props.append(entry)
-    data: bytes = piece.SerializeToString()
-    return data
 
 
 def without_keep_fp32(model: onnx.ModelProto) -> None:

@@ -10,7 +10,7 @@ order, so two of them never wait for one another in a circle:
 1. the team row (``UnitRepository.team_running_locked``, only for a capped team);
 2. the job row (``JobRepository.lock_running``/``claim``/``keep_alive``, and every
    ``EventRepository.append``, which bumps ``jobs.event_seq``);
-3. the job's ``check_units`` rows (claim, renew, finish, cancel, requeue); a transaction that
+3. the job's ``check_units`` rows (claim, renew, finish, cancel); a transaction that
    locks units of several jobs without their job rows (``UnitRepository.requeue_expired``) skips
    the locked ones instead of waiting.
 

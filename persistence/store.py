@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -84,9 +83,6 @@ class ArtifactStore:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def put_bytes(self, data: bytes) -> StoredBlob:
-        return self.put_stream([data])
-
     def put_file(self, path: Path) -> StoredBlob:
         """Store an existing file by hardlink (no copy) or, across filesystems, by one copy."""
         digest, size = hashlib.sha256(), 0
@@ -121,9 +117,6 @@ class ArtifactStore:
 
     def delete(self, key: str) -> None:
         self.local_path(key).unlink(missing_ok=True)
-
-    def scratch_dir(self, prefix: str) -> Path:
-        return Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp_dir))
 
     def keys_stored_before(self, seconds: float) -> Iterator[str]:
         """Keys of the blobs last stored more than ``seconds`` ago."""

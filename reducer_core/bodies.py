@@ -57,11 +57,6 @@ def inline_id(node: int) -> str:
     return f"{node}/{INLINE}"
 
 
-def top_of(path: str) -> int:
-    """The top-level node index an id belongs to."""
-    return int(path.split("/", 1)[0])
-
-
 @dataclass(frozen=True)
 class Scope:
     """One body: its path (``"5/body"``), graph, owner op and the types known inside it (its

@@ -38,17 +38,6 @@ def has_shape(tensor_type: onnx.TypeProto | None) -> bool:
     return tensor_type is not None and tensor_type.HasField("tensor_type") and tensor_type.tensor_type.HasField("shape")
 
 
-def shapeless_tensors(model: onnx.ModelProto) -> list[str]:
-    """Top-level node outputs whose known type is a tensor type without a shape."""
-    types = type_map(model.graph)
-    return [
-        name
-        for node in model.graph.node
-        for name in node.output
-        if name in types and types[name].HasField("tensor_type") and not has_shape(types[name])
-    ]
-
-
 def type_map(graph: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
     """Known types of a graph's tensors: value_info, then inputs and outputs (those win)."""
     types: dict[str, onnx.TypeProto] = {}

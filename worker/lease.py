@@ -11,11 +11,6 @@ from worker.context import RunnerContext
 log = logging.getLogger("onnx_reducer.worker")
 
 
-class LeaseLostError(Exception):
-    """This attempt no longer holds the job (its lease ran out and another worker claimed it, or
-    the job ended): it stops at once and writes nothing more."""
-
-
 class Heartbeat:
     """Renews the attempt's lease every third of ``lease_s`` for the whole attempt (setup, checks,
     storing the results), so a slow step never lets the lease run out under a live worker. A renewal

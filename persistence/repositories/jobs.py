@@ -172,15 +172,6 @@ class JobRepository:
         ).first()
         return result is not None
 
-    def held(self, job_id: str, attempt: int) -> Job | None:
-        """The job, row-locked until the transaction ends, if ``attempt`` still holds it; every write
-        of a worker goes through here, so a stale worker (its lease expired, the job claimed again
-        or ended) writes nothing."""
-        query = (
-            select(Job).where(*_held_by(job_id, attempt)).with_for_update().execution_options(populate_existing=True)
-        )
-        return self.session.scalar(query)
-
     def lock_running(self, job_id: str) -> Job | None:
         """The job, if running, locked until the transaction ends: every worker that records a
         check of it or advances its session goes through here, one at a time (the UPDATE takes
@@ -225,11 +216,6 @@ class JobRepository:
     def running_count(self, queue: str) -> int:
         query = select(func.count()).where(Job.status == JobStatus.RUNNING.value, Job.queue == queue)
         return int(self.session.scalar(query) or 0)
-
-    def mean_checks_per_job(self) -> float | None:
-        query = select(func.avg(Job.checks_run)).where(Job.status == JobStatus.SUCCEEDED.value)
-        value = self.session.scalar(query)
-        return float(value) if value is not None else None
 
     def cancel_requested(self, job_id: str) -> bool:
         return bool(self.session.scalar(select(Job.cancel_requested).where(Job.id == job_id)))

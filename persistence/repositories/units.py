@@ -130,9 +130,6 @@ class UnitRepository:
             .values(number=number)
         )
 
-    def requeue(self, unit: CheckUnit) -> None:
-        unit.status, unit.worker, unit.lease_expires_at = QUEUED, None, None
-
     def cancel_active(self, job_id: str) -> int:
         """Every queued or running unit of an ended job: cancelled (a running one's worker stops)."""
         result = self.session.execute(

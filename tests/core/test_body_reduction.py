@@ -22,12 +22,12 @@ from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.extract import SerializedPieces, extract, extract_bytes
 from reducer_core.graph import GraphIndex
-from reducer_core.reducer import Reduction, ReductionResult
 from reducer_core.session import CheckRequest, ReductionMachine, Request, SessionConfig
 from reducer_core.strategies import MODES, SearchSpace, Strategy
 from reducer_core.verdict import Verdict
 from tests.core.test_control_flow import exported_if_model, exported_loop_model
 from tests.models import FAIL, PASS, index_of, random_feeds
+from tests.oracle_reduction import Reduction, ReductionResult
 
 CASES: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
     "loop": (loop_model, "body/culprit"),

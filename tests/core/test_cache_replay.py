@@ -10,11 +10,11 @@ from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.errors import CheckInfraError, OriginalDidNotFailError, ReplayMismatchError
 from reducer_core.graph import GraphIndex
-from reducer_core.reducer import Reduction
 from reducer_core.session import SessionConfig
 from reducer_core.strategies import MODES, SearchSpace, Strategy
 from reducer_core.verdict import MEMORY_LIMIT_SIGNATURE, Pinning, Verdict, VerdictKind
 from tests.models import FAIL, PASS, FakeChecker, branchy_model, fails_with_all, index_of, names_in, reduce_with
+from tests.oracle_reduction import Reduction
 
 
 @pytest.fixture(scope="module")

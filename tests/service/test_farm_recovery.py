@@ -247,7 +247,7 @@ def test_the_sweep_keeps_referenced_and_freshly_stored_blobs(db_url: str, tmp_pa
     is already there makes its blob young again (a resumed check re-storing its model)."""
     store = ArtifactStore(tmp_path / "artifacts")
     database = Database(db_url)
-    kept, swept, restored = (store.put_bytes(f"blob {i}".encode()) for i in range(3))
+    kept, swept, restored = (store.put_stream([f"blob {i}".encode()]) for i in range(3))
     long_ago = time.time() - 7200
     for blob in (kept, swept, restored):
         os.utime(store.path(blob.key), (long_ago, long_ago))
@@ -268,7 +268,7 @@ def test_the_sweep_keeps_referenced_and_freshly_stored_blobs(db_url: str, tmp_pa
             )
         )
         ArtifactRepository(session).put(job.id, ArtifactKind.ORIGINAL, "original", kept)
-    assert store.put_bytes(b"blob 2") == restored  # stored again: young
+    assert store.put_stream([b"blob 2"]) == restored  # stored again: young
     assert sweep_unreferenced_blobs(database, store, min_age_s=3600) == 1
     assert store.exists(kept.key) and store.exists(restored.key) and not store.exists(swept.key)
     database.dispose()

@@ -89,7 +89,7 @@ def test_put_file_above_the_threshold_uploads_in_parts(s3: S3Server, tmp_path: P
 
 def test_delete_removes_the_blob_from_the_bucket_and_the_cache(s3: S3Server, tmp_path: Path) -> None:
     store = _store(s3, tmp_path / "cache", "delete-bucket")
-    blob = store.put_bytes(b"to be deleted")
+    blob = store.put_stream([b"to be deleted"])
     assert store.local_path(blob.key).is_file()
     store.delete(blob.key)
     assert not store.local_path(blob.key).exists()
@@ -100,13 +100,13 @@ def test_delete_removes_the_blob_from_the_bucket_and_the_cache(s3: S3Server, tmp
 
 def test_storing_again_makes_a_blob_young_for_the_sweep(s3: S3Server, tmp_path: Path) -> None:
     store = _store(s3, tmp_path / "cache", "sweep-bucket")
-    blob = store.put_bytes(b"swept unless stored again")
+    blob = store.put_stream([b"swept unless stored again"])
     assert blob.key in set(store.keys_stored_before(-60)), "older than a cutoff in the future"
     assert blob.key not in set(store.keys_stored_before(3600))
     assert not store.delete_if_stored_before(blob.key, 3600), "stored just now: kept"
     assert store.exists(blob.key)
     first = _bucket_client(s3).head_object(Bucket="sweep-bucket", Key=blob.key)
-    again = S3ArtifactStore(tmp_path / "another-cache", store.config).put_bytes(b"swept unless stored again")
+    again = S3ArtifactStore(tmp_path / "another-cache", store.config).put_stream([b"swept unless stored again"])
     second = _bucket_client(s3).head_object(Bucket="sweep-bucket", Key=blob.key)
     assert again.key == blob.key
     assert second["Metadata"]["stored"] > first["Metadata"]["stored"], "touched, not uploaded as new content"
@@ -116,7 +116,7 @@ def test_storing_again_makes_a_blob_young_for_the_sweep(s3: S3Server, tmp_path: 
 
 def test_a_presigned_url_downloads_the_blob_as_an_attachment(s3: S3Server, tmp_path: Path) -> None:
     store = _store(s3, tmp_path / "cache", "presign-bucket", presigned_downloads=True, presign_expiry_s=120)
-    blob = store.put_bytes(b"presigned bytes")
+    blob = store.put_stream([b"presigned bytes"])
     url = store.download_url(blob.key, "job-min-bad.onnx")
     assert url is not None and "X-Amz-Expires=120" in url
     response = httpx.get(url)
@@ -191,7 +191,7 @@ def test_a_worker_rebuilds_a_job_model_folder_from_the_stored_upload(s3: S3Serve
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("nets/model.onnx", b"bundled model")
         archive.writestr("nets/weights.bin", b"\0" * 64)
-    single, bundle = api_side.put_bytes(model), api_side.put_bytes(buffer.getvalue())
+    single, bundle = api_side.put_stream([model]), api_side.put_stream([buffer.getvalue()])
 
     worker_side = _store(s3, tmp_path / "worker-data" / "artifacts", "upload-bucket")
     jobs = tmp_path / "worker-data" / "jobs"

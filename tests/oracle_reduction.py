@@ -1,7 +1,7 @@
-"""The reduction loop with an injected oracle: the session's step machine
-(``reducer_core.session``) driven one check at a time, for code that has a function answering
-"does this candidate fail?" (tests, benchmarks). The command line and the worker drive the same
-machine through ``engine.session.ReductionSession``."""
+"""The reduction loop with an injected oracle, for tests: the session's step machine
+(``reducer_core.session``) driven one check at a time by a function answering "does this
+candidate fail?". The command line and the worker drive the same machine through
+``engine.session.ReductionSession``."""
 
 from __future__ import annotations
 
