@@ -4,10 +4,12 @@
 (module ``__getattr__``), from the environment, never at import time.
 
 The database is the queue (``worker.run_job``); a Celery message only wakes a worker, fire and
-forget: acknowledged when its task starts (no late acks, no redelivery to rely on), json only, no
-prefetch (a busy worker leaves wake-ups to idle ones). A message that is lost, or held by a worker
-that dies, costs nothing but time: every idle worker also looks in the database every
-``WORKER_POLL_S`` (``worker.poll``). A wake-up that cannot be sent (Redis away) is logged and
+forget: no late acks, no rejection or requeue on a lost worker, no prefetch (a busy worker leaves
+wake-ups to idle ones), json only. The solo pool acknowledges a message when its task returns, so
+a worker killed meanwhile leaves its message in Redis, which hands it out again after its
+visibility timeout (Celery's default hour) as one more wake-up: harmless, and nothing waits for
+it. Lost work is found by every idle worker, which looks in the database every
+``WORKER_POLL_S`` (``worker.poll``); a wake-up that cannot be sent (Redis away) is logged and
 dropped for the same reason."""
 
 from __future__ import annotations
