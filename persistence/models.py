@@ -74,8 +74,8 @@ class Job(Base):
     event_seq: Mapped[int] = mapped_column(default=0)
     cache_hits: Mapped[int] = mapped_column(default=0, server_default="0")  # every cached answer
     farm_hits: Mapped[int] = mapped_column(default=0, server_default="0")  # those from the farm's verdicts
-    # when a message for this job was last sent to the broker; None: none is on its way (a worker
-    # that could not serve the job left it for a capable one), see worker/presence.py
+    # no longer read: dispatch is through the database (worker/run_job.py), a message only wakes a
+    # worker. Kept (the time the job was first queued) until a migration drops it.
     dispatched_at: Mapped[datetime | None] = mapped_column(default=utcnow)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -3,15 +3,14 @@
 ``celery -A worker.celery_app worker -Q cpu`` finds ``app`` here; it is built on first access
 (module ``__getattr__``), from the environment, never at import time.
 
-Settings follow ARCHITECTURE.md §3: late acks and prefetch 1 (a job is one long task), json only,
-``reject_on_worker_lost`` only because ``run_job``'s claim caps attempts. Lost work is found
-through the database, not the broker (``worker/presence.py``): each worker also consumes a queue
-of its own, where it sends a lost job it takes; a message for a job another worker holds is
-dropped (no retry loop), since that job is taken again if its worker dies. The visibility timeout
-stays above the job time limit (``WorkerSettings.visibility_timeout_s``): a shorter one would make
-Redis hand every long job's message to a second worker again and again (each time dropped), and
-the messages of dead workers, which a long timeout would keep, are removed when their job is
-taken again."""
+The database is the queue (``worker.run_job``); a Celery message only wakes a worker, fire and
+forget: no late acks, no rejection or requeue on a lost worker, no prefetch (a busy worker leaves
+wake-ups to idle ones), json only. The solo pool acknowledges a message when its task returns, so
+a worker killed meanwhile leaves its message in Redis, which hands it out again after its
+visibility timeout (Celery's default hour) as one more wake-up: harmless, and nothing waits for
+it. Lost work is found by every idle worker, which looks in the database every
+``WORKER_POLL_S`` (``worker.poll``); a wake-up that cannot be sent (Redis away) is logged and
+dropped for the same reason."""
 
 from __future__ import annotations
 
@@ -27,10 +26,9 @@ from checks.lifeline import kill_orphaned_checks, mark_owner
 from persistence.contracts import QUEUES, RUN_JOB_TASK
 from persistence.jsonlog import configure_logging
 from persistence.notify import RedisNotifier
-from worker.broker import BrokerMessages
 from worker.cancel_watch import start_cancel_watch
 from worker.context import RunnerContext, context_from_settings
-from worker.node import WorkerNode, direct_queue, lower_priority, worker_name
+from worker.node import WorkerNode, lower_priority, worker_name
 from worker.settings import WorkerSettings, load_worker_settings
 
 log = logging.getLogger("onnx_reducer.worker")
@@ -57,41 +55,33 @@ class _CeleryWorker:
         return ctx
 
     def wake(self, job_id: str, queue: str) -> None:
-        """A check of ``job_id`` is queued: one message to the workers of its queue."""
-        self.app.send_task(RUN_JOB_TASK, args=[job_id], queue=queue)
+        """A check of ``job_id`` is queued: one wake-up for the workers of its queue, if Redis takes it."""
+        try:
+            self.app.send_task(RUN_JOB_TASK, args=[job_id], queue=queue)
+        except Exception as exc:  # noqa: BLE001 - a wake-up is a hint: idle workers poll the database
+            log.warning(
+                "job %s: no wake-up sent (%s); idle workers find its work by polling", job_id, type(exc).__name__
+            )
 
     @property
     def node(self) -> WorkerNode:
         if self._node is None:
-            broker = BrokerMessages(str(self.settings.redis_url))
-            self._node = WorkerNode(
-                self.settings,
-                self.ctx,
-                self.queues,
-                self.send_to_self,
-                broker.forget_unacked,
-                forget_ended=broker.forget_unacked_of_ended,
-            )
+            self._node = WorkerNode(self.settings, self.ctx, self.queues)
             self.ctx.on_work = self._node.activity.switch  # the farm view shows the job it works on
         return self._node
 
     def run_job_task(self, job_id: str) -> str:
-        """The whole task: hand the job to this worker's handler."""
-        return self.node.handler.handle(job_id).value
-
-    def send_to_self(self, job_id: str) -> None:
-        self.app.send_task(RUN_JOB_TASK, args=[job_id], queue=direct_queue(worker_name()))
+        """The whole task: take work from the database, starting with ``job_id``'s."""
+        return self.node.poller.wake(job_id).value
 
     def on_setup(self, sender: Any = None, instance: Any = None, **_: Any) -> None:
-        """Before consuming: note the queues, add this worker's own, mark and clean up check
-        processes, detect capabilities."""
+        """Before consuming: note the queues, mark and clean up check processes, detect capabilities."""
         app = self.app
         if getattr(instance, "app", None) is not app:
             return
         queues: Any = self.app.amqp.queues
         self.queues = [name for name in queues.consume_from if name in QUEUES] or ["cpu"]
         self.ctx.queues = tuple(self.queues)
-        queues.select_add(direct_queue(worker_name()))
         mark_owner()
         lower_priority(self.settings.worker_nice)
         killed = kill_orphaned_checks()
@@ -102,10 +92,12 @@ class _CeleryWorker:
     def on_ready(self, sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is self.app:
             self.node.presence.start()
+            self.node.poller.start()
             start_cancel_watch(self.ctx)  # a cancel reaches a job in preparation at once
 
     def on_shutdown(self, sender: Any = None, **_: Any) -> None:
         if self._node is not None:
+            self._node.poller.stop()
             self._node.presence.stop()
 
 
@@ -114,16 +106,15 @@ def create_celery_app(settings: WorkerSettings) -> Celery:
         raise ValueError("The Celery worker needs REDIS_URL (e.g. redis://localhost:6379/0).")
     app = Celery("onnx_reducer", broker=settings.redis_url, set_as_current=False)
     app.conf.update(
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
+        task_acks_late=False,
         worker_prefetch_multiplier=1,
+        worker_disable_prefetch=True,
         task_serializer="json",
         accept_content=["json"],
         result_serializer="json",
         task_ignore_result=True,
         task_default_queue="cpu",
         task_queues=[Queue(name) for name in QUEUES],  # type: ignore[no-untyped-call]
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=False,

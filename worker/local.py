@@ -1,9 +1,9 @@
 """Embedded mode's runner: ``LOCAL_WORKERS`` slots (threads) that handle work like Celery workers
-do (the same ``JobHandler`` and ``run_job``), fed by the api after each commit. Each slot shows in
-the farm's worker list like a worker, so a job's checks spread over the slots as over a farm. A
-slot with nothing handed to it looks in the database every ``POLL_S`` for queued checks (the
-checks queued by a job process cannot reach this process's queue). On start it picks up jobs a
-previous server left behind.
+do (the same ``WorkPoller``, ``JobHandler`` and ``run_job``), woken by the api after each commit.
+Each slot shows in the farm's worker list like a worker, so a job's checks spread over the slots as
+over a farm. A slot with nothing handed to it looks in the database every ``POLL_S`` (the checks
+queued by a job process cannot reach this process's queue; the jobs a previous server left
+behind are found the same way).
 
 With ``jobs_in_child`` (what ``onnx-reducer serve`` uses) each ``run_job`` runs in a child process
 (``worker.local_child``), so a reduction's Python work never competes with the api for its GIL."""
@@ -22,11 +22,8 @@ import time
 from checks.lifeline import kill_orphaned_checks, mark_owner
 from persistence.contracts import QUEUES
 from persistence.repositories import ClaimResult
-from persistence.repositories.units import UnitRepository
 from worker.context import RunnerContext
 from worker.node import WorkerNode, worker_name
-from worker.recovery import requeue_orphans
-from worker.runner import Delivery
 from worker.settings import WorkerSettings
 
 log = logging.getLogger("onnx_reducer.worker")
@@ -70,7 +67,6 @@ class LocalRunner:
             thread.start()
         for node in self.nodes:
             node.presence.start()
-        requeue_orphans(self.ctx, self, queued_older_than_s=0.0)
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -100,28 +96,19 @@ class LocalRunner:
             raise RuntimeError(f"the job process of {job_id} exited with code {child.returncode}")
         return ClaimResult(lines[-1])
 
-    def _next(self) -> str | None:
-        try:
-            return self.jobs.get(timeout=POLL_S)
-        except queue.Empty:
-            return None if self._stopping.is_set() else self._waiting_work()
-
-    def _waiting_work(self) -> str | None:
-        """A job with queued work (a check, or a start), for a slot with nothing handed to it."""
-        try:
-            with self.ctx.db.session() as session:
-                work = UnitRepository(session).available_work(QUEUES, self.ctx.max_attempts, limit=1)
-        except Exception:  # noqa: BLE001 - the database is down: the slot looks again later
-            return None
-        return work[0].job_id if work else None
-
     def _loop(self, node: WorkerNode) -> None:
-        while (job_id := self._next()) != _STOP:
+        while not self._stopping.is_set():
+            try:
+                job_id = self.jobs.get(timeout=POLL_S)
+            except queue.Empty:
+                job_id = None
+            if job_id == _STOP:
+                return
             if job_id is None:
+                node.poller.look()
                 continue
             try:
-                if node.handler.handle(job_id) is Delivery.NO_DATABASE:
-                    threading.Timer(self.ctx.lease_s, self.jobs.put, args=(job_id,)).start()
+                node.poller.wake(job_id)
             except Exception:
                 log.exception("job %s failed in the local runner", job_id)
                 time.sleep(0.1)

@@ -20,11 +20,10 @@ from checks.capabilities import Capabilities
 from checks.lifeline import die_with_parent_now
 from persistence.jsonlog import configure_logging
 from persistence.repositories import ClaimResult
-from persistence.repositories.units import UnitRepository
 from worker.cancel_watch import start_cancel_watch
 from worker.context import RunnerContext, context_from_settings
 from worker.node import lower_priority
-from worker.run_job import run_job
+from worker.run_job import run_job, waiting_job
 from worker.settings import WorkerSettings
 from worker.unit_run import cleanup_if_ended
 
@@ -39,7 +38,8 @@ def main(argv: list[str]) -> int:
     configure_logging()
     ctx = context_from_settings(settings)
     if len(argv) > 1:
-        ctx.runtime = Capabilities.from_json(json.loads(argv[1]))
+        # the slot's runtime and capabilities: it takes only the work its slot may
+        ctx.runtime = ctx.capabilities = Capabilities.from_json(json.loads(argv[1]))
     if len(argv) > 2:
         ctx.worker = argv[2]  # the embedded slot this process works for: its checks show under that name
     start_cancel_watch(ctx, lambda jobs: _exit_after_cancel(ctx, jobs))  # a cancel reaches a job in preparation
@@ -65,10 +65,9 @@ def _linger(ctx: RunnerContext) -> None:
     deadline = time.monotonic() + LINGER_S
     while time.monotonic() < deadline:
         time.sleep(LOOK_S)
-        with ctx.db.session() as session:
-            work = UnitRepository(session).available_work(ctx.queues, ctx.max_attempts, limit=1)
-        if work:
-            run_job(work[0].job_id, ctx)
+        job_id = waiting_job(ctx)
+        if job_id is not None:
+            run_job(job_id, ctx)
             deadline = time.monotonic() + LINGER_S
 
 

@@ -1,7 +1,7 @@
 """One worker process in the farm: its name, queues and capabilities, what it is doing, its
-heartbeat (``WorkerPresence``) and the handler of the jobs it receives (``JobHandler``). Built by
-the Celery app for each worker process (one job at a time: the solo pool, as deployed) and by the
-embedded server for its runner."""
+heartbeat (``WorkerPresence``), what it does when woken (``JobHandler``) and its look for work
+while idle (``WorkPoller``). Built by the Celery app for each worker process (one piece of work at
+a time: the solo pool, as deployed) and by the embedded server for each of its slots."""
 
 from __future__ import annotations
 
@@ -11,15 +11,8 @@ from collections.abc import Sequence
 
 from checks.capabilities import detect_capabilities, parse_gpu_names
 from worker.context import RunnerContext
-from worker.presence import (
-    Activity,
-    ForgetEnded,
-    ForgetMessages,
-    PresenceTimings,
-    Resend,
-    WorkerIdentity,
-    WorkerPresence,
-)
+from worker.poll import WorkPoller
+from worker.presence import Activity, PresenceTimings, WorkerIdentity, WorkerPresence
 from worker.runner import JobHandler
 from worker.settings import WorkerSettings
 
@@ -40,15 +33,9 @@ def lower_priority(niceness: int) -> int:
     return current
 
 
-def direct_queue(name: str) -> str:
-    """The queue only this worker consumes: lost jobs it takes itself are sent there."""
-    return f"onnx-reducer.worker.{name}"
-
-
 def presence_timings(settings: WorkerSettings) -> PresenceTimings:
     return PresenceTimings(
         heartbeat_s=settings.worker_heartbeat_s,
-        dispatch_grace_s=settings.dispatch_grace_s,
         forget_after_s=settings.worker_forget_after_s,
         sweep_interval_s=settings.blob_sweep_interval_s,
         sweep_min_age_s=settings.blob_sweep_min_age_s,
@@ -64,10 +51,7 @@ class WorkerNode:
         settings: WorkerSettings,
         ctx: RunnerContext,
         queues: Sequence[str],
-        resend: Resend | None = None,
-        forget_messages: ForgetMessages | None = None,
         name: str | None = None,
-        forget_ended: ForgetEnded | None = None,
     ) -> None:
         gpus = parse_gpu_names(settings.worker_gpus) if settings.worker_gpus is not None else None
         self.identity = WorkerIdentity(
@@ -79,7 +63,6 @@ class WorkerNode:
         ctx.capabilities = self.identity.capabilities
         ctx.runtime = self.identity.capabilities  # the runtime its jobs' verdicts are shared under
         self.activity = Activity()
-        self.handler = JobHandler(ctx, self.identity, self.activity)
-        self.presence = WorkerPresence(
-            ctx, self.identity, self.activity, presence_timings(settings), resend, forget_messages, forget_ended
-        )
+        self.handler = JobHandler(ctx, self.activity)
+        self.presence = WorkerPresence(ctx, self.identity, self.activity, presence_timings(settings))
+        self.poller = WorkPoller(self.handler, settings.worker_poll_s)

@@ -1,12 +1,15 @@
-"""``run_job``: what a worker does with a message (a Celery task, or the embedded runner's queue).
+"""``run_job``: what a worker does when woken (a Celery message, its own poll, or the embedded
+runner's queue).
 
-A message names a job but means "there is work": a job to start, or a check of a running job to
-run. The worker takes the work fair share picks (``persistence.fairshare``) until none is left
-that it may take: a queued job is started (``worker.job_start``), a queued check unit is run
-(``worker.unit_run``); so one job's checks spread over every idle worker of its queue, each
-recording its verdict and queueing the next checks itself (``worker.advance``). A job whose
-workers all died (its lease ran out, nothing queued) is taken again as a whole and resumes from
-its last recorded verdict; a cancelled job nobody runs a check of is ended here.
+The database is the queue; a message names a job but only means "there is work". The worker takes
+the work fair share picks (``persistence.fairshare``) until none is left that it may take: a queued
+job is started (``worker.job_start``), a queued check unit is run (``worker.unit_run``), a running
+job whose workers all died (its lease ran out, nothing queued) is taken again as a whole and
+resumes from its last recorded verdict; so one job's checks spread over every idle worker of its
+queue, each recording its verdict and queueing the next checks itself (``worker.advance``). A
+cancelled job nobody runs a check of is ended here. Idle workers also look every
+``WORKER_POLL_S`` (``waiting_job``, ``worker.poll``), so a lost message, or a worker that died
+holding one, loses no work.
 
 Returns CLAIMED when this worker did some work, FINISHED when the named job has ended, BUSY
 otherwise (others are at it)."""
@@ -14,6 +17,7 @@ otherwise (others are at it)."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,111 +37,125 @@ from worker.unit_run import UnitRun, UnitTicket, cleanup_if_ended
 
 log = logging.getLogger("onnx_reducer.worker")
 
-__all__ = ["run_job"]
+__all__ = ["run_job", "waiting_job"]
 
 
 @dataclass(frozen=True)
 class _Taken:
     job_id: str
-    unit: UnitTicket | None  # None: the job itself, to start
+    unit: UnitTicket | None  # None: the job itself, to start (``resumed``: taken again)
+    team: str = ""
+    queue: str = ""
+    attempt: int = 0
+    resumed: bool = False
+
+
+@dataclass
+class _Found:
+    """What one look at the queue did: the work it claimed and the event that announces it, or a
+    job its claim ended (cancelled, or out of attempts, while nobody held it)."""
+
+    taken: _Taken | None = None
+    seq: int = 0
+    ended: str | None = None
 
 
 def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
-    worked = _recover(job_id, ctx)
+    worked = False
+    started: dict[str, tuple[str, float]] = {}  # the jobs this call started: team, when
     while (taken := take_next(ctx)) is not None:
         worked = True
         ctx.on_work(taken.job_id)
         with bind_job(taken.job_id):
             if taken.unit is None:
+                _log_start(ctx, taken)
+                started[taken.job_id] = (taken.team, time.monotonic())
                 start_job(ctx, taken.job_id)
                 cleanup_if_ended(ctx, taken.job_id)  # e.g. cancelled while it was prepared (worker.cancel_watch)
             else:
                 UnitRun(ctx, taken.unit).run()
+    for started_id, (team, since) in started.items():
+        _log_end(ctx, started_id, team, time.monotonic() - since)
     if worked:
         return ClaimResult.CLAIMED
     with ctx.db.session() as session:
         job = JobRepository(session).get(job_id)
         ended = job is None or JobStatus(job.status).terminal
+        missing = [] if job is None or ended else _unmet(ctx, job.check_spec)
+    if missing:
+        log.info(
+            "job %s needs %s, which this worker (%s) does not offer; it is left for a worker that does",
+            *(job_id, ", ".join(missing), ctx.worker),
+        )
     return ClaimResult.FINISHED if ended else ClaimResult.BUSY
 
 
-def _recover(job_id: str, ctx: RunnerContext) -> bool:
-    """The named job, if nobody works on it (running, its lease out, nothing queued: its workers
-    died): taken again and resumed. A job the claim ends (out of attempts) gets its event."""
-
-    def take_over(session: Any) -> ClaimResult | None:
-        jobs = JobRepository(session)
-        job = jobs.get(job_id)
-        if job is None or job.status != JobStatus.RUNNING.value or _lease_live(job):
-            return None
-        claim = jobs.claim(job_id, ctx.lease_s, ctx.max_attempts)
-        if claim is ClaimResult.FINISHED:
-            _announce_end(session, job)
-        return claim
-
-    claim = transaction(ctx.db, take_over, f"job {job_id}: taking it over")
-    if claim is None:
-        return False
-    if claim is ClaimResult.FINISHED:
-        _notify_last(ctx, job_id)
-        cleanup_if_ended(ctx, job_id)
-    if claim is not ClaimResult.CLAIMED:
-        return False
-    log.info("job %s: its workers are gone; this worker takes it again", job_id)
-    start_job(ctx, job_id)
-    return True
-
-
-def _lease_live(job: Job) -> bool:
-    expires = job.lease_expires_at
-    if expires is None:
-        return False
-    return (expires if expires.tzinfo else expires.replace(tzinfo=utcnow().tzinfo)) >= utcnow()
+def waiting_job(ctx: RunnerContext) -> str | None:
+    """A job with work this worker may take now (a check, a start, a job to take again, a
+    cancelled job to end), or None: what an idle worker asks before it runs ``run_job``."""
+    with ctx.db.session() as session:
+        for item in UnitRepository(session).available_work(ctx.queues, ctx.max_attempts, limit=50):
+            if _servable(ctx, item):
+                return item.job_id
+        for job_id in JobRepository(session).cancelled_running(ctx.queues):
+            if not UnitRepository(session).running_count(job_id):
+                return job_id
+    return None
 
 
 def take_next(ctx: RunnerContext) -> _Taken | None:
     """Claim the work fair share gives this worker first (a job to start or a check), or None."""
-    _end_cancelled(ctx)
-    found = transaction(ctx.db, lambda session: _take(ctx, session), "taking the next piece of work")
-    if found is None:
-        return None
-    taken, seq = found
-    if seq:
-        ctx.notify(taken.job_id, seq)
-    return taken
+    while True:
+        _end_cancelled(ctx)
+        found = transaction(ctx.db, lambda session: _take(ctx, session), "taking the next piece of work")
+        if found.ended is None:
+            break
+        _notify_last(ctx, found.ended)  # a job the claim ended: announced, then look again
+        cleanup_if_ended(ctx, found.ended)
+    if found.taken is not None and found.seq:
+        ctx.notify(found.taken.job_id, found.seq)
+    return found.taken
 
 
-def _take(ctx: RunnerContext, session: Any) -> tuple[_Taken, int] | None:
+def _take(ctx: RunnerContext, session: Any) -> _Found:
     units = UnitRepository(session)
     work = units.available_work(ctx.queues, ctx.max_attempts)
-    if not work:
-        return None
     cap = ctx.team_max_running_checks or None
-    for item in fair_order(work, units.team_loads(), ctx.team_shares, cap):
+    for item in fair_order(work, units.team_loads(), ctx.team_shares, cap) if work else []:
         if not _servable(ctx, item):
             continue
-        taken = _claim(ctx, session, item)
-        if taken is not None:
-            return taken, session.info.pop("check_started_seq", 0)
-    return None
+        found = _claim_job(ctx, session, item) if item.kind != "unit" else _claim_in_savepoint(ctx, session, item)
+        if found is not None:
+            return found
+    return _Found()
 
 
-def _claim(ctx: RunnerContext, session: Any, item: Work) -> _Taken | None:
-    if item.kind == "job":
-        claimed = JobRepository(session).claim(str(item.id), ctx.lease_s, ctx.max_attempts)
-        return _Taken(item.job_id, None) if claimed is ClaimResult.CLAIMED else None
-    # inside a savepoint: a unit another worker took first is rolled back, and with it the locks
-    # taken for it, so this transaction holds the rows of one job at most (lock order: retry.py)
+def _claim_job(ctx: RunnerContext, session: Any, item: Work) -> _Found | None:
+    """A queued job to start, or a running one nobody holds to take again (or to end: the claim
+    ends a cancelled or exhausted one, and this transaction then commits at once)."""
+    claim = JobRepository(session).claim(item.job_id, ctx.lease_s, ctx.max_attempts)
+    job = session.get(Job, item.job_id, populate_existing=True)
+    if job is None or claim is ClaimResult.BUSY:
+        return None
+    if claim is ClaimResult.FINISHED:
+        _announce_end(session, job)
+        return _Found(ended=item.job_id)
+    return _Found(_Taken(item.job_id, None, item.team, job.queue, job.attempts, resumed=item.kind == "resume"))
+
+
+def _claim_in_savepoint(ctx: RunnerContext, session: Any, item: Work) -> _Found | None:
+    """A unit, inside a savepoint: one another worker took first is rolled back, and with it the
+    locks taken for it, so this transaction holds the rows of one job at most (lock order: retry.py)."""
     savepoint = session.begin_nested()
-    taken = _claim_unit(ctx, session, item)
-    if taken is None:
+    found = _claim_unit(ctx, session, item)
+    if found is None:
         savepoint.rollback()
     else:
         savepoint.commit()
-    return taken
+    return found
 
 
-def _claim_unit(ctx: RunnerContext, session: Any, item: Work) -> _Taken | None:
+def _claim_unit(ctx: RunnerContext, session: Any, item: Work) -> _Found | None:
     units = UnitRepository(session)
     cap = ctx.team_max_running_checks
     if cap and units.team_running_locked(item.team) >= cap:
@@ -157,17 +175,17 @@ def _claim_unit(ctx: RunnerContext, session: Any, item: Work) -> _Taken | None:
         "worker": ctx.worker,
         "started_at": (unit.claimed_at or utcnow()).isoformat(),
     }
-    session.info["check_started_seq"] = (
-        EventRepository(session).append(item.job_id, EventKind.CHECK_STARTED, payload).seq
-    )
-    return _Taken(item.job_id, UnitTicket.of(unit))
+    seq = EventRepository(session).append(item.job_id, EventKind.CHECK_STARTED, payload).seq
+    return _Found(_Taken(item.job_id, UnitTicket.of(unit)), seq)
 
 
 def _servable(ctx: RunnerContext, item: Work) -> bool:
     """Whether this worker meets the job's ``requires`` (a worker without capabilities: any job)."""
-    if ctx.capabilities is None:
-        return True
-    return not unmet(requirements_of(item.check_spec), ctx.capabilities)
+    return not _unmet(ctx, item.check_spec)
+
+
+def _unmet(ctx: RunnerContext, check_spec: str) -> list[str]:
+    return [] if ctx.capabilities is None else unmet(requirements_of(check_spec), ctx.capabilities)
 
 
 def _end_cancelled(ctx: RunnerContext) -> None:
@@ -201,3 +219,28 @@ def _notify_last(ctx: RunnerContext, job_id: str) -> None:
         job = JobRepository(session).get(job_id)
         seq = job.event_seq if job else 0
     ctx.notify(job_id, seq)
+
+
+def _log_start(ctx: RunnerContext, taken: _Taken) -> None:
+    if taken.resumed:
+        log.info("job %s: its workers are gone; this worker takes it again", taken.job_id)
+    log.info(
+        "job %s started: team %s, queue %s, attempt %d, worker %s",
+        *(taken.job_id, taken.team, taken.queue, taken.attempt, ctx.worker),
+    )
+
+
+def _log_end(ctx: RunnerContext, job_id: str, team: str, seconds: float) -> None:
+    """One line once this worker has no more work to take, for each job it started (the job may
+    go on on other workers)."""
+    with ctx.db.session() as session:
+        job = JobRepository(session).get(job_id)
+        if job is None:
+            return
+        status, code, checks, hits = job.status, job.error_code, job.checks_run, job.cache_hits
+    outcome = (
+        "running on other workers" if status == JobStatus.RUNNING.value else status + (f" ({code})" if code else "")
+    )
+    log.info(
+        "job %s ended: %s, team %s, %.1f s, %d checks, %d cache hits", *(job_id, outcome, team, seconds, checks, hits)
+    )

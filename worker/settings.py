@@ -11,10 +11,11 @@ class WorkerSettings(ServiceSettings):
     job_lease_s: float = 60.0
     max_attempts: int = 3
     worker_queues: str = "cpu"
-    # how often a worker refreshes its row, looks for lost work (when idle) and kills orphaned checks
+    # how often a worker refreshes its row, queues again the checks of dead workers and kills orphaned checks
     worker_heartbeat_s: float = Field(default=10.0, gt=0)
-    # how long a job's message may take to reach an idle worker before that worker takes the job
-    dispatch_grace_s: float = Field(default=30.0, ge=0)
+    # how often an idle worker looks in the database for work (the database is the queue; a message
+    # only wakes a worker at once, so a lost one costs at most this long)
+    worker_poll_s: float = Field(default=5.0, gt=0)
     # GPU models this worker advertises, comma-separated ("none": no GPU); unset: detected
     worker_gpus: str | None = None
     blob_sweep_interval_s: float = Field(default=3600.0, gt=0)
@@ -34,14 +35,6 @@ class WorkerSettings(ServiceSettings):
     # how much a worker lowers its own CPU priority (and so its checks'): an api or a database on
     # the same machine keeps answering while checks run (0..19; 0 keeps the priority it started with)
     worker_nice: int = Field(default=10, ge=0, le=19)
-
-    @property
-    def visibility_timeout_s(self) -> int:
-        """Above the job time limit, so Redis never hands a running job's message to a second worker
-        (which would find it held and drop it). Lost work is found through the database instead
-        (leases, dispatch times: ``worker/presence.py``), which also removes a dead worker's
-        message from Redis, so nothing waits for this timeout."""
-        return int(self.job_time_limit_s + 3600)
 
     @property
     def blob_sweep_min_age_s(self) -> float:

@@ -36,14 +36,6 @@ class ClaimResult(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class DispatchCandidate:
-    """A job no worker is working on, as an idle worker looking for lost work sees it."""
-
-    id: str
-    check_spec: str
-
-
-@dataclass(frozen=True)
 class QueueDepth:
     team: str
     queue: str
@@ -188,7 +180,7 @@ class JobRepository:
         return self.session.scalar(query)
 
     def keep_alive(self, job_id: str, lease_s: float) -> None:
-        """A worker runs a check of the job: its lease runs on (see ``lost``)."""
+        """A worker runs a check of the job: its lease runs on (a job nobody keeps alive is taken again)."""
         expires = utcnow() + timedelta(seconds=lease_s)
         self.session.execute(
             update(Job)
@@ -260,7 +252,6 @@ class JobRepository:
                 error_code=None,
                 error_message=None,
                 cancel_requested=False,
-                dispatched_at=utcnow(),
             )
             .returning(Job.id)
         ).first()
@@ -270,40 +261,6 @@ class JobRepository:
         """End ``job``: only on a row obtained from ``held`` (or not yet handed to any worker)."""
         for key, value in _end_values(status, code, message).items():
             setattr(job, key, value)
-
-    def orphans(self, queued_older_than_s: float | None) -> Sequence[Job]:
-        """Jobs nobody is working on: running with an expired lease, and (unless None) jobs queued
-        for longer than ``queued_older_than_s``."""
-        now = utcnow()
-        condition = and_(Job.status == JobStatus.RUNNING.value, Job.lease_expires_at < now)
-        if queued_older_than_s is not None:
-            since = now - timedelta(seconds=queued_older_than_s)
-            condition = or_(condition, and_(Job.status == JobStatus.QUEUED.value, Job.created_at < since))
-        return self.session.scalars(select(Job).where(condition)).all()
-
-    def lost(self, queues: Sequence[str], sent_before: datetime, limit: int) -> list[DispatchCandidate]:
-        """Jobs of ``queues`` whose message should have reached a worker by now, oldest first:
-        nobody works on them (queued, or running with an expired lease: its worker died) and no
-        message was sent for them since ``sent_before`` (or none is on its way: parked).
-        Cancel-requested jobs are included: the claim ends them."""
-        query = (
-            select(Job.id, Job.check_spec)
-            .where(Job.queue.in_(list(queues)), *_lost_since(sent_before))
-            .order_by(Job.created_at, Job.id)
-            .limit(limit)
-        )
-        return [DispatchCandidate(job_id, spec) for job_id, spec in self.session.execute(query).all()]
-
-    def mark_dispatched(self, job_id: str, sent_before: datetime) -> bool:
-        """Record that a message for the job is sent now, if it is still lost in the sense of
-        ``lost`` (so of two workers that found it, one re-sends it)."""
-        query = update(Job).where(Job.id == job_id, *_lost_since(sent_before)).values(dispatched_at=utcnow())
-        return self.session.execute(query.returning(Job.id)).first() is not None
-
-    def park(self, job_id: str) -> None:
-        """No message of the job is on its way any more (the worker that got it cannot serve it):
-        the next idle worker that can takes it (``lost``)."""
-        self.session.execute(update(Job).where(Job.id == job_id).values(dispatched_at=None))
 
     def queue_depths(self) -> list[QueueDepth]:
         """Queued jobs per team and queue."""
@@ -347,16 +304,6 @@ def claimable(job: Job, max_attempts: int) -> bool:
     return job.status == JobStatus.QUEUED.value or (job.status == JobStatus.RUNNING.value and expired)
 
 
-def _lost_since(sent_before: datetime) -> tuple[Any, ...]:
-    """A running job with queued checks waits for a free worker (fair share): it is not lost."""
-    waiting = exists().where(CheckUnit.job_id == Job.id, CheckUnit.status == "queued")
-    unheld = or_(
-        Job.status == JobStatus.QUEUED.value,
-        and_(Job.status == JobStatus.RUNNING.value, Job.lease_expires_at < utcnow(), ~waiting),
-    )
-    return unheld, or_(Job.dispatched_at.is_(None), Job.dispatched_at < sent_before)
-
-
 def _held_by(job_id: str, attempt: int) -> tuple[Any, ...]:
     return (Job.id == job_id, Job.attempts == attempt, Job.status == JobStatus.RUNNING.value)
 
@@ -384,7 +331,6 @@ __all__ = [
     "CancelOutcome",
     "CheckTotals",
     "ClaimResult",
-    "DispatchCandidate",
     "JobPage",
     "JobRepository",
     "QueueDepth",

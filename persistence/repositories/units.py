@@ -1,4 +1,4 @@
-"""Check units: the checks of running jobs, claimed one at a time by any worker (``worker/dispatch.py``).
+"""Check units: the checks of running jobs, claimed one at a time by any worker (``worker/run_job.py``).
 
 A unit is queued when its job's session asks for it, running while a worker holds its lease, done
 once its verdict is recorded (the unique (job, request id) key makes a second recording of the
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from persistence.enums import JobStatus
@@ -51,7 +51,7 @@ class InFlight:
 class Work:
     """Something a worker may take: a queued unit of a running job, or a queued job to start."""
 
-    kind: str  # "unit" | "job"
+    kind: str  # "unit" | "job" (queued: to start) | "resume" (running, nobody holds it: its workers died)
     id: int | str  # the unit's id, or the job's
     job_id: str
     team: str
@@ -181,23 +181,6 @@ class UnitRepository:
                 requeued.append((unit.job_id, str(queue)))
         return requeued
 
-    def waiting_job(self, queues: Sequence[str], created_before: datetime) -> str | None:
-        """A running job of ``queues`` with a unit queued since before ``created_before`` (its message
-        may be lost), or None."""
-        query = (
-            select(CheckUnit.job_id)
-            .join(Job, Job.id == CheckUnit.job_id)
-            .where(
-                CheckUnit.status == QUEUED,
-                CheckUnit.created_at < created_before,
-                Job.status == JobStatus.RUNNING.value,
-                Job.queue.in_(list(queues)),
-            )
-            .order_by(CheckUnit.created_at)
-            .limit(1)
-        )
-        return self.session.scalar(query)
-
     def in_flight(self, job_id: str) -> list[InFlight]:
         query = (
             select(CheckUnit).where(CheckUnit.job_id == job_id, CheckUnit.status == RUNNING).order_by(CheckUnit.number)
@@ -225,8 +208,10 @@ class UnitRepository:
     # -- fair share --------------------------------------------------------------------------------
 
     def available_work(self, queues: Sequence[str], max_attempts: int, limit: int = 200) -> list[Work]:
-        """Queued units of running jobs and queued jobs of ``queues`` (not cancel-requested), oldest
-        job first."""
+        """What a worker of ``queues`` may take, oldest job first: queued units of running jobs and
+        queued jobs (neither cancel-requested), and running jobs nobody holds (their lease ran out
+        and no unit waits: their workers died; cancel-requested or out of attempts too, which the
+        claim ends). The database is the queue: a message only wakes a worker to look here."""
         units = self.session.execute(
             select(CheckUnit.id, CheckUnit.job_id, Team.name, Job.created_at, CheckUnit.number, Job.check_spec)
             .join(Job, Job.id == CheckUnit.job_id)
@@ -252,10 +237,24 @@ class UnitRepository:
             .order_by(Job.created_at, Job.id)
             .limit(limit)
         ).all()
+        waiting = exists().where(CheckUnit.job_id == Job.id, CheckUnit.status == QUEUED)
+        unheld = self.session.execute(
+            select(Job.id, Team.name, Job.created_at, Job.check_spec)
+            .join(Team, Team.id == Job.team_id)
+            .where(
+                Job.status == JobStatus.RUNNING.value,
+                or_(Job.lease_expires_at.is_(None), Job.lease_expires_at < utcnow()),
+                ~waiting,
+                Job.queue.in_(list(queues)),
+            )
+            .order_by(Job.created_at, Job.id)
+            .limit(limit)
+        ).all()
         work = [
             Work("unit", uid, jid, str(team), created, number, spec) for uid, jid, team, created, number, spec in units
         ]
         work += [Work("job", jid, jid, str(team), created, 0, spec) for jid, team, created, spec in jobs]
+        work += [Work("resume", jid, jid, str(team), created, 0, spec) for jid, team, created, spec in unheld]
         return work
 
     def team_loads(self, window_s: float = 86400.0) -> dict[str, TeamLoad]:

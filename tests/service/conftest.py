@@ -87,7 +87,7 @@ def service_env(db_url: str, redis_url: str, data_dir: Path) -> dict[str, str]:
         DATA_DIR=str(data_dir),
         JOB_LEASE_S="3",
         WORKER_HEARTBEAT_S="1",
-        DISPATCH_GRACE_S="2",
+        WORKER_POLL_S="1",
         SSE_HEARTBEAT_S="1",
         METRICS_TOKEN=METRICS_TOKEN,
         PATH=BIN + os.pathsep + env.get("PATH", ""),
