@@ -115,7 +115,7 @@ class UnitRun:
     def _read_job(self) -> JobInput | None:
         with self.ctx.db.session() as session:
             job = JobRepository(session).get(self.job_id)
-            if job is None or job.status != JobStatus.RUNNING.value:
+            if job is None or job.status != JobStatus.RUNNING:
                 return None
             self.deadline = deadline_of(job, self.ctx)
             return JobInput.of(session, job)
@@ -150,7 +150,7 @@ class UnitRun:
             return True
         with self.ctx.db.session() as session:
             job = JobRepository(session).get(self.job_id)
-            return job is None or job.cancel_requested or job.status != JobStatus.RUNNING.value
+            return job is None or job.cancel_requested or job.status != JobStatus.RUNNING
 
     def _stopped(self) -> None:
         """The check was stopped: end the job if it was cancelled or is out of time (once)."""
@@ -198,7 +198,7 @@ def cleanup_if_ended(ctx: RunnerContext, job_id: str) -> None:
     """An ended job's prepared model and scratch go (its stored artifacts stay)."""
     with ctx.db.session() as session:
         job = JobRepository(session).get(job_id)
-        ended = job is None or JobStatus(job.status).terminal
+        ended = job is None or job.status.terminal
     if ended:
         PREPARED.drop(job_id)
         shutil.rmtree(ctx.layout.work_dir(job_id), ignore_errors=True)

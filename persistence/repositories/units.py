@@ -167,7 +167,7 @@ class UnitRepository:
             .where(
                 CheckUnit.status == RUNNING,
                 CheckUnit.lease_expires_at < now,
-                Job.status == JobStatus.RUNNING.value,
+                Job.status == JobStatus.RUNNING,
                 Job.lease_expires_at >= now,
             )
             .order_by(CheckUnit.id)
@@ -193,7 +193,7 @@ class UnitRepository:
             .where(
                 CheckUnit.status == QUEUED,
                 CheckUnit.created_at < created_before,
-                Job.status == JobStatus.RUNNING.value,
+                Job.status == JobStatus.RUNNING,
                 Job.queue.in_(list(queues)),
             )
             .order_by(CheckUnit.created_at)
@@ -236,7 +236,7 @@ class UnitRepository:
             .join(Team, Team.id == Job.team_id)
             .where(
                 CheckUnit.status == QUEUED,
-                Job.status == JobStatus.RUNNING.value,
+                Job.status == JobStatus.RUNNING,
                 Job.cancel_requested.is_(False),
                 Job.queue.in_(list(queues)),
             )
@@ -247,7 +247,7 @@ class UnitRepository:
             select(Job.id, Team.name, Job.created_at, Job.check_spec)
             .join(Team, Team.id == Job.team_id)
             .where(
-                Job.status == JobStatus.QUEUED.value,
+                Job.status == JobStatus.QUEUED,
                 Job.cancel_requested.is_(False),
                 Job.attempts < max_attempts,
                 Job.queue.in_(list(queues)),
