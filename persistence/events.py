@@ -1,9 +1,10 @@
 """A job's events, typed: one ``EventKind`` a kind, one ``TypedDict`` a payload, one way in
 (``record_event``). The SSE stream and the job's page read the rows as they are stored, so a
 payload's keys are the stream's contract: a payload that is not its kind's shape (a key missing,
-a key unknown, a value of another type) is refused when it is recorded, never sent."""
+a key unknown, a value of another type) is refused when it is recorded, never sent.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: the TypedDicts' ``NotRequired`` keys are read at
+run time (``__required_keys__``), which string annotations would hide on Python 3.11."""
 
 import types
 import typing

@@ -344,11 +344,6 @@ class JobRepository:
         rows = self.session.execute(select(Job.status, func.count()).group_by(Job.status)).all()
         return {str(status): int(count) for status, count in rows}
 
-    @staticmethod
-    def progress(job: Job, **values: Any) -> None:
-        for key, value in values.items():
-            setattr(job, key, value)
-
 
 _LIGHT = (defer(Job.session_state),)
 
