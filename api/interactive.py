@@ -1,12 +1,14 @@
 """Interactive jobs (check spec ``kind: interactive``): a person gives every verdict on the job's
 page, as the command line's interactive mode asks on its terminal. Such a job never goes to a
 worker (its queue, ``interactive``, has none): the api prepares each check itself, writing the
-iteration's model to the artifact store and leaving its iteration row pending, and the job shows
+iteration's model to the artifact store, leaving its iteration row pending and its check unit
+*asked* (no worker takes such a unit), and the job shows
 ``awaiting_verdict`` until someone downloads that model and posts ``fail`` (it reproduces the
 failure) or ``pass`` to ``POST /v1/jobs/{id}/verdict``.
 
-A verdict goes to the job's ``ReductionSession``, rebuilt from the job's ``session_state`` (as a
-resumed worker rebuilds it), through the step a worker's verdict takes (``jobflow.advance``: it is
+A verdict finishes the asked unit and goes, as that unit's request, to the job's
+``ReductionSession``, rebuilt from the job's ``session_state`` (as a resumed worker rebuilds it),
+through the step a worker's verdict takes (``jobflow.advance``: it is
 recorded by ``jobflow.recording`` as a worker's is), and the next check is prepared; when the
 session ends, min-bad and min-good are stored as a worker stores them (``persistence.reduction``)
 and the job ends through ``jobflow.ending``.
@@ -22,7 +24,7 @@ import logging
 import shutil
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
 
 from sqlalchemy.orm import Session
 
@@ -34,11 +36,13 @@ from engine.workspace import ReduceOptions, Workspace, load_workspace
 from jobflow import advance as flow
 from jobflow.ending import end, succeed
 from jobflow.recording import CheckRun
+from jobflow.units import new_unit, request_of
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
 from persistence.events import VerdictNeededPayload, record_event
-from persistence.models import Job, utcnow
+from persistence.models import CheckUnit, Job, utcnow
 from persistence.reduction import NOT_RECHECKED, job_config, judged_blobs, store_final_models
 from persistence.repositories import ArtifactRepository, IterationRepository, JobRepository
+from persistence.repositories.units import ASKED, UnitRepository
 from reducer_core.errors import OriginalDidNotFailError, ReducerError
 from reducer_core.session import CheckRequest
 from reducer_core.verdict import Verdict, VerdictKind
@@ -60,7 +64,8 @@ class Awaited:
 
     number: int
     fingerprint: str
-    asked_at: datetime
+    took_s: float  # since the question was asked
+    unit: CheckUnit | None  # the check unit asked (None: asked before questions were units)
 
 
 class _Log:
@@ -115,7 +120,8 @@ def _take(session: Session, job: Job, iteration: int) -> Awaited:
             f"yet): {now}. Reload the job and answer the iteration it shows.",
         )
     fingerprint, asked = taken
-    return Awaited(iteration, fingerprint, asked if asked.tzinfo else asked.replace(tzinfo=UTC))
+    took = max((utcnow() - (asked if asked.tzinfo else asked.replace(tzinfo=UTC))).total_seconds(), 0.0)
+    return Awaited(iteration, fingerprint, took, UnitRepository(session).take_asked(job.id, took))
 
 
 class _Step:
@@ -155,17 +161,19 @@ class _Step:
     # -- a verdict ------------------------------------------------------------------------------
 
     def deliver(self, awaited: Awaited, kind: VerdictKind) -> list[int]:
-        request = self._request()
-        if request is None or request.candidate.fingerprint != awaited.fingerprint:
+        # the check unit asked of the person; a job asked before questions were units: the session's
+        request = request_of(awaited.unit) if awaited.unit is not None else self._request()
+        if not isinstance(request, CheckRequest) or request.candidate.fingerprint != awaited.fingerprint:
             raise ProblemError(
                 409,
                 "Stale verdict",
                 f"Iteration {awaited.number} of job '{self.job.id}' is no longer the check its reduction waits "
                 "for. Reload the job and answer the iteration it shows.",
             )
-        took = max((utcnow().replace(tzinfo=UTC) - awaited.asked_at).total_seconds(), 0.0)
-        verdict = Verdict(kind, "interactive" if kind is VerdictKind.FAIL else "", "answered on the job's page", took)
-        delivery = flow.Delivery(request, verdict, CheckRun(asked=awaited.number))
+        signature = "interactive" if kind is VerdictKind.FAIL else ""
+        verdict = Verdict(kind, signature, "answered on the job's page", awaited.took_s)
+        request_id = awaited.unit.request_id if awaited.unit is not None else None
+        delivery = flow.Delivery(request, verdict, CheckRun(request_id, asked=awaited.number))
         step = flow.advance(self.session, self.job, self.reduction, self.collector, delivery)
         self._announce(step.seq)
         if isinstance(step.failure, OriginalDidNotFailError):
@@ -210,6 +218,9 @@ class _Step:
         )
         meta = {"weights": locations, "nodes": len(request.candidate)}
         row.artifact_id = artifacts.put(self.job.id, ArtifactKind.ITERATION, f"iteration-{row.number}", blob, meta).id
+        units = UnitRepository(self.session)
+        if request.id not in units.active_request_ids(self.job.id):  # asked already (a pending row reused)
+            units.add(self.job.id, [new_unit(request)], status=ASKED)  # a check unit a person answers
         payload: VerdictNeededPayload = {
             "iteration": row.number,
             "phase": request.phase,

@@ -27,17 +27,17 @@ from engine.workspace import Workspace
 from jobflow import advance as flow
 from jobflow.ending import end, succeed
 from jobflow.recording import CheckRun
+from jobflow.units import new_unit
 from persistence.enums import ArtifactKind, JobTask
 from persistence.events import AnswerPayload
-from persistence.models import CheckUnit, Job
+from persistence.models import Job
 from persistence.reduction import store_results
 from persistence.report_bundle import store_bundle
 from persistence.repositories import ArtifactRepository
-from persistence.repositories.units import NewUnit, UnitRepository
+from persistence.repositories.units import UnitRepository
 from persistence.store import StoredBlob
-from reducer_core.candidate import Candidate
 from reducer_core.localization import LayerwiseResult
-from reducer_core.session import Answer, CheckRequest, LayerwiseRequest, Request, repeat_of
+from reducer_core.session import Answer, CheckRequest, Request
 from worker.context import RunnerContext
 from worker.endings import ending_of
 from worker.farm_cache import FarmLink
@@ -68,31 +68,6 @@ class Advanced:
     queued: int = 0
     ended: bool = False
     finals: Finals | None = None  # final checks to run after the commit (worker.final_checks.run_finals)
-
-
-def request_of(unit: CheckUnit) -> Request:
-    """The session's request a check unit stands for (its repeat index, for a flaky check's
-    re-check, is part of the request id)."""
-    if unit.kind == LayerwiseRequest.kind:
-        return LayerwiseRequest()
-    candidate = Candidate.from_json(unit.candidate)
-    repeat = repeat_of(unit.request_id)
-    return CheckRequest(candidate, unit.phase, unit.attempt, unit.number, repeat, speculative=unit.speculative)
-
-
-def new_unit(request: Request) -> NewUnit:
-    if isinstance(request, LayerwiseRequest):
-        return NewUnit(request.id, request.kind, 0, "layerwise", 0, False, {}, 0)
-    return NewUnit(
-        request.id,
-        request.kind,
-        request.number,
-        request.phase,
-        request.attempt,
-        request.speculative,
-        request.candidate.to_json(),
-        len(request.candidate),
-    )
 
 
 def advance(

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from checks.cancel import CheckStoppedError, stop_checks_when
 from engine.localize import layerwise_run
+from jobflow.units import request_of
 from persistence.enums import ErrorCode, JobStatus
 from persistence.jsonlog import bind_job
 from persistence.models import CheckUnit, utcnow
@@ -28,7 +29,7 @@ from persistence.retry import sqlstate_of, transaction
 from reducer_core.errors import MissingTypeError
 from reducer_core.session import CheckRequest, Request
 from reducer_core.verdict import Verdict, VerdictKind
-from worker.advance import Advanced, Delivery, advance, request_of
+from worker.advance import Advanced, Delivery, advance
 from worker.context import RunnerContext
 from worker.endings import JobTimedOutError, deadline_of, end_job, ending_errors, time_limit_message
 from worker.final_checks import run_finals
