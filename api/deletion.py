@@ -7,12 +7,11 @@ import time
 
 import anyio
 
-from api.interactive import cancel_now
 from api.problems import ProblemError, not_found
 from api.services import Services
+from jobflow.ending import cancel
 from persistence.contracts import QUEUE_INTERACTIVE
-from persistence.enums import EventKind
-from persistence.repositories import CancelOutcome, EventRepository, JobRepository
+from persistence.repositories import JobRepository
 from persistence.retention import delete_finished_job
 
 STOP_WAIT_S = 15.0  # how long DELETE waits for a running job to stop before answering 409
@@ -26,12 +25,7 @@ def _cancel(services: Services, team_id: str, job_id: str) -> int | None:
         job = jobs.for_team(team_id, job_id)
         if job is None:
             raise not_found(f"Job '{job_id}'")
-        outcome = jobs.request_cancel(job.id)
-        if outcome is CancelOutcome.CANCELLED:
-            return EventRepository(session).append(job.id, EventKind.CANCELLED, {"status": "cancelled"}).seq
-        if outcome is CancelOutcome.REQUESTED and job.queue == QUEUE_INTERACTIVE:
-            return cancel_now(session, job)
-    return None
+        return cancel(session, job, at_once=job.queue == QUEUE_INTERACTIVE)
 
 
 def _still_there(services: Services, team_id: str, job_id: str) -> bool:

@@ -61,7 +61,7 @@ def load_workers(session: Session, settings: ServiceSettings) -> list[WorkerView
 
 def waiting_reason(job: Job, workers: Sequence[WorkerView]) -> str | None:
     """Why a queued job has not started, or None when a free worker that can run it is online."""
-    if job.status != JobStatus.QUEUED.value:
+    if job.status != JobStatus.QUEUED:
         return None
     online = [w for w in workers if w.online]
     if not online:

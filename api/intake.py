@@ -28,8 +28,9 @@ from api.uploads import UploadedForm, read_form
 from checks.spec import INTERACTIVE_KIND
 from persistence.contracts import QUEUE_INTERACTIVE, queue_for
 from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
+from persistence.events import record_event
 from persistence.models import Job, Team, new_id, utcnow
-from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
+from persistence.repositories import ArtifactRepository, JobRepository
 from persistence.store import StoredBlob
 
 
@@ -38,7 +39,7 @@ class Intake:
     job_id: str
     queue: str
     created: bool
-    status: str = JobStatus.QUEUED.value
+    status: str = JobStatus.QUEUED
 
 
 def upload_limits(settings: ApiSettings) -> UploadLimits:
@@ -160,7 +161,7 @@ class JobIntake:
         job = Job(
             id=job_id,
             team_id=self.team.id,
-            status=status.value,
+            status=status,
             queue=QUEUE_INTERACTIVE if interactive else queue_for(inspection.needs_gpu),
             started_at=utcnow() if interactive else None,
             mode=inspection.mode,
@@ -199,8 +200,10 @@ class JobIntake:
                     }
                     ArtifactRepository(session).put(job_id, ArtifactKind.INPUTS, f"inputs-{i}", blob, inputs_meta)
                 nodes = inspection.nodes
-                event = EventKind.STARTED if interactive else EventKind.QUEUED
-                EventRepository(session).append(job_id, event, {"status": status.value, "nodes_before": nodes})
+                if interactive:
+                    record_event(session, job_id, EventKind.STARTED, {"status": status, "nodes_before": nodes})
+                else:
+                    record_event(session, job_id, EventKind.QUEUED, {"status": status, "nodes_before": nodes})
         except IntegrityError:
             if idempotency_key is None:
                 raise
@@ -209,7 +212,7 @@ class JobIntake:
             if existing is None:
                 raise
             return existing
-        return Intake(job_id, job.queue, created=True, status=status.value)
+        return Intake(job_id, job.queue, created=True, status=status)
 
     def _discard(self) -> None:
         """Undo what this request stored on disk (the row was never committed)."""

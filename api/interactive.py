@@ -1,14 +1,17 @@
 """Interactive jobs (check spec ``kind: interactive``): a person gives every verdict on the job's
 page, as the command line's interactive mode asks on its terminal. Such a job never goes to a
 worker (its queue, ``interactive``, has none): the api prepares each check itself, writing the
-iteration's model to the artifact store and leaving its iteration row pending, and the job shows
+iteration's model to the artifact store, leaving its iteration row pending and its check unit
+*asked* (no worker takes such a unit), and the job shows
 ``awaiting_verdict`` until someone downloads that model and posts ``fail`` (it reproduces the
 failure) or ``pass`` to ``POST /v1/jobs/{id}/verdict``.
 
-A verdict goes to the job's ``ReductionSession``, rebuilt from the job's ``session_state`` (as a
-resumed worker rebuilds it), is recorded as a worker records one (iteration row, artifact, state,
-event), and the next check is prepared; when the session ends, min-bad and min-good are stored as a
-worker stores them (``persistence.reduction``).
+A verdict finishes the asked unit and goes, as that unit's request, to the job's
+``ReductionSession``, rebuilt from the job's ``session_state`` (as a resumed worker rebuilds it),
+through the step a worker's verdict takes (``jobflow.advance``: it is
+recorded by ``jobflow.recording`` as a worker's is), and the next check is prepared; when the
+session ends, min-bad and min-good are stored as a worker stores them (``persistence.reduction``)
+and the job ends through ``jobflow.ending``.
 
 Each step is one transaction that starts by taking the pending iteration (a conditional update), so
 of two posts for the same iteration one wins and the other answers 409, and a step that fails
@@ -21,10 +24,8 @@ import logging
 import shutil
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC
 
-from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from api.problems import ProblemError
@@ -32,14 +33,18 @@ from api.services import Services
 from checks.interactive import InteractiveCheck
 from engine.session import ReductionSession, SessionCheck
 from engine.workspace import ReduceOptions, Workspace, load_workspace
-from persistence.contracts import VerdictNeededPayload
+from jobflow import advance as flow
+from jobflow.ending import end, succeed
+from jobflow.recording import CheckRun
+from jobflow.units import new_unit, request_of
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
-from persistence.models import Iteration, Job, utcnow
+from persistence.events import VerdictNeededPayload, record_event
+from persistence.models import CheckUnit, Job, utcnow
 from persistence.reduction import NOT_RECHECKED, job_config, judged_blobs, store_final_models
-from persistence.repositories import ArtifactRepository, EventRepository, IterationRepository, JobRepository
+from persistence.repositories import ArtifactRepository, IterationRepository, JobRepository
+from persistence.repositories.units import ASKED, UnitRepository
 from reducer_core.errors import OriginalDidNotFailError, ReducerError
-from reducer_core.records import IterationRecord
-from reducer_core.session import CheckRequest, SilentListener
+from reducer_core.session import CheckRequest
 from reducer_core.verdict import Verdict, VerdictKind
 
 log = logging.getLogger("onnx_reducer.api")
@@ -59,7 +64,8 @@ class Awaited:
 
     number: int
     fingerprint: str
-    asked_at: datetime
+    took_s: float  # since the question was asked
+    unit: CheckUnit | None  # the check unit asked (None: asked before questions were units)
 
 
 class _Log:
@@ -70,16 +76,6 @@ class _Log:
         log.warning(message)
 
 
-class _Records(SilentListener):
-    """The session's listener: the records of one step, in order."""
-
-    def __init__(self) -> None:
-        self.items: list[IterationRecord] = []
-
-    def on_record(self, record: IterationRecord) -> None:
-        self.items.append(record)
-
-
 def iteration_link(job_id: str, number: int) -> str:
     return f"/v1/jobs/{job_id}/artifacts/iteration-{number}"
 
@@ -88,7 +84,7 @@ def start_interactive(services: Services, job_id: str) -> list[int]:
     """Prepare the first check of a new interactive job; the event sequence numbers to announce."""
     with _steps, services.db.session() as session:
         job = JobRepository(session).get(job_id)
-        if job is None or job.status != JobStatus.RUNNING.value:
+        if job is None or job.status != JobStatus.RUNNING:
             return []
         with _Step(services, session, job) as step:
             return step.advance()
@@ -108,15 +104,10 @@ def answer(services: Services, team_id: str, job_id: str, iteration: int, verdic
 def _take(session: Session, job: Job, iteration: int) -> Awaited:
     """Take the pending iteration ``iteration`` for this step (the row lock / write lock is held
     until the step commits); 409 when it is not the check awaiting a verdict."""
-    taken = session.execute(
-        update(Iteration)
-        .where(Iteration.job_id == job.id, Iteration.number == iteration, Iteration.pending.is_(True))
-        .values(finished_at=utcnow())
-        .returning(Iteration.fingerprint, Iteration.created_at)
-    ).first()
+    taken = IterationRepository(session).take_pending(job.id, iteration)
     session.refresh(job)
-    if job.status != JobStatus.RUNNING.value or job.cancel_requested:
-        state = "is being cancelled" if job.status == JobStatus.RUNNING.value else f"has ended ({job.status})"
+    if job.status != JobStatus.RUNNING or job.cancel_requested:
+        state = "is being cancelled" if job.status == JobStatus.RUNNING else f"has ended ({job.status})"
         ended = f"Job '{job.id}' {state}; it needs no verdict."
         raise ProblemError(409, "Job not awaiting a verdict", ended)
     if taken is None:
@@ -129,7 +120,8 @@ def _take(session: Session, job: Job, iteration: int) -> Awaited:
             f"yet): {now}. Reload the job and answer the iteration it shows.",
         )
     fingerprint, asked = taken
-    return Awaited(iteration, fingerprint, asked if asked.tzinfo else asked.replace(tzinfo=UTC))
+    took = max((utcnow() - (asked if asked.tzinfo else asked.replace(tzinfo=UTC))).total_seconds(), 0.0)
+    return Awaited(iteration, fingerprint, took, UnitRepository(session).take_asked(job.id, took))
 
 
 class _Step:
@@ -141,7 +133,7 @@ class _Step:
         self.services, self.session, self.job = services, session, job
         self.store = services.layout.store
         self.work_dir = services.layout.work_dir(job.id) / "interactive"
-        self.records = _Records()
+        self.collector = flow.Collector(job.id)
         self.events: list[int] = []
 
     def __enter__(self) -> _Step:
@@ -155,7 +147,8 @@ class _Step:
         try:
             check = SessionCheck(InteractiveCheck("the iteration model"))
             config = job_config(self.job.mode, dict(self.job.options))
-            self.reduction = ReductionSession.start(self.workspace, check, config, self.job.session_state, self.records)
+            state = self.job.session_state
+            self.reduction = ReductionSession.start(self.workspace, check, config, state, self.collector)
         except BaseException:
             self.workspace.close()
             raise
@@ -168,22 +161,27 @@ class _Step:
     # -- a verdict ------------------------------------------------------------------------------
 
     def deliver(self, awaited: Awaited, kind: VerdictKind) -> list[int]:
-        request = self._request()
-        if request is None or request.candidate.fingerprint != awaited.fingerprint:
+        # the check unit asked of the person; a job asked before questions were units: the session's
+        request = request_of(awaited.unit) if awaited.unit is not None else self._request()
+        if not isinstance(request, CheckRequest) or request.candidate.fingerprint != awaited.fingerprint:
             raise ProblemError(
                 409,
                 "Stale verdict",
                 f"Iteration {awaited.number} of job '{self.job.id}' is no longer the check its reduction waits "
                 "for. Reload the job and answer the iteration it shows.",
             )
-        took = max((utcnow().replace(tzinfo=UTC) - awaited.asked_at).total_seconds(), 0.0)
-        verdict = Verdict(kind, "interactive" if kind is VerdictKind.FAIL else "", "answered on the job's page", took)
-        try:
-            self.reduction.deliver(request, verdict)
-        except OriginalDidNotFailError:
-            self._record(awaited.number)
-            return self._fail(ErrorCode.ORIGINAL_DID_NOT_FAIL, ORIGINAL_PASSED)
-        self._record(awaited.number)
+        signature = "interactive" if kind is VerdictKind.FAIL else ""
+        verdict = Verdict(kind, signature, "answered on the job's page", awaited.took_s)
+        request_id = awaited.unit.request_id if awaited.unit is not None else None
+        delivery = flow.Delivery(request, verdict, CheckRun(request_id, asked=awaited.number))
+        step = flow.advance(self.session, self.job, self.reduction, self.collector, delivery)
+        self._announce(step.seq)
+        if isinstance(step.failure, OriginalDidNotFailError):
+            code, message = ErrorCode.ORIGINAL_DID_NOT_FAIL, ORIGINAL_PASSED
+            return self._end(end(self.session, self.job, JobStatus.FAILED, code, message))
+        if step.failure is not None:
+            code, message = ErrorCode.CHECK_INFRA_ERROR, str(step.failure)
+            return self._end(end(self.session, self.job, JobStatus.FAILED, code, message))
         return self.advance()
 
     def _request(self) -> CheckRequest | None:
@@ -192,44 +190,20 @@ class _Step:
         # a session without a spec never localises, so it asks for checks only
         return request if isinstance(request, CheckRequest) else None
 
-    def _record(self, number: int) -> None:
-        """The verdict's iteration row, the job's counters and state, an event (what a worker
-        writes for a check); cached records are counted by the state only, as a worker does."""
-        fresh = [r for r in self.records.items if not r.cached]
-        self.records.items.clear()
-        if not fresh:
-            return
-        record = fresh[0]
-        iterations = IterationRepository(self.session)
-        row = iterations.by_number(self.job.id, number)
-        assert row is not None
-        verdict = record.verdict
-        iterations.finish(row, verdict.kind.value, record.reproduces, verdict.signature, verdict.detail)
-        row.phase, row.duration_s, row.output_tail = record.phase, verdict.duration_s, ""
-        JobRepository.progress(
-            self.job,
-            session_state=self.reduction.state(),
-            checks_run=self.reduction.machine.checks_run,
-            iterations_done=row.number,
-            best_size=record.best_size,
-            check_time_s=self.job.check_time_s + verdict.duration_s,
-        )
-        payload = {
-            "number": row.number,
-            "phase": record.phase,
-            "nodes": len(record.candidate),
-            "verdict": verdict.kind.value,
-            "reproduces": record.reproduces,
-            "duration_s": round(verdict.duration_s, 4),
-            "best_size": record.best_size,
-            "fingerprint": record.candidate.fingerprint,
-        }
-        self.events.append(EventRepository(self.session).append(self.job.id, EventKind.ITERATION, payload).seq)
+    def _announce(self, seq: int) -> None:
+        if seq:
+            self.events.append(seq)
+
+    def _end(self, seq: int) -> list[int]:
+        self._announce(seq)
+        return self.events
 
     # -- the next check, or the end --------------------------------------------------------------
 
     def advance(self) -> list[int]:
         request = self._request()
+        self._announce(flow.record(self.session, self.job, self.collector))  # answers from the cache, if any
+        flow.save(self.job, self.reduction)
         if request is None:
             return self._succeed() if self.reduction.done else self.events
         path = self.work_dir / ITERATION_MODEL
@@ -244,15 +218,16 @@ class _Step:
         )
         meta = {"weights": locations, "nodes": len(request.candidate)}
         row.artifact_id = artifacts.put(self.job.id, ArtifactKind.ITERATION, f"iteration-{row.number}", blob, meta).id
-        JobRepository.progress(self.job, session_state=self.reduction.state())
+        units = UnitRepository(self.session)
+        if request.id not in units.active_request_ids(self.job.id):  # asked already (a pending row reused)
+            units.add(self.job.id, [new_unit(request)], status=ASKED)  # a check unit a person answers
         payload: VerdictNeededPayload = {
             "iteration": row.number,
             "phase": request.phase,
             "nodes": len(request.candidate),
             "artifact": iteration_link(self.job.id, row.number),
         }
-        self.events.append(EventRepository(self.session).append(self.job.id, EventKind.VERDICT_NEEDED, payload).seq)
-        return self.events
+        return self._end(record_event(self.session, self.job.id, EventKind.VERDICT_NEEDED, payload))
 
     def _succeed(self) -> list[int]:
         result = self.reduction.result
@@ -267,31 +242,8 @@ class _Step:
         shutil.rmtree(folder, ignore_errors=True)
         job = self.job
         job.nodes_after = job.best_size = len(result.min_bad)
-        job.cache_hits = result.cache_hits
-        JobRepository(self.session).finish(job, JobStatus.SUCCEEDED)
         labels = [self.workspace.index.label(n) for n in sorted(result.min_bad.nodes)][:50]
-        payload = end_payload(job) | {"min_bad_nodes": labels}
-        self.events.append(EventRepository(self.session).append(job.id, EventKind.SUCCEEDED, payload).seq)
-        return self.events
-
-    def _fail(self, code: ErrorCode, message: str) -> list[int]:
-        IterationRepository(self.session).drop_pending(self.job.id)
-        JobRepository(self.session).finish(self.job, JobStatus.FAILED, code, message)
-        self.events.append(
-            EventRepository(self.session).append(self.job.id, EventKind.FAILED, end_payload(self.job)).seq
-        )
-        return self.events
-
-
-def end_payload(job: Job) -> dict[str, Any]:
-    return {
-        "status": job.status,
-        "nodes_before": job.nodes_before,
-        "nodes_after": job.nodes_after,
-        "checks_run": job.checks_run,
-        "error_code": job.error_code,
-        "error_message": job.error_message,
-    }
+        return self._end(succeed(self.session, job, {"min_bad_nodes": labels}))
 
 
 def fail_to_start(services: Services, job_id: str, error: Exception) -> list[int]:
@@ -299,16 +251,5 @@ def fail_to_start(services: Services, job_id: str, error: Exception) -> list[int
     code = ErrorCode.INVALID_MODEL if isinstance(error, ReducerError) else ErrorCode.INTERNAL
     message = str(error) if isinstance(error, ReducerError) else f"{type(error).__name__}: {error}"
     with services.db.session() as session:
-        job = JobRepository(session).get(job_id)
-        if job is None or JobStatus(job.status).terminal:
-            return []
-        IterationRepository(session).drop_pending(job_id)
-        JobRepository(session).finish(job, JobStatus.FAILED, code, message)
-        return [EventRepository(session).append(job_id, EventKind.FAILED, end_payload(job)).seq]
-
-
-def cancel_now(session: Session, job: Job) -> int:
-    """Nobody works on an interactive job between verdicts: a cancel ends it at once."""
-    IterationRepository(session).drop_pending(job.id)
-    JobRepository(session).finish(job, JobStatus.CANCELLED)
-    return EventRepository(session).append(job.id, EventKind.CANCELLED, end_payload(job)).seq
+        job = JobRepository(session).lock_running(job_id)
+        return [] if job is None else [end(session, job, JobStatus.FAILED, code, message)]

@@ -27,7 +27,7 @@ def with_dispatch(session: Session, job: Job, out: JobOut, settings: ServiceSett
         )
         for u in units.in_flight(job.id)
     ]
-    if job.status == JobStatus.QUEUED.value:
+    if job.status == JobStatus.QUEUED:
         position = 1 + jobs_ahead(
             job.id,
             TeamRepository(session).name_of(job.team_id),

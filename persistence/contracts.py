@@ -1,9 +1,10 @@
 """What crosses process boundaries: task names and queues (the api enqueues by name and never
-imports the worker), the pub/sub channel that wakes SSE followers, and event payload shapes."""
+imports the worker) and the pub/sub channel that wakes SSE followers (event payloads:
+``persistence.events``)."""
 
 from __future__ import annotations
 
-from typing import Protocol, TypedDict
+from typing import Protocol
 
 RUN_JOB_TASK = "onnx_reducer.run_job"
 QUEUE_CPU = "cpu"
@@ -36,12 +37,3 @@ class Notifier(Protocol):
 
 def no_notify(job_id: str, seq: int) -> None:
     """Embedded mode: followers poll the database."""
-
-
-class VerdictNeededPayload(TypedDict):
-    """An interactive job asks a person about ``iteration``'s model (downloadable at ``artifact``)."""
-
-    iteration: int
-    phase: str
-    nodes: int
-    artifact: str

@@ -8,7 +8,11 @@ from typing import Any, ClassVar
 
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy import UniqueConstraint as Unique
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from persistence.enums import JobStatus
 
 
 def new_id() -> str:
@@ -17,6 +21,19 @@ def new_id() -> str:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class JobStatusType(TypeDecorator[JobStatus]):
+    """A job's status: stored as its text (``String(16)``, as before), read as ``JobStatus``."""
+
+    impl = String(16)
+    cache_ok = True
+
+    def process_bind_param(self, value: JobStatus | str | None, dialect: Dialect) -> str | None:
+        return None if value is None else JobStatus(value).value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> JobStatus | None:
+        return None if value is None else JobStatus(value)
 
 
 class Base(DeclarativeBase):
@@ -48,7 +65,7 @@ class Job(Base):
     )
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     team_id: Mapped[str] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
-    status: Mapped[str] = mapped_column(String(16), index=True)
+    status: Mapped[JobStatus] = mapped_column(JobStatusType(), index=True)
     queue: Mapped[str] = mapped_column(String(32))
     mode: Mapped[str] = mapped_column(String(16))
     options: Mapped[dict[str, Any]] = mapped_column(default=dict)

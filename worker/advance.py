@@ -4,9 +4,10 @@ Always under the job's row lock (``JobRepository.lock_running``), in one transac
 
 1. rebuild the session from ``jobs.session_state`` (the prepared model is this process's own, kept
    by ``worker.prepared``; the flow is replayed against the verdict cache, no check runs);
-2. deliver the verdict (**verdict recorded**: its iteration row, model, event; the unit is done, so
-   a second delivery of the same unit is ignored);
-3. save the state; if the session is done, store min-bad/min-good and end the job (a reduce job's
+2. deliver the verdict through ``jobflow.advance`` (**verdict recorded** by ``jobflow.recording``:
+   its iteration row, model, event; the unit is done, so a second delivery of the same unit is
+   ignored), which saves the state;
+3. if the session is done, store min-bad/min-good and end the job (``jobflow.ending``; a reduce job's
    answer verified first: ``worker.final_checks``, whose checks the caller runs after the commit
    when the stored models are not the very ones a check judged); otherwise ask
    the session for up to (free slots) requests not in flight and queue one check unit each
@@ -24,21 +25,23 @@ from typing import Any
 from engine.report_bundle import store_bundle
 from engine.session import ReductionSession
 from engine.workspace import Workspace
-from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
-from persistence.models import CheckUnit, Iteration, Job, utcnow
+from jobflow import advance as flow
+from jobflow.ending import end, succeed
+from jobflow.recording import CheckRun
+from jobflow.units import new_unit
+from persistence.enums import ArtifactKind, JobTask
+from persistence.events import AnswerPayload
+from persistence.models import Job
 from persistence.reduction import store_results
-from persistence.repositories import ArtifactRepository, EventRepository, IterationRepository, JobRepository
-from persistence.repositories.units import NewUnit, UnitRepository
+from persistence.repositories import ArtifactRepository
+from persistence.repositories.units import UnitRepository
 from persistence.store import StoredBlob
-from reducer_core.candidate import Candidate
-from reducer_core.errors import CheckInfraError, OriginalDidNotFailError
 from reducer_core.localization import LayerwiseResult
-from reducer_core.records import IterationRecord, Localization
-from reducer_core.session import Answer, CheckRequest, LayerwiseRequest, Request, SilentListener, repeat_of
+from reducer_core.session import Answer, CheckRequest, Request
 from worker.context import RunnerContext
-from worker.endings import end_payload, ending_of, finish_locked
+from worker.endings import ending_of
 from worker.farm_cache import FarmLink
-from worker.final_checks import Finals, plan_finals, succeed
+from worker.final_checks import Finals, plan_finals, succeed_verified
 from worker.precision_job import precision_payload, store_precision_results
 from worker.prepared import PreparedJob
 
@@ -67,72 +70,36 @@ class Advanced:
     finals: Finals | None = None  # final checks to run after the commit (worker.final_checks.run_finals)
 
 
-class _Collector(SilentListener):
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
-        self.records: list[IterationRecord] = []  # checked and cached alike, in order
-
-    def on_record(self, record: IterationRecord) -> None:
-        self.records.append(record)
-
-    def on_localization(self, localization: Localization) -> None:
-        log.info("job %s: localisation path=%s: %s", self.job_id, localization.path, localization.reason)
-
-
-def request_of(unit: CheckUnit) -> Request:
-    """The session's request a check unit stands for (its repeat index, for a flaky check's
-    re-check, is part of the request id)."""
-    if unit.kind == LayerwiseRequest.kind:
-        return LayerwiseRequest()
-    candidate = Candidate.from_json(unit.candidate)
-    repeat = repeat_of(unit.request_id)
-    return CheckRequest(candidate, unit.phase, unit.attempt, unit.number, repeat, speculative=unit.speculative)
-
-
-def new_unit(request: Request) -> NewUnit:
-    if isinstance(request, LayerwiseRequest):
-        return NewUnit(request.id, request.kind, 0, "layerwise", 0, False, {}, 0)
-    return NewUnit(
-        request.id,
-        request.kind,
-        request.number,
-        request.phase,
-        request.attempt,
-        request.speculative,
-        request.candidate.to_json(),
-        len(request.candidate),
-    )
-
-
 def advance(
     ctx: RunnerContext, session: Any, job: Job, prepared: PreparedJob, delivery: Delivery | None = None
 ) -> Advanced:
     """One step of the job's session (``job`` row-locked by the caller's transaction)."""
-    collector = _Collector(job.id)
+    collector = flow.Collector(job.id)
     reduction = prepared.session(job.session_state, collector)
     farm = FarmLink.open(ctx, session, job, reduction)  # seeds the session's cache (cached answers, no check)
-    failure: Exception | None = None
-    try:
-        if delivery is not None:
-            reduction.deliver(delivery.request, delivery.answer)
-            _share(farm, delivery)
-        else:
-            reduction.next_requests(0)  # starts the flow: what the cache answers is recorded now
-    except (OriginalDidNotFailError, CheckInfraError) as exc:
-        failure = exc
-    seq = _record(session, job, reduction, collector.records, delivery, farm)
-    JobRepository.progress(job, session_state=reduction.state(), checks_run=reduction.machine.checks_run)
-    if failure is not None:
-        status, code, message = ending_of(failure, ctx, job.id)
-        return Advanced(finish_locked(session, job, status, code, message), ended=True)
+    step = flow.advance(session, job, reduction, collector, _delivered(delivery), farm.source_of)
+    if delivery is not None and step.failure is None:
+        _share(farm, delivery)
+    seq = step.seq
+    if step.failure is not None:
+        status, code, message = ending_of(step.failure, ctx, job.id)
+        return Advanced(end(session, job, status, code, message), ended=True)
     if reduction.done and prepared.task is JobTask.PRECISION:
         return Advanced(_succeed(ctx, session, job, reduction, prepared.workspace, prepared), ended=True)
     if reduction.done:
         finals = plan_finals(ctx, session, job, reduction, prepared)
         if finals.complete:
-            return Advanced(succeed(session, job, finals), ended=True)
+            return Advanced(succeed_verified(session, job, finals), ended=True)
         return Advanced(seq, finals=finals)
     return Advanced(seq, _queue_next(ctx, session, job, reduction))
+
+
+def _delivered(delivery: Delivery | None) -> flow.Delivery | None:
+    """The worker's finished check as ``jobflow`` records it (its unit takes the iteration's number)."""
+    if delivery is None:
+        return None
+    run = CheckRun(delivery.request.id, delivery.blob, delivery.locations, delivery.output, delivery.worker)
+    return flow.Delivery(delivery.request, delivery.answer, run)
 
 
 def _share(farm: FarmLink, delivery: Delivery) -> None:
@@ -157,7 +124,7 @@ def _queue_next(ctx: RunnerContext, session: Any, job: Job, reduction: Reduction
     # numbers (the iteration's own number is given when its verdict is recorded: ``_record``)
     reduction.machine.issued = before + sum(isinstance(r, CheckRequest) for r in requests)
     units.add(job.id, [new_unit(r) for r in requests])
-    JobRepository.progress(job, session_state=reduction.state())
+    job.session_state = reduction.state()
     return len(requests)
 
 
@@ -171,77 +138,6 @@ def _numbered(requests: list[Request], last: int) -> list[Request]:
         else:
             numbered.append(request)
     return numbered
-
-
-def _record(
-    session: Any,
-    job: Job,
-    reduction: ReductionSession,
-    records: list[IterationRecord],
-    delivery: Delivery | None,
-    farm: FarmLink,
-) -> int:
-    """The iteration rows and events of the verdicts just taken in (one per delivered check, one
-    per answer from the job's or the farm's cache).
-
-    An iteration is numbered when its verdict is recorded, the next number after the job's last
-    row (under the job's row lock), so the numbers have no gap: a check cancelled before its
-    verdict (a speculative one the search no longer needs) takes none. The number its unit was
-    queued with (``record.number``, shown while it runs) is kept in the event as ``started_as``,
-    and the unit takes the iteration's number."""
-    seq = 0
-    iterations = IterationRepository(session)
-    for record in records:
-        number = iterations.next_number(job.id)
-        if record.cached:
-            seq = farm.record_hit(record, number)
-            continue
-        verdict = record.verdict
-        row = Iteration(
-            job_id=job.id,
-            number=number,
-            phase=record.phase,
-            fingerprint=record.candidate.fingerprint,
-            node_count=len(record.candidate),
-            pending=False,
-            verdict=verdict.kind.value,
-            reproduces=record.reproduces,
-            signature=verdict.signature,
-            detail=verdict.detail,
-            duration_s=verdict.duration_s,
-            output_tail=delivery.output[-4000:] if delivery else None,
-            finished_at=utcnow(),
-        )
-        session.add(row)
-        session.flush()
-        if delivery is not None and delivery.blob is not None:
-            meta = {"weights": delivery.locations, "nodes": len(record.candidate)}
-            name = f"iteration-{number}"
-            row.artifact_id = (
-                ArtifactRepository(session).put(job.id, ArtifactKind.ITERATION, name, delivery.blob, meta).id
-            )
-        JobRepository.progress(
-            job,
-            iterations_done=max(job.iterations_done, number),
-            best_size=record.best_size,
-            check_time_s=job.check_time_s + verdict.duration_s,
-        )
-        if delivery is not None:
-            UnitRepository(session).renumber(job.id, delivery.request.id, number)
-        payload = {
-            "number": number,
-            "started_as": record.number,
-            "phase": record.phase,
-            "nodes": len(record.candidate),
-            "verdict": verdict.kind.value,
-            "reproduces": record.reproduces,
-            "duration_s": round(verdict.duration_s, 4),
-            "best_size": record.best_size,
-            "fingerprint": record.candidate.fingerprint,
-            "worker": delivery.worker if delivery else "",
-        }
-        seq = EventRepository(session).append(job.id, EventKind.ITERATION, payload).seq
-    return seq
 
 
 def _succeed(
@@ -269,12 +165,10 @@ def _succeed(
         ArtifactRepository(session).put(job.id, kind, kind.value, blob, meta)
     job.nodes_after = len(result.min_bad)
     job.best_size = len(result.min_bad)
-    UnitRepository(session).cancel_active(job.id)
-    JobRepository(session).finish(job, JobStatus.SUCCEEDED)
     labels = [workspace.index.label(n) for n in sorted(result.min_bad.nodes)][:50]
-    payload = end_payload(job) | {"min_bad_nodes": labels}
+    answer: AnswerPayload = {"min_bad_nodes": labels}
     if precision:
-        payload |= precision_payload(reduction, result)
+        answer |= precision_payload(reduction, result)
     if result.localization is not None:
-        payload["localization"] = result.localization.to_json()
-    return EventRepository(session).append(job.id, EventKind.SUCCEEDED, payload).seq
+        answer["localization"] = result.localization.to_json()
+    return succeed(session, job, answer)

@@ -1,6 +1,7 @@
 """How a job ends when something stops it (the model, the spec, the check's infrastructure, a
 cancel, the time limit), whichever worker finds out: ``ending_errors`` maps an error to the job's
-end, ``end_job`` writes it (once: only a running job ends)."""
+end, ``end_job`` takes the job's row and ends it through ``jobflow.ending.end`` (once: only a
+running job ends)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
-from persistence.enums import ErrorCode, EventKind, JobStatus
+from jobflow.ending import end
+from persistence.enums import ErrorCode, JobStatus
 from persistence.models import Job, utcnow
-from persistence.repositories import EventRepository, IterationRepository, JobRepository
-from persistence.repositories.units import UnitRepository
+from persistence.repositories import JobRepository
 from persistence.retry import transaction
 from reducer_core.errors import (
     CheckInfraError,
@@ -41,46 +42,20 @@ class JobTimedOutError(Exception):
     pass
 
 
-def end_event(status: JobStatus) -> EventKind:
-    return {JobStatus.SUCCEEDED: EventKind.SUCCEEDED, JobStatus.CANCELLED: EventKind.CANCELLED}.get(
-        status, EventKind.FAILED
-    )
-
-
-def end_payload(job: Job) -> dict[str, Any]:
-    return {
-        "status": job.status,
-        "nodes_before": job.nodes_before,
-        "nodes_after": job.nodes_after,
-        "checks_run": job.checks_run,
-        "error_code": job.error_code,
-        "error_message": job.error_message,
-    }
-
-
 def deadline_of(job: Job, ctx: RunnerContext) -> datetime:
     started = job.started_at or utcnow()
     started = started if started.tzinfo else started.replace(tzinfo=UTC)
     return started + timedelta(seconds=ctx.time_limit_s)
 
 
-def finish_locked(session: Any, job: Job, status: JobStatus, code: ErrorCode | None, message: str | None) -> int:
-    """End ``job`` (row locked by ``JobRepository.lock_running``): its queued and running checks are
-    cancelled (their workers stop within a second); returns the terminal event's number."""
-    IterationRepository(session).drop_pending(job.id)
-    UnitRepository(session).cancel_active(job.id)
-    JobRepository(session).finish(job, status, code, message)
-    return EventRepository(session).append(job.id, end_event(status), end_payload(job)).seq
-
-
 def end_job(ctx: RunnerContext, job_id: str, status: JobStatus, code: ErrorCode | None, message: str | None) -> bool:
     """End the job if it is still running (False: another worker ended it first)."""
 
-    def end(session: Any) -> int | None:
+    def end_running(session: Session) -> int | None:
         job = JobRepository(session).lock_running(job_id)
-        return None if job is None else finish_locked(session, job, status, code, message)
+        return None if job is None else end(session, job, status, code, message)
 
-    seq = transaction(ctx.db, end, f"job {job_id}: ending it")
+    seq = transaction(ctx.db, end_running, f"job {job_id}: ending it")
     if seq is None:
         return False
     ctx.notify(job_id, seq)

@@ -29,19 +29,17 @@ from sqlalchemy.orm import Session
 
 from checks.capabilities import Capabilities
 from engine.session import ReductionSession
-from persistence.enums import EventKind
+from jobflow.recording import FROM_FARM, FROM_JOB
 from persistence.models import Job
-from persistence.repositories import CachedAnswer, EventRepository, FarmVerdictRepository, IterationRepository
+from persistence.repositories import FarmVerdictRepository, IterationRepository
 from reducer_core.cache import REPLAY_VERSION, VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.localization import LayerwiseResult
-from reducer_core.records import IterationRecord
 from reducer_core.session import ReductionMachine
 from reducer_core.verdict import Verdict, VerdictKind
 from worker.context import RunnerContext
 
 log = logging.getLogger("onnx_reducer.worker")
-FROM_JOB, FROM_FARM = "job", "farm"
 LAYERWISE = "layerwise"  # the fingerprint the layerwise run's result is kept under
 
 
@@ -77,7 +75,7 @@ def job_scope(ctx: RunnerContext, job: Job, session: ReductionSession) -> str | 
 class FarmLink:
     """A job's link to the farm's verdicts inside one transaction of ``worker.advance`` (the job's
     row locked by it): ``open`` seeds the session's cache, ``share`` keeps a verdict this worker's
-    check gave, ``record_hit`` writes a cached answer's iteration row and event. ``farm_only``:
+    check gave, ``source_of`` says which cache answered a candidate (``jobflow`` records it). ``farm_only``:
     candidates the farm answered that this job has no row of yet, so that their first cached
     answer counts as a farm hit."""
 
@@ -130,40 +128,12 @@ class FarmLink:
             return
         FarmVerdictRepository(self.db).add(self.job.team_id, self.scope, LAYERWISE, result.to_json(), self.job.id)
 
-    def record_hit(self, record: IterationRecord, number: int) -> int:
-        """A verdict the session answered from its cache: an iteration row marked ``cached`` (as
-        iteration ``number``), the job's counters and an event; returns the event's sequence number."""
-        fingerprint = record.candidate.fingerprint
+    def source_of(self, fingerprint: str) -> str:
+        """Which cache answered ``fingerprint`` (``jobflow.recording.record_cached``): the farm the
+        first time the job meets a candidate only the farm had, the job's own cache after that."""
         source = FROM_FARM if fingerprint in self.farm_only else FROM_JOB
         self.farm_only.discard(fingerprint)
-        verdict = record.verdict
-        answer = CachedAnswer(
-            phase=record.phase,
-            fingerprint=fingerprint,
-            node_count=len(record.candidate),
-            verdict=verdict.kind.value,
-            reproduces=record.reproduces,
-            signature=verdict.signature,
-            detail=verdict.detail,
-            source=source,
-        )
-        job = self.job
-        row = IterationRepository(self.db).add_cached(job.id, answer, number)
-        job.iterations_done, job.best_size = max(job.iterations_done, row.number), record.best_size
-        job.cache_hits += 1
-        job.farm_hits += 1 if source == FROM_FARM else 0
-        payload = {
-            "number": row.number,
-            "phase": record.phase,
-            "nodes": len(record.candidate),
-            "verdict": verdict.kind.value,
-            "reproduces": record.reproduces,
-            "duration_s": 0.0,
-            "best_size": record.best_size,
-            "fingerprint": fingerprint,
-            "cached": source,
-        }
-        return EventRepository(self.db).append(job.id, EventKind.ITERATION, payload).seq
+        return source
 
 
 __all__ = ["FROM_FARM", "FROM_JOB", "FarmLink", "farm_scope", "job_scope", "runtime_identity"]

@@ -5,7 +5,7 @@ the very model a check of this job judged when that model is self-contained (``j
 no extra check), else a self-contained model that must be checked once more as written. It also
 asks for one check of a trivial model when every verdict of the job reproduced the original
 failure (the check may not depend on the model). With nothing left to check the job succeeds at
-once (``succeed``); otherwise the worker commits, runs those checks itself outside the lock
+once (``succeed_verified``); otherwise the worker commits, runs those checks itself outside the lock
 (``run_finals``: the job's lease renewed, a cancel or the time limit stops them), then ends the
 job: ``succeeded`` (with ``suspect`` in the min-bad artifact's meta when the trivial model failed
 like the original) or, when a final check disagreed, ``failed`` with ``unverified-result``.
@@ -22,14 +22,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from checks.cancel import CheckStoppedError, stop_checks_when
 from engine.report_bundle import store_bundle
 from engine.session import ReductionSession
-from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
+from jobflow.ending import end, succeed
+from persistence.enums import ArtifactKind, ErrorCode, JobStatus
+from persistence.events import AnswerPayload
 from persistence.models import Job, utcnow
 from persistence.reduction import FinalModel, judged_blobs, store_final_models
-from persistence.repositories import ArtifactRepository, EventRepository, IterationRepository, JobRepository
-from persistence.repositories.units import UnitRepository
+from persistence.repositories import ArtifactRepository, IterationRepository, JobRepository
 from persistence.store import StoredBlob
 from reducer_core.verdict import Pinning, Verdict, VerdictKind
 from reducer_core.verification import (
@@ -45,7 +48,7 @@ from reducer_core.verification import (
     identity_model,
 )
 from worker.context import RunnerContext
-from worker.endings import deadline_of, end_job, end_payload, finish_locked, time_limit_message
+from worker.endings import deadline_of, end_job, time_limit_message
 from worker.lease import Heartbeat
 from worker.prepared import PreparedJob
 
@@ -68,7 +71,7 @@ class Finals:
     preflight: bool
     original_output: str
     nodes_after: int
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: AnswerPayload = field(default_factory=AnswerPayload)
     suspect: Suspect | None = None
     repeats: int = 1  # runs a min-bad gets to reproduce the failure (a check known to be flaky: more)
     extra: dict[ArtifactKind, tuple[StoredBlob, dict[str, Any]]] = field(default_factory=dict)  # the bundle
@@ -101,7 +104,7 @@ def plan_finals(
     located = result.localization is not None and result.localization.path == "layerwise"
     original_row = next(iter(iterations.list(job.id, 0, 1)), None)
     labels = [prepared.workspace.index.label(n) for n in sorted(result.min_bad.nodes)][:50]
-    payload: dict[str, Any] = {"min_bad_nodes": labels}
+    payload: AnswerPayload = {"min_bad_nodes": labels}
     if result.localization is not None:
         payload["localization"] = result.localization.to_json()
     return Finals(
@@ -123,7 +126,7 @@ def _kind(value: str | None) -> VerdictKind:
     return VerdictKind(value or VerdictKind.INFRA_ERROR.value)
 
 
-def succeed(session: Any, job: Job, finals: Finals) -> int:
+def succeed_verified(session: Session, job: Job, finals: Finals) -> int:
     """End ``job`` (row-locked) with its verified answer: the artifacts, then ``succeeded``, or
     ``failed`` (``unverified-result``) when a final check disagreed; returns the event's number."""
     artifacts = ArtifactRepository(session)
@@ -139,13 +142,11 @@ def succeed(session: Any, job: Job, finals: Finals) -> int:
     if disagreeing:
         model = disagreeing[0]
         message = disagreement(_WHICH[model.kind], f"the {model.kind.value} artifact", _verified_of(model))
-        return finish_locked(session, job, JobStatus.FAILED, ErrorCode.UNVERIFIED_RESULT, message)
-    UnitRepository(session).cancel_active(job.id)
-    JobRepository(session).finish(job, JobStatus.SUCCEEDED)
-    payload = end_payload(job) | finals.payload | {"verified": verified_of(finals)}
+        return end(session, job, JobStatus.FAILED, ErrorCode.UNVERIFIED_RESULT, message)
+    answer: AnswerPayload = finals.payload | {"verified": verified_of(finals)}
     if finals.suspect is not None:
-        payload["suspect"] = finals.suspect.to_json()
-    return EventRepository(session).append(job.id, EventKind.SUCCEEDED, payload).seq
+        answer["suspect"] = finals.suspect.to_json()
+    return succeed(session, job, answer)
 
 
 def verified_of(finals: Finals) -> dict[str, Any]:
@@ -180,7 +181,7 @@ def run_finals(ctx: RunnerContext, prepared: PreparedJob, finals: Finals) -> int
         job = JobRepository(session).lock_running(finals.job_id)
         if job is None or job.attempts != finals.attempt:
             return 0
-        return succeed(session, job, finals)
+        return succeed_verified(session, job, finals)
 
 
 def _check_models(prepared: PreparedJob, finals: Finals) -> None:
@@ -237,7 +238,7 @@ class _StopPoll:
         self.last = now
         with self.ctx.db.session() as session:
             job = JobRepository(session).get(self.job_id)
-            if job is None or job.cancel_requested or job.status != JobStatus.RUNNING.value:
+            if job is None or job.cancel_requested or job.status != JobStatus.RUNNING:
                 return True
             return utcnow() > deadline_of(job, self.ctx)
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from persistence.enums import ArtifactKind, EventKind
+from persistence.events import record_event
 from persistence.jsonlog import bind_job
 from persistence.models import utcnow
-from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
+from persistence.repositories import ArtifactRepository, JobRepository
 from persistence.repositories.units import UnitRepository
 from persistence.retry import transaction
 from worker.advance import Advanced, advance
@@ -59,8 +60,9 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
         for location, blob in weights.items():
             ArtifactRepository(session).put(job_id, ArtifactKind.WEIGHTS, location, blob)
         job.nodes_before = nodes
-        payload = {"attempt": attempt, "nodes_before": nodes, "resumed": attempt > 1}
-        started = EventRepository(session).append(job_id, EventKind.STARTED, payload).seq
+        started = record_event(
+            session, job_id, EventKind.STARTED, {"attempt": attempt, "nodes_before": nodes, "resumed": attempt > 1}
+        )
         requeued = UnitRepository(session).requeue_running(job_id)  # the checks of workers that died
         outcome = advance(ctx, session, job, prepared)
         return job.queue, Advanced(max(outcome.seq, started), outcome.queued + requeued, outcome.ended), outcome.finals

@@ -17,6 +17,7 @@ from engine.session import ReductionSession, SessionCheck
 from engine.workspace import Workspace
 from persistence.bundles import write_bundle
 from persistence.enums import ArtifactKind
+from persistence.events import AnswerPayload
 from persistence.store import ArtifactStore, StoredBlob
 from reducer_core.records import ReductionResult
 from reducer_core.session import SessionListener
@@ -62,7 +63,7 @@ def store_precision_results(
     return {ArtifactKind.MIXED: (blob, meta)}
 
 
-def precision_payload(session: ReductionSession, result: ReductionResult) -> dict[str, Any]:
+def precision_payload(session: ReductionSession, result: ReductionResult) -> AnswerPayload:
     """What the success event adds for a precision job."""
     assert isinstance(session, PrecisionSession)
     mixed = session.mixed(result.min_bad)

@@ -23,7 +23,9 @@ from typing import Any
 
 from checks.capabilities import unmet
 from checks.spec import requirements_of
+from jobflow.ending import end, record_end
 from persistence.enums import EventKind, JobStatus
+from persistence.events import CheckStartedPayload, record_event
 from persistence.fairshare import fair_order
 from persistence.jsonlog import bind_job
 from persistence.models import Job, utcnow
@@ -31,7 +33,6 @@ from persistence.repositories import ClaimResult, EventRepository, JobRepository
 from persistence.repositories.units import UnitRepository, Work
 from persistence.retry import transaction
 from worker.context import RunnerContext
-from worker.endings import end_event, end_payload, finish_locked
 from worker.job_start import start_job
 from worker.unit_run import UnitRun, UnitTicket, cleanup_if_ended
 
@@ -80,7 +81,7 @@ def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
         return ClaimResult.CLAIMED
     with ctx.db.session() as session:
         job = JobRepository(session).get(job_id)
-        ended = job is None or JobStatus(job.status).terminal
+        ended = job is None or job.status.terminal
         missing = [] if job is None or ended else _unmet(ctx, job.check_spec)
     if missing:
         log.info(
@@ -168,14 +169,14 @@ def _claim_unit(ctx: RunnerContext, session: Any, item: Work) -> _Found | None:
     unit = units.get(int(item.id))
     assert unit is not None
     JobRepository(session).keep_alive(item.job_id, ctx.lease_s)
-    payload = {
+    payload: CheckStartedPayload = {
         "iteration": unit.number,
         "phase": unit.phase,
         "nodes": unit.node_count,
         "worker": ctx.worker,
         "started_at": (unit.claimed_at or utcnow()).isoformat(),
     }
-    seq = EventRepository(session).append(item.job_id, EventKind.CHECK_STARTED, payload).seq
+    seq = record_event(session, item.job_id, EventKind.CHECK_STARTED, payload)
     return _Found(_Taken(item.job_id, UnitTicket.of(unit)), seq)
 
 
@@ -191,27 +192,27 @@ def _unmet(ctx: RunnerContext, check_spec: str) -> list[str]:
 def _end_cancelled(ctx: RunnerContext) -> None:
     """Cancelled running jobs with no check running: nobody else would end them."""
 
-    def end(session: Any) -> list[tuple[str, int]]:
+    def end_all(session: Any) -> list[tuple[str, int]]:
         ended: list[tuple[str, int]] = []
         for job_id in JobRepository(session).cancelled_running(ctx.queues):
             if UnitRepository(session).running_count(job_id):
                 continue  # the workers running its checks stop them and end it
             job = JobRepository(session).lock_running(job_id)
             if job is not None:
-                ended.append((job_id, finish_locked(session, job, JobStatus.CANCELLED, None, None)))
+                ended.append((job_id, end(session, job, JobStatus.CANCELLED)))
         return ended
 
-    for job_id, seq in transaction(ctx.db, end, "ending cancelled jobs"):
+    for job_id, seq in transaction(ctx.db, end_all, "ending cancelled jobs"):
         ctx.notify(job_id, seq)
         cleanup_if_ended(ctx, job_id)
 
 
 def _announce_end(session: Any, job: Job) -> None:
     """A job ended by the claim itself (cancelled while queued, out of attempts) gets its event once."""
-    if job.finished_at is not None and job.status != JobStatus.SUCCEEDED.value:
+    if job.finished_at is not None and job.status != JobStatus.SUCCEEDED:
         last = EventRepository(session).after(job.id, job.event_seq - 1)
         if not last or not EventKind(last[-1].kind).terminal:
-            EventRepository(session).append(job.id, end_event(JobStatus(job.status)), end_payload(job))
+            record_end(session, job)
 
 
 def _notify_last(ctx: RunnerContext, job_id: str) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from checks.cancel import CheckStoppedError, stop_checks_when
 from engine.localize import layerwise_run
+from jobflow.units import request_of
 from persistence.enums import ErrorCode, JobStatus
 from persistence.jsonlog import bind_job
 from persistence.models import CheckUnit, utcnow
@@ -28,7 +29,7 @@ from persistence.retry import sqlstate_of, transaction
 from reducer_core.errors import MissingTypeError
 from reducer_core.session import CheckRequest, Request
 from reducer_core.verdict import Verdict, VerdictKind
-from worker.advance import Advanced, Delivery, advance, request_of
+from worker.advance import Advanced, Delivery, advance
 from worker.context import RunnerContext
 from worker.endings import JobTimedOutError, deadline_of, end_job, ending_errors, time_limit_message
 from worker.final_checks import run_finals
@@ -115,7 +116,7 @@ class UnitRun:
     def _read_job(self) -> JobInput | None:
         with self.ctx.db.session() as session:
             job = JobRepository(session).get(self.job_id)
-            if job is None or job.status != JobStatus.RUNNING.value:
+            if job is None or job.status != JobStatus.RUNNING:
                 return None
             self.deadline = deadline_of(job, self.ctx)
             return JobInput.of(session, job)
@@ -150,7 +151,7 @@ class UnitRun:
             return True
         with self.ctx.db.session() as session:
             job = JobRepository(session).get(self.job_id)
-            return job is None or job.cancel_requested or job.status != JobStatus.RUNNING.value
+            return job is None or job.cancel_requested or job.status != JobStatus.RUNNING
 
     def _stopped(self) -> None:
         """The check was stopped: end the job if it was cancelled or is out of time (once)."""
@@ -198,7 +199,7 @@ def cleanup_if_ended(ctx: RunnerContext, job_id: str) -> None:
     """An ended job's prepared model and scratch go (its stored artifacts stay)."""
     with ctx.db.session() as session:
         job = JobRepository(session).get(job_id)
-        ended = job is None or JobStatus(job.status).terminal
+        ended = job is None or job.status.terminal
     if ended:
         PREPARED.drop(job_id)
         shutil.rmtree(ctx.layout.work_dir(job_id), ignore_errors=True)

@@ -39,7 +39,7 @@ _KINDS = {
     "golden": ArtifactKind.GOLDEN,
     "mixed": ArtifactKind.MIXED,
 }
-_ENDED_EARLY = (JobStatus.CANCELLED.value, JobStatus.FAILED.value)
+_ENDED_EARLY = (JobStatus.CANCELLED, JobStatus.FAILED)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def download_bundle(job_id: str, services: ServicesDep, team: TeamDep) -> Respon
 def _why_none(status: str, task: JobTask, job_id: str) -> str:
     if task is JobTask.PRECISION:
         return f"Job '{job_id}' is a precision job; download its mixed-precision model (artifacts/mixed) instead."
-    if status != JobStatus.SUCCEEDED.value:
+    if status != JobStatus.SUCCEEDED:
         return f"Job '{job_id}' is {status}; a bundle is built when a reduction succeeds. Download artifacts/min-bad."
     return (
         f"Job '{job_id}' has no bundle: it finished before bundles existed, its check is interactive, or the "

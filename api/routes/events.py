@@ -21,7 +21,7 @@ from api.routes.jobs import load_job
 from api.schemas import MAX_SEQ
 from api.services import Services
 from persistence.contracts import events_channel
-from persistence.enums import EventKind, JobStatus
+from persistence.enums import EventKind
 from persistence.models import Event
 from persistence.repositories import EventRepository, JobRepository, TeamRepository
 
@@ -59,7 +59,7 @@ class _Follower:
         with self.services.db.session() as session:
             events = list(EventRepository(session).after(self.job_id, after))
             job = JobRepository(session).get(self.job_id)
-            ended = job is None or JobStatus(job.status).terminal
+            ended = job is None or job.status.terminal
         return events, ended
 
     def _token_valid(self) -> bool:

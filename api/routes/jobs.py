@@ -17,7 +17,7 @@ from api.deps import ServicesDep, TeamDep
 from api.farm import WorkerView, load_workers, waiting_reason
 from api.intake import JobIntake
 from api.intake_pool import busy
-from api.interactive import answer, cancel_now, fail_to_start, iteration_link, start_interactive
+from api.interactive import answer, fail_to_start, iteration_link, start_interactive
 from api.problems import ProblemError, not_found
 from api.queue_info import with_dispatch
 from api.schemas import (
@@ -35,14 +35,14 @@ from api.schemas import (
 from api.services import Services
 from api.uploads import UploadAbortedError
 from checks.user_inputs import INPUT_KINDS
+from jobflow.ending import cancel
 from persistence.contracts import QUEUE_INTERACTIVE
 from persistence.enums import EventKind, JobStatus, JobTask
+from persistence.events import record_event
 from persistence.models import Job
 from persistence.repositories import (
     RETRYABLE_ERRORS,
     ArtifactRepository,
-    CancelOutcome,
-    EventRepository,
     IterationRepository,
     JobRepository,
 )
@@ -215,15 +215,13 @@ def _samples(session: Session, job: Job) -> dict[str, Any] | None:
 def _precision_answers(session: Session, jobs: Sequence[Job]) -> dict[str, list[str]]:
     """keep_fp32 of the succeeded precision jobs among ``jobs`` (one query, none without such jobs)."""
     done = [
-        job.id
-        for job in jobs
-        if job.status == JobStatus.SUCCEEDED.value and JobTask.of(job.options) is JobTask.PRECISION
+        job.id for job in jobs if job.status == JobStatus.SUCCEEDED and JobTask.of(job.options) is JobTask.PRECISION
     ]
     return ArtifactRepository(session).keep_fp32(done) if done else {}
 
 
 def _awaiting(session: Session, job: Job) -> AwaitingVerdict | None:
-    if job.queue != QUEUE_INTERACTIVE or job.status != JobStatus.RUNNING.value:
+    if job.queue != QUEUE_INTERACTIVE or job.status != JobStatus.RUNNING:
         return None
     row = IterationRepository(session).pending_of(job.id)
     if row is None:
@@ -236,7 +234,7 @@ def _awaiting(session: Session, job: Job) -> AwaitingVerdict | None:
 
 def _workers_for(session: Session, services: Services, jobs: Sequence[Job]) -> Sequence[WorkerView] | None:
     """The farm's workers when one of ``jobs`` is queued (only then is there a wait to explain)."""
-    if any(job.status == JobStatus.QUEUED.value for job in jobs):
+    if any(job.status == JobStatus.QUEUED for job in jobs):
         return load_workers(session, services.settings)
     return None
 
@@ -248,7 +246,7 @@ def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
             raise not_found(f"Job '{job_id}'")
         flaky = JobRepository(session).flakiness(job_id) if job.checks_run else None
         out = _job_out(session, job, _workers_for(session, services, [job]), flaky=flaky)
-        if JobStatus(job.status).terminal:
+        if job.status.terminal:
             out.verified, out.suspect = ArtifactRepository(session).verification(job_id)
         judges_samples = job.check_kind in INPUT_KINDS and (job.checks_run or job.iterations_done)
         out.samples = _samples(session, job) if judges_samples else None  # two queries, for these kinds only
@@ -289,19 +287,15 @@ def cancel_job(job_id: str, services: ServicesDep, team: TeamDep, response: Resp
         job = jobs.for_team(team.id, job_id)
         if job is None:
             raise not_found(f"Job '{job_id}'")
-        outcome = jobs.request_cancel(job.id)
-        if outcome is CancelOutcome.CANCELLED:
-            seq = EventRepository(session).append(job.id, EventKind.CANCELLED, {"status": "cancelled"}).seq
-        elif outcome is CancelOutcome.REQUESTED and job.queue == QUEUE_INTERACTIVE:
-            seq = cancel_now(session, job)
+        seq = cancel(session, job, at_once=job.queue == QUEUE_INTERACTIVE)
         session.refresh(job)
-        if outcome is CancelOutcome.ALREADY_ENDED and job.status != JobStatus.CANCELLED.value:
+        if job.status.terminal and job.status is not JobStatus.CANCELLED:
             raise ProblemError(409, "Job already finished", f"Job '{job_id}' has already {job.status}.")
         out = _job_out(session, job)
     services.job_reads.forget(team.id, job_id)
     if seq is not None:
         services.notify(job_id, seq)
-    if out.status == JobStatus.CANCELLED.value:
+    if out.status == JobStatus.CANCELLED:
         response.status_code = 200
     return out
 
@@ -317,11 +311,11 @@ async def delete_job(job_id: str, services: ServicesDep, team: TeamDep) -> Respo
 
 # "Job 'X' <phrase>": each status in words (not "is succeeded").
 _STATUS_PHRASES = {
-    JobStatus.QUEUED.value: "is queued",
-    JobStatus.RUNNING.value: "is still running",
-    JobStatus.SUCCEEDED.value: "has succeeded",
-    JobStatus.FAILED.value: "has failed",
-    JobStatus.CANCELLED.value: "was cancelled",
+    JobStatus.QUEUED: "is queued",
+    JobStatus.RUNNING: "is still running",
+    JobStatus.SUCCEEDED: "has succeeded",
+    JobStatus.FAILED: "has failed",
+    JobStatus.CANCELLED: "was cancelled",
 }
 
 
@@ -351,12 +345,12 @@ def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
                 f"Job '{job_id}' {why}; only jobs that failed with one of the error codes {retryable} can be "
                 "retried (a job whose model or check spec was at fault needs a new job).",
             )
-        event = EventRepository(session).append(job.id, EventKind.QUEUED, {"status": "queued", "retry": True})
+        queued = record_event(session, job.id, EventKind.QUEUED, {"status": JobStatus.QUEUED, "retry": True})
         session.refresh(job)
         out = _job_out(session, job, _workers_for(session, services, [job]))
         queue = job.queue
     services.job_reads.forget(team.id, job_id)
-    services.notify(job_id, event.seq)
+    services.notify(job_id, queued)
     try:
         services.enqueue(job_id, queue)
     except Exception:

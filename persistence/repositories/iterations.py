@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from persistence.models import Artifact, Iteration, Job, Team, utcnow
@@ -118,6 +118,18 @@ class IterationRepository:
     def finish(self, row: Iteration, verdict: str, reproduces: bool, signature: str, detail: str) -> None:
         row.pending, row.verdict, row.reproduces = False, verdict, reproduces
         row.signature, row.detail, row.finished_at = signature, detail, utcnow()
+
+    def take_pending(self, job_id: str, number: int) -> tuple[str, datetime] | None:
+        """Take the pending iteration ``number`` for an answer (a conditional UPDATE: of two answers
+        racing for it one gets it, the row lock held until the transaction ends): its fingerprint
+        and when it was asked; None when it is not pending."""
+        taken = self.session.execute(
+            update(Iteration)
+            .where(Iteration.job_id == job_id, Iteration.number == number, Iteration.pending.is_(True))
+            .values(finished_at=utcnow())
+            .returning(Iteration.fingerprint, Iteration.created_at)
+        ).first()
+        return None if taken is None else (taken[0], taken[1])
 
     def drop_pending(self, job_id: str) -> None:
         self.session.execute(delete(Iteration).where(Iteration.job_id == job_id, Iteration.pending.is_(True)))

@@ -89,7 +89,7 @@ class JobRepository:
     def page(self, team_id: str, status: JobStatus | None, limit: int, after: tuple[datetime, str] | None) -> JobPage:
         query = select(Job).where(Job.team_id == team_id).options(*_LIGHT)
         if status is not None:
-            query = query.where(Job.status == status.value)
+            query = query.where(Job.status == status)
         if after is not None:
             created, job_id = after
             query = query.where(or_(Job.created_at < created, and_(Job.created_at == created, Job.id < job_id)))
@@ -104,9 +104,9 @@ class JobRepository:
         now = utcnow()
         waiting = exists().where(CheckUnit.job_id == Job.id, CheckUnit.status == "queued")
         claimable = or_(
-            Job.status == JobStatus.QUEUED.value,
+            Job.status == JobStatus.QUEUED,
             and_(
-                Job.status == JobStatus.RUNNING.value,
+                Job.status == JobStatus.RUNNING,
                 or_(Job.lease_expires_at.is_(None), Job.lease_expires_at < now),
                 ~waiting,
             ),
@@ -115,7 +115,7 @@ class JobRepository:
             update(Job)
             .where(Job.id == job_id, Job.cancel_requested.is_(False), Job.attempts < max_attempts, claimable)
             .values(
-                status=JobStatus.RUNNING.value,
+                status=JobStatus.RUNNING,
                 attempts=Job.attempts + 1,
                 lease_expires_at=now + timedelta(seconds=lease_s),
                 started_at=func.coalesce(Job.started_at, now),
@@ -129,9 +129,9 @@ class JobRepository:
     def _why_not_claimed(self, job_id: str, max_attempts: int) -> ClaimResult:
         """Nobody may finish a job whose worker still holds a live lease: that worker ends it."""
         job = self.get(job_id)
-        if job is None or JobStatus(job.status).terminal:
+        if job is None or job.status.terminal:
             return ClaimResult.FINISHED
-        if job.status == JobStatus.RUNNING.value and _aware(job.lease_expires_at) >= utcnow():
+        if job.status == JobStatus.RUNNING and _aware(job.lease_expires_at) >= utcnow():
             return ClaimResult.BUSY
         if job.cancel_requested:
             return ClaimResult.FINISHED if self._finish_unheld(job, JobStatus.CANCELLED) else ClaimResult.BUSY
@@ -170,7 +170,7 @@ class JobRepository:
         the row lock on PostgreSQL and the write lock on SQLite before anything is read)."""
         touched = self.session.execute(
             update(Job)
-            .where(Job.id == job_id, Job.status == JobStatus.RUNNING.value)
+            .where(Job.id == job_id, Job.status == JobStatus.RUNNING)
             .values(event_seq=Job.event_seq)
             .returning(Job.id)
         ).first()
@@ -184,14 +184,14 @@ class JobRepository:
         expires = utcnow() + timedelta(seconds=lease_s)
         self.session.execute(
             update(Job)
-            .where(Job.id == job_id, Job.status == JobStatus.RUNNING.value, Job.lease_expires_at < expires)
+            .where(Job.id == job_id, Job.status == JobStatus.RUNNING, Job.lease_expires_at < expires)
             .values(lease_expires_at=expires)
         )
 
     def cancelled_running(self, queues: Sequence[str]) -> list[str]:
         """Running jobs of ``queues`` whose cancel was requested (the next worker that looks ends them)."""
         query = select(Job.id).where(
-            Job.status == JobStatus.RUNNING.value, Job.cancel_requested.is_(True), Job.queue.in_(list(queues))
+            Job.status == JobStatus.RUNNING, Job.cancel_requested.is_(True), Job.queue.in_(list(queues))
         )
         return list(self.session.scalars(query).all())
 
@@ -200,13 +200,13 @@ class JobRepository:
         query = (
             select(Job.id, Team.name)
             .join(Team, Team.id == Job.team_id)
-            .where(Job.status == JobStatus.QUEUED.value, Job.queue == queue)
+            .where(Job.status == JobStatus.QUEUED, Job.queue == queue)
             .order_by(Job.created_at, Job.id)
         )
         return [(str(job_id), str(team)) for job_id, team in self.session.execute(query).all()]
 
     def running_count(self, queue: str) -> int:
-        query = select(func.count()).where(Job.status == JobStatus.RUNNING.value, Job.queue == queue)
+        query = select(func.count()).where(Job.status == JobStatus.RUNNING, Job.queue == queue)
         return int(self.session.scalar(query) or 0)
 
     def cancel_requested(self, job_id: str) -> bool:
@@ -218,7 +218,7 @@ class JobRepository:
         its worker ends it; a finished one is left alone."""
         cancelled = self.session.execute(
             update(Job)
-            .where(Job.id == job_id, Job.status == JobStatus.QUEUED.value)
+            .where(Job.id == job_id, Job.status == JobStatus.QUEUED)
             .values(cancel_requested=True, **_end_values(JobStatus.CANCELLED, None, None))
             .returning(Job.id)
         ).first()
@@ -226,7 +226,7 @@ class JobRepository:
             return CancelOutcome.CANCELLED
         flagged = self.session.execute(
             update(Job)
-            .where(Job.id == job_id, Job.status == JobStatus.RUNNING.value)
+            .where(Job.id == job_id, Job.status == JobStatus.RUNNING)
             .values(cancel_requested=True)
             .returning(Job.id)
         ).first()
@@ -240,11 +240,11 @@ class JobRepository:
             update(Job)
             .where(
                 Job.id == job_id,
-                Job.status == JobStatus.FAILED.value,
+                Job.status == JobStatus.FAILED,
                 Job.error_code.in_([c.value for c in RETRYABLE_ERRORS]),
             )
             .values(
-                status=JobStatus.QUEUED.value,
+                status=JobStatus.QUEUED,
                 attempts=0,
                 started_at=None,
                 finished_at=None,
@@ -267,7 +267,7 @@ class JobRepository:
         query = (
             select(Team.name, Job.queue, func.count())
             .join(Team, Team.id == Job.team_id)
-            .where(Job.status == JobStatus.QUEUED.value)
+            .where(Job.status == JobStatus.QUEUED)
             .group_by(Team.name, Job.queue)
         )
         return [QueueDepth(str(team), str(queue), int(n)) for team, queue, n in self.session.execute(query).all()]
@@ -287,11 +287,6 @@ class JobRepository:
         rows = self.session.execute(select(Job.status, func.count()).group_by(Job.status)).all()
         return {str(status): int(count) for status, count in rows}
 
-    @staticmethod
-    def progress(job: Job, **values: Any) -> None:
-        for key, value in values.items():
-            setattr(job, key, value)
-
 
 _LIGHT = (defer(Job.session_state),)
 
@@ -301,16 +296,16 @@ def claimable(job: Job, max_attempts: int) -> bool:
     if job.cancel_requested or job.attempts >= max_attempts:
         return False
     expired = _aware(job.lease_expires_at) < utcnow()
-    return job.status == JobStatus.QUEUED.value or (job.status == JobStatus.RUNNING.value and expired)
+    return job.status == JobStatus.QUEUED or (job.status == JobStatus.RUNNING and expired)
 
 
 def _held_by(job_id: str, attempt: int) -> tuple[Any, ...]:
-    return (Job.id == job_id, Job.attempts == attempt, Job.status == JobStatus.RUNNING.value)
+    return (Job.id == job_id, Job.attempts == attempt, Job.status == JobStatus.RUNNING)
 
 
 def _end_values(status: JobStatus, code: ErrorCode | None, message: str | None) -> dict[str, Any]:
     return {
-        "status": status.value,
+        "status": status,
         "finished_at": utcnow(),
         "lease_expires_at": None,
         "error_code": code.value if code else None,

@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 from persistence.enums import TERMINAL_STATUSES, JobStatus
 from persistence.models import Artifact, Job
 
-_FINISHED = [status.value for status in TERMINAL_STATUSES]
-_ACTIVE = [JobStatus.QUEUED.value, JobStatus.RUNNING.value]
+_FINISHED = list(TERMINAL_STATUSES)
+_ACTIVE = [JobStatus.QUEUED, JobStatus.RUNNING]
 
 
 class RetentionRepository:

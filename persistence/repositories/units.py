@@ -3,7 +3,9 @@
 A unit is queued when its job's session asks for it, running while a worker holds its lease, done
 once its verdict is recorded (the unique (job, request id) key makes a second recording of the
 same request impossible) and cancelled when its job ended first. Claims are conditional UPDATEs
-(``status = 'queued'``), so exactly one worker wins a unit on PostgreSQL and SQLite alike."""
+(``status = 'queued'``), so exactly one worker wins a unit on PostgreSQL and SQLite alike. An
+interactive job's check is *asked* instead of queued: a person holds it (no worker claims it, it
+counts as no running check) until ``POST /v1/jobs/{id}/verdict`` answers it."""
 
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from sqlalchemy.orm import Session
 from persistence.enums import JobStatus
 from persistence.models import CheckUnit, Job, Team, Worker, utcnow
 
-QUEUED, RUNNING, DONE, CANCELLED = "queued", "running", "done", "cancelled"
-ACTIVE = (QUEUED, RUNNING)
+QUEUED, RUNNING, DONE, CANCELLED, ASKED = "queued", "running", "done", "cancelled", "asked"
+ACTIVE = (QUEUED, RUNNING, ASKED)
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ class UnitRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def add(self, job_id: str, units: Sequence[NewUnit]) -> list[CheckUnit]:
+    def add(self, job_id: str, units: Sequence[NewUnit], status: str = QUEUED) -> list[CheckUnit]:
+        """The units, ``queued`` for a worker (or ``asked`` of a person: an interactive job's)."""
         rows = [
             CheckUnit(
                 job_id=job_id,
@@ -82,7 +85,7 @@ class UnitRepository:
                 speculative=u.speculative,
                 candidate=dict(u.candidate),
                 node_count=u.node_count,
-                status=QUEUED,
+                status=status,
             )
             for u in units
         ]
@@ -121,6 +124,15 @@ class UnitRepository:
 
     def finish(self, unit: CheckUnit, duration_s: float) -> None:
         unit.status, unit.finished_at, unit.duration_s, unit.lease_expires_at = DONE, utcnow(), duration_s, None
+
+    def take_asked(self, job_id: str, duration_s: float) -> CheckUnit | None:
+        """The unit an interactive job asks a person about (one at a time), done now: its answer
+        is being recorded (the caller holds the job's pending iteration); None when none is asked."""
+        query = select(CheckUnit).where(CheckUnit.job_id == job_id, CheckUnit.status == ASKED)
+        unit = self.session.scalar(query)
+        if unit is not None:
+            self.finish(unit, duration_s)
+        return unit
 
     def renumber(self, job_id: str, request_id: str, number: int) -> None:
         """A finished unit takes the number its iteration was recorded with."""
@@ -164,7 +176,7 @@ class UnitRepository:
             .where(
                 CheckUnit.status == RUNNING,
                 CheckUnit.lease_expires_at < now,
-                Job.status == JobStatus.RUNNING.value,
+                Job.status == JobStatus.RUNNING,
                 Job.lease_expires_at >= now,
             )
             .order_by(CheckUnit.id)
@@ -218,7 +230,7 @@ class UnitRepository:
             .join(Team, Team.id == Job.team_id)
             .where(
                 CheckUnit.status == QUEUED,
-                Job.status == JobStatus.RUNNING.value,
+                Job.status == JobStatus.RUNNING,
                 Job.cancel_requested.is_(False),
                 Job.queue.in_(list(queues)),
             )
@@ -229,7 +241,7 @@ class UnitRepository:
             select(Job.id, Team.name, Job.created_at, Job.check_spec)
             .join(Team, Team.id == Job.team_id)
             .where(
-                Job.status == JobStatus.QUEUED.value,
+                Job.status == JobStatus.QUEUED,
                 Job.cancel_requested.is_(False),
                 Job.attempts < max_attempts,
                 Job.queue.in_(list(queues)),

@@ -19,10 +19,14 @@ import onnx
 import pytest
 from fastapi import FastAPI
 from onnx import TensorProto, helper, numpy_helper
+from sqlalchemy import select
 
 from api.app import create_app
 from api.settings import ApiSettings
 from examples.build_example_model import build_example_model
+from persistence.db import Database
+from persistence.models import CheckUnit
+from persistence.repositories.units import UnitRepository
 from tests.service.conftest import client_for
 from tests.service.helpers import chain_model, read_sse, submit, wait_job
 
@@ -159,6 +163,34 @@ def test_two_answers_at_once_one_wins(client: httpx.Client) -> None:
     assert codes == [200, 409, 409, 409]
     iterations = client.get(f"/v1/jobs/{job['id']}/iterations").json()["items"]
     assert [(i["number"], i["pending"]) for i in iterations] == [(1, False), (2, True)]
+
+
+def test_each_question_is_a_check_unit_the_verdict_route_answers(client: httpx.Client, db_url: str) -> None:
+    """The check a person is asked about is a check unit (``asked``: no worker takes it, nor does it
+    count as a running check); the verdict route finishes it as a worker finishes its unit (it
+    takes the iteration's number), and a cancel cancels the one asked next."""
+    job = _start(client)
+    db = Database(db_url)
+
+    def units() -> list[str]:
+        with db.session() as session:
+            query = select(CheckUnit.status).where(CheckUnit.job_id == job["id"]).order_by(CheckUnit.id)
+            return list(session.scalars(query))
+
+    try:
+        assert units() == ["asked"]
+        with db.session() as session:
+            assert UnitRepository(session).available_work(["interactive"], 3) == []
+            assert UnitRepository(session).running_count(job["id"]) == 0
+        assert client.post(f"/v1/jobs/{job['id']}/verdict", json={"iteration": 1, "verdict": "fail"}).status_code == 200
+        assert units() == ["done", "asked"]
+        with db.session() as session:
+            done = session.scalars(select(CheckUnit).where(CheckUnit.status == "done")).one()
+            assert done.job_id == job["id"] and done.number == 1
+        assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 200
+        assert units() == ["done", "cancelled"]
+    finally:
+        db.dispose()
 
 
 def test_cancel_ends_it_at_once_and_it_is_never_retried(client: httpx.Client) -> None:

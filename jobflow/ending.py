@@ -1,0 +1,68 @@
+"""A job's end, the one way: ``end`` (failed, cancelled) and ``succeed`` (its answer's artifacts
+stored by the caller first), always on a row the caller holds (``JobRepository.lock_running``, or
+the conditional UPDATE of a cancel): the job's pending iteration dropped, its queued and running
+checks cancelled (their workers stop within a second), its status written, and its one terminal
+event recorded."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from persistence.enums import ErrorCode, JobStatus
+from persistence.events import AnswerPayload, JobEndPayload, end_kind, record_event
+from persistence.models import Job
+from persistence.repositories import CancelOutcome, IterationRepository, JobRepository
+from persistence.repositories.units import UnitRepository
+
+
+def end_payload(job: Job) -> JobEndPayload:
+    """What every terminal event of ``job`` says."""
+    return {
+        "status": job.status,
+        "nodes_before": job.nodes_before,
+        "nodes_after": job.nodes_after,
+        "checks_run": job.checks_run,
+        "error_code": job.error_code,
+        "error_message": job.error_message,
+    }
+
+
+def end(
+    db: Session,
+    job: Job,
+    status: JobStatus,
+    code: ErrorCode | None = None,
+    message: str | None = None,
+    answer: AnswerPayload | None = None,
+) -> int:
+    """End ``job`` (held by the caller) with ``status``; ``answer``: what a success adds to its
+    event. Returns the terminal event's sequence number."""
+    IterationRepository(db).drop_pending(job.id)
+    UnitRepository(db).cancel_active(job.id)
+    JobRepository(db).finish(job, status, code, message)
+    return record_end(db, job, answer)
+
+
+def record_end(db: Session, job: Job, answer: AnswerPayload | None = None) -> int:
+    """The terminal event of ``job``, ended by ``end`` or by a conditional UPDATE (a queued job's
+    cancel, a claim out of attempts)."""
+    payload: JobEndPayload = {**(answer or {}), **end_payload(job)}
+    return record_event(db, job.id, end_kind(job.status), payload)
+
+
+def succeed(db: Session, job: Job, answer: AnswerPayload | None = None) -> int:
+    """``job`` (held) found its answer, whose artifacts the caller stored."""
+    return end(db, job, JobStatus.SUCCEEDED, answer=answer)
+
+
+def cancel(db: Session, job: Job, *, at_once: bool) -> int | None:
+    """A cancel asked for ``job``: a queued job ends here; a running one is flagged for its
+    workers, or ends here too when ``at_once`` (nobody works on it between checks: an interactive
+    job). Returns the terminal event's number when the job ended now."""
+    outcome = JobRepository(db).request_cancel(job.id)
+    if outcome is CancelOutcome.ALREADY_ENDED or (outcome is CancelOutcome.REQUESTED and not at_once):
+        return None
+    db.refresh(job)
+    if outcome is CancelOutcome.CANCELLED:  # request_cancel ended it (a conditional UPDATE)
+        return record_end(db, job)
+    return end(db, job, JobStatus.CANCELLED)

@@ -1,0 +1,108 @@
+"""Recording verdicts, the one way: every verdict a job's session takes in (a worker's check, a
+person's answer, an answer from the job's or the farm's cache) becomes an iteration row, the job's
+counters and an ``iteration`` event here, under the job's row lock.
+
+An iteration is numbered when its verdict is recorded, the next number after the job's last row,
+so the numbers have no gap: a check cancelled before its verdict (a speculative one the search no
+longer needs) takes none. A person's answer fills the pending row its question was asked with
+(numbered when asked: nothing else runs for an interactive job meanwhile)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session
+
+from persistence.enums import ArtifactKind, EventKind
+from persistence.events import IterationPayload, record_event
+from persistence.models import Iteration, Job
+from persistence.repositories import ArtifactRepository, CachedAnswer, IterationRepository
+from persistence.repositories.units import UnitRepository
+from persistence.store import StoredBlob
+from reducer_core.records import IterationRecord
+
+OUTPUT_TAIL = 4000  # the characters of a check's output kept with its iteration
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    """Where a verdict came from: the check unit's request (a worker's check: the unit takes the
+    iteration's number), the model it judged (stored) and its output, or the pending iteration a
+    person answered (``asked``: its number)."""
+
+    request_id: str | None = None
+    blob: StoredBlob | None = None
+    locations: list[str] = field(default_factory=list)
+    output: str = ""
+    worker: str = ""
+    asked: int | None = None
+
+
+def record_iteration(db: Session, job: Job, record: IterationRecord, run: CheckRun) -> int:
+    """A checked verdict (``record``, given by ``run``): its iteration row, the job's counters, an
+    event; returns the event's sequence number."""
+    verdict = record.verdict
+    iterations = IterationRepository(db)
+    asked = iterations.by_number(job.id, run.asked) if run.asked is not None else None
+    row = asked or Iteration(job_id=job.id, number=iterations.next_number(job.id), fingerprint="")
+    row.phase, row.fingerprint, row.node_count = record.phase, record.candidate.fingerprint, len(record.candidate)
+    iterations.finish(row, verdict.kind.value, record.reproduces, verdict.signature, verdict.detail)
+    row.duration_s, row.output_tail = verdict.duration_s, run.output[-OUTPUT_TAIL:]
+    if asked is None:
+        db.add(row)
+        db.flush()
+    if run.blob is not None:
+        meta = {"weights": run.locations, "nodes": len(record.candidate)}
+        artifact = ArtifactRepository(db).put(job.id, ArtifactKind.ITERATION, f"iteration-{row.number}", run.blob, meta)
+        row.artifact_id = artifact.id
+    _count(job, row.number, record.best_size)
+    job.check_time_s += verdict.duration_s
+    if run.request_id is not None:
+        UnitRepository(db).renumber(job.id, run.request_id, row.number)
+    payload = _payload(row.number, record)
+    if run.asked is None:  # a worker's check: the number it ran as and who ran it
+        payload |= {"started_as": record.number, "worker": run.worker}
+    return record_event(db, job.id, EventKind.ITERATION, payload)
+
+
+def record_cached(db: Session, job: Job, record: IterationRecord, source: str) -> int:
+    """A verdict the session answered from its cache (``source``: ``job`` or ``farm``): an
+    iteration row marked cached (no check, no model, no time), the job's counters, an event."""
+    verdict = record.verdict
+    answer = CachedAnswer(
+        phase=record.phase,
+        fingerprint=record.candidate.fingerprint,
+        node_count=len(record.candidate),
+        verdict=verdict.kind.value,
+        reproduces=record.reproduces,
+        signature=verdict.signature,
+        detail=verdict.detail,
+        source=source,
+    )
+    row = IterationRepository(db).add_cached(job.id, answer)
+    _count(job, row.number, record.best_size)
+    job.cache_hits += 1
+    job.farm_hits += 1 if source == FROM_FARM else 0
+    payload = _payload(row.number, record) | {"duration_s": 0.0, "cached": source}
+    return record_event(db, job.id, EventKind.ITERATION, payload)
+
+
+FROM_JOB, FROM_FARM = "job", "farm"  # where a cached answer came from
+
+
+def _count(job: Job, number: int, best_size: int) -> None:
+    job.iterations_done = max(job.iterations_done, number)
+    job.best_size = best_size
+
+
+def _payload(number: int, record: IterationRecord) -> IterationPayload:
+    return {
+        "number": number,
+        "phase": record.phase,
+        "nodes": len(record.candidate),
+        "verdict": record.verdict.kind.value,
+        "reproduces": record.reproduces,
+        "duration_s": round(record.verdict.duration_s, 4),
+        "best_size": record.best_size,
+        "fingerprint": record.candidate.fingerprint,
+    }
