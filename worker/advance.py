@@ -17,6 +17,7 @@ No worker waits for another's result: the next checks are queued the moment a ve
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,6 +117,10 @@ def advance(
         if delivery is not None:
             reduction.deliver(delivery.request, delivery.answer)
             _share(farm, delivery)
+            if isinstance(delivery.answer, LayerwiseResult):
+                keep_node_errors(ctx, session, job, delivery.answer)
+        if farm.layerwise is not None:
+            keep_node_errors(ctx, session, job, farm.layerwise)
         else:
             reduction.next_requests(0)  # starts the flow: what the cache answers is recorded now
     except (OriginalDidNotFailError, CheckInfraError) as exc:
@@ -141,6 +146,17 @@ def _share(farm: FarmLink, delivery: Delivery) -> None:
         farm.share_layerwise(delivery.answer)
     elif isinstance(delivery.request, CheckRequest):
         farm.share(delivery.request.candidate, delivery.answer)
+
+
+def keep_node_errors(ctx: RunnerContext, session: Any, job: Job, result: LayerwiseResult) -> None:
+    """The layerwise run's per-tensor errors, stored as the job's ``node-errors`` artifact (JSON)
+    for ``GET /v1/jobs/{id}/node-errors`` and the page's error overlay."""
+    if result.errors is None:
+        return
+    data = json.dumps(result.errors.to_json(), allow_nan=False, separators=(",", ":")).encode()
+    blob = ctx.layout.store.put_bytes(data)
+    meta = {"tensors": len(result.errors.tensors), "total": result.errors.total}
+    ArtifactRepository(session).put(job.id, ArtifactKind.NODE_ERRORS, ArtifactKind.NODE_ERRORS.value, blob, meta)
 
 
 def _queue_next(ctx: RunnerContext, session: Any, job: Job, reduction: ReductionSession) -> int:
