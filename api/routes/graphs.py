@@ -86,16 +86,16 @@ def _no_errors(job: Job) -> ProblemError:
         404,
         "Not Found",
         f"Job '{job.id}' has no per-node errors: only compare and golden jobs measure them, in their "
-        "localisation step (the layerwise run), once it has run. Submit a compare or golden check with "
-        "localisation on to get them.",
+        "localisation step (the layerwise run), once it has run: wait for it, or submit the model with a "
+        "compare or golden check spec to get them.",
     )
 
 
 @router.get("/{job_id}/node-errors", response_model=NodeErrorsOut)
 def node_errors(job_id: str, services: ServicesDep, team: TeamDep) -> NodeErrorsOut:
     """Every tensor's error from the job's localisation step (compare/golden checks): what the
-    page's error overlay colours the nodes by. 404 when the job has none (another check kind,
-    localisation off, or not run yet)."""
+    page's error overlay colours the nodes by. 404 when the job has none (another check kind, or
+    its localisation step has not run yet)."""
     job = load_job(services, team.id, job_id)
     with services.db.session() as session:
         artifact = ArtifactRepository(session).get(job.id, ArtifactKind.NODE_ERRORS, ArtifactKind.NODE_ERRORS.value)
