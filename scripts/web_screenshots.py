@@ -139,6 +139,7 @@ def graphs(browser: Browser, client: httpx.Client, url: str, out: Path) -> None:
     time.sleep(0.8)
     capture(browser, out / "graph-in-context-zh.png", "panel-original")
     browser.js("localStorage.removeItem('onnx-reducer.lang')")
+    browser.driver.refresh()  # English again for what follows (a hash change keeps the document)
 
 
 def overlay(client: httpx.Client, url: str, token: str, out: Path) -> None:

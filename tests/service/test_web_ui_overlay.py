@@ -17,9 +17,11 @@ import pytest
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 
+from api.graph_view import describe_graph
 from tests.checks.conftest import COMPARE_FP16
 from tests.checks.models import chain_model
 from tests.service.conftest import client_for
+from tests.service.graph_models import transformer_model
 from tests.service.helpers import wait_job
 from tests.service.web_harness import Browser, Service, catalogue, embedded_service, module_browser, plain, severe
 
@@ -186,3 +188,77 @@ def test_the_overlay_speaks_chinese(service: Service, browser: Browser, jobs: di
     finally:
         browser.set_language("en-US,en")
         browser.js("localStorage.removeItem('onnx-reducer.lang')")
+        browser.driver.refresh()  # English again for the tests after this one (a new document)
+        browser.wait(lambda d: browser.js("return document.documentElement.lang") == "en", "the page in English")
+
+
+def test_a_closed_name_scope_takes_the_colour_of_its_worst_node(
+    service: Service, browser: Browser, jobs: dict[str, Any]
+) -> None:
+    """On a 1,018-node transformer drawn by the page's own code with its layers closed, a layer
+    holding a non-finite tensor is filled in the non-finite colour and says which node it is;
+    a layer of small errors is filled on the scale; a layer without any measured node stays plain."""
+    graph = describe_graph(transformer_model(24), 2000).model_dump()
+    softmax = [n for n in graph["nodes"] if n["op"] == "Softmax"]
+    layer = lambda node: node["id"].split("/")[3]  # noqa: E731 - /m/encoder/layer.N/...
+    entries = [
+        {
+            "tensor": softmax[5]["outputs"][0],
+            "node": softmax[5]["id"],
+            "op": "Softmax",
+            "max_abs": None,
+            "max_rel": None,
+            "nonfinite": True,
+            "beyond": True,
+        },
+        {
+            "tensor": softmax[4]["outputs"][0],
+            "node": softmax[4]["id"],
+            "op": "Softmax",
+            "max_abs": 0.002,
+            "max_rel": 0.001,
+            "nonfinite": False,
+            "beyond": False,
+        },
+        {
+            "tensor": softmax[3]["outputs"][0],
+            "node": softmax[3]["id"],
+            "op": "Softmax",
+            "max_abs": 0.5,
+            "max_rel": 0.1,
+            "nonfinite": False,
+            "beyond": True,
+        },
+    ]
+    document = {"sample": 0, "total": 3, "truncated": False, "tensors": entries}
+    browser.open(service.url + "/#/jobs")
+    groups = browser.driver.execute_async_script(
+        r"""
+        const [graph, doc, done] = arguments;
+        Promise.all([import('/ui/js/graph.js'), import('/ui/js/overlay.js')]).then(([g, o]) => {
+          document.getElementById('probe-graph')?.remove();
+          const box = document.createElement('div');
+          box.className = 'graph-view';
+          box.id = 'probe-graph';
+          box.style.width = '1000px';
+          box.style.height = '600px';
+          document.getElementById('main').prepend(box);
+          const control = g.drawGraph(box, graph, new Set(), { overlay: o.buildOverlay(graph, doc) });
+          control.flush();
+          done(Object.fromEntries([...box.querySelectorAll('g.gnode.group')].map((el) => [el.dataset.id,
+            { fill: getComputedStyle(el.querySelector('rect')).fill, error: el.dataset.error || null,
+              title: el.querySelector('title').textContent }])));
+        });
+        """,
+        graph,
+        document,
+    )
+    browser.js("document.getElementById('probe-graph').remove()")
+    group = lambda node: groups[f"grp:m/encoder/{layer(node)}"]  # noqa: E731
+    assert group(softmax[5])["fill"] == NONFINITE_FILL and group(softmax[5])["error"] == "nonfinite"
+    assert (
+        softmax[5]["id"] in group(softmax[5])["title"] and EN["graphs.overlay.nonfinite"] in group(softmax[5])["title"]
+    )
+    assert group(softmax[4])["error"] == "0.002" and group(softmax[3])["error"] == "0.5"
+    assert _luminance(group(softmax[4])["fill"]) > _luminance(group(softmax[3])["fill"]) + 100
+    assert group(softmax[10])["fill"] != group(softmax[4])["fill"] and group(softmax[10])["error"] is None
