@@ -5,7 +5,6 @@
 
 import { t } from "./i18n.js";
 
-export const METRICS = ["max_abs", "max_rel"];
 // light yellow -> orange -> red -> dark red (sequential, readable with dark text up to red)
 const STOPS = [[255, 244, 194], [253, 174, 97], [215, 48, 31], [127, 0, 0]];
 export const NONFINITE_COLOUR = "#4a148c";
@@ -105,7 +104,7 @@ export function drawOverlayLegend(box, overlay) {
   const bar = document.createElement("span");
   bar.className = "error-scale";
   bar.style.background = scaleGradient();
-  const metric = t(`graphs.overlay.metric.${overlay.metric}`);
+  const metric = t(overlay.metric === "max_rel" ? "graphs.overlay.metric.max_rel" : "graphs.overlay.metric.max_abs");
   box.append(
     item(text(`${metric}:`), text(errorNumber(overlay.lo), "error-lo"), bar, text(errorNumber(overlay.hi), "error-hi")),
   );
