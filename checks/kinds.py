@@ -17,6 +17,7 @@ family (any listed op or name counts). ``--pin-signature strict`` compares whole
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from checks.golden import GoldenStore
 from checks.ort_runtime import random_inputs
 from checks.runtimes import RuntimeUnavailableError, make_runner
 from checks.spec import CheckSpec, Tolerance, check_spec_from_dict
+from reducer_core.localization import TensorError, TensorErrors
 from reducer_core.modelio import load_model_with_weights
 from reducer_core.prepare import mark_all_outputs
 from reducer_core.samples import samples_note
@@ -321,20 +323,33 @@ def _accuracy(
 def layerwise(payload: Mapping[str, Any]) -> Result:
     """Run the full model with every tensor marked as an output in both runtimes (the reference
     values come from the golden file for kind 'golden'), compare tensor by tensor in node order,
-    and report every tensor beyond tolerance (``output`` holds them, one per line, in order)."""
+    and report every tensor beyond tolerance (``output`` holds them, one per line, in order).
+    With ``errors`` in the payload (a file path), every compared tensor's error in the sample
+    reported (``TensorErrors``) is written there as JSON."""
     spec = check_spec_from_dict(payload["spec"])
     model = mark_all_outputs(load_model(Path(payload["model"])))
     samples = _golden_samples(payload)
-    lines: list[str] = []
+    first: TensorErrors | None = None
     for i, golden in enumerate(samples):  # the first sample with a tensor beyond tolerance
-        lines = _layerwise_sample(spec, model, golden)
+        lines, errors = _layerwise_sample(spec, model, golden)
+        measured = TensorErrors.bounded(i, errors)
+        first = first or measured
         if lines:
+            _write_errors(payload, measured)
             detail = f"{len(lines)} tensor(s) beyond tolerance" + (f" in sample {i}" if len(samples) > 1 else "")
             return _result("fail", "", detail, "\n".join(lines))
+    _write_errors(payload, first)
     return _result("pass", "", f"0 tensor(s) beyond tolerance in {len(samples)} sample(s)", "")
 
 
-def _layerwise_sample(spec: CheckSpec, model: onnx.ModelProto, golden: Mapping[str, np.ndarray] | None) -> list[str]:
+def _write_errors(payload: Mapping[str, Any], errors: TensorErrors | None) -> None:
+    if payload.get("errors") and errors is not None:
+        Path(payload["errors"]).write_text(json.dumps(errors.to_json(), allow_nan=False))
+
+
+def _layerwise_sample(
+    spec: CheckSpec, model: onnx.ModelProto, golden: Mapping[str, np.ndarray] | None
+) -> tuple[list[str], list[TensorError]]:
     assert spec.target is not None and spec.tolerance is not None
     feeds, _ = feeds_for(model, spec, golden)
     with tempfile.TemporaryDirectory(prefix="layerwise-", dir=".") as workdir:
@@ -346,6 +361,7 @@ def _layerwise_sample(spec: CheckSpec, model: onnx.ModelProto, golden: Mapping[s
             reference = make_runner(spec.reference, model, Path(workdir)).run(feeds)
         target = make_runner(spec.target, model, Path(workdir)).run(feeds)
     lines: list[str] = []
+    errors: list[TensorError] = []
     for node in model.graph.node:
         for name in node.output:
             if name in target and name in reference:
@@ -353,4 +369,25 @@ def _layerwise_sample(spec: CheckSpec, model: onnx.ModelProto, golden: Mapping[s
                 mismatch = compare_tensor(name, reference[name], target[name], atol, rtol)
                 if mismatch is not None:
                     lines.append(f"{'nonfinite' if mismatch.nonfinite else 'tolerance'}\t{name}")
-    return lines
+                label = node.name or f"{node.op_type}:{node.output[0]}"
+                errors.append(tensor_error(name, label, node.op_type, reference[name], target[name], mismatch))
+    return lines, errors
+
+
+def tensor_error(
+    name: str, node: str, op: str, reference: np.ndarray, target: np.ndarray, mismatch: Mismatch | None
+) -> TensorError:
+    """One tensor's error, within tolerance or not (``mismatch``: ``compare_tensor``'s answer):
+    the largest absolute and relative element errors where both sides are finite; None for both
+    when the values are not comparable (inf/NaN on one side only, or shapes that differ)."""
+    ref, tgt = np.asarray(reference), np.asarray(target)
+    beyond = mismatch is not None
+    if mismatch is not None and (mismatch.nonfinite or ref.shape != tgt.shape):
+        return TensorError(name, node, op, None, None, mismatch.nonfinite, beyond)
+    if ref.shape != tgt.shape or ref.size == 0:
+        return TensorError(name, node, op, 0.0, 0.0, False, beyond)
+    r, t = ref.astype(np.float64), tgt.astype(np.float64)
+    both = np.isfinite(r) & np.isfinite(t)
+    diff = np.where(both, np.abs(t - r), 0.0)
+    rel = np.where(both, diff / np.maximum(np.abs(r), np.finfo(np.float64).tiny), 0.0)
+    return TensorError(name, node, op, float(diff.max(initial=0.0)), float(rel.max(initial=0.0)), False, beyond)

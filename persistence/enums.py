@@ -33,6 +33,8 @@ class ArtifactKind(enum.StrEnum):
     INPUTS = "inputs"  # input samples uploaded with the job: names inputs-0, inputs-1... (.npz or Polygraphy JSON)
     MIXED = "mixed"  # a precision job's mixed-precision model; meta["keep_fp32"]: the nodes kept fp32
     BUNDLE = "bundle"  # a reduce job's bug-report bundle (persistence.report_bundle)
+    # a compare/golden job's per-tensor errors of its layerwise run (reducer_core.localization.TensorErrors, JSON)
+    NODE_ERRORS = "node-errors"
 
 
 class JobTask(enum.StrEnum):

@@ -39,6 +39,7 @@ from reducer_core.candidate import Candidate
 from reducer_core.data_reduction import input_sizes
 from reducer_core.errors import UsageError
 from reducer_core.graph import GraphIndex
+from reducer_core.localization import LayerwiseResult, TensorErrors
 from reducer_core.prepare import parse_shape_arg
 from reducer_core.records import IterationRecord, Localization, ReductionResult
 from reducer_core.samples import samples_summary
@@ -196,6 +197,7 @@ class CommandLineRun(SlotSessionHooks):
         self.log = log
         self.iter_path = Path(args.iter_artifact)
         self.failure_rate: float | None = None
+        self.node_errors: TensorErrors | None = None
         self.slots: SlotFolders | None = None
         self.slot_checks: dict[int, ModelCheck] = {}
         self._rate_check: ModelCheck = self.check
@@ -313,6 +315,9 @@ class CommandLineRun(SlotSessionHooks):
             # flaky is worth a warning; repeatable verdicts are news, not an alarm
             (self.log.warning if report.flaky else self.log.info)(report.message())
 
+    def on_layerwise(self, result: LayerwiseResult) -> None:
+        self.node_errors = result.errors  # every compared tensor's error: --summary-json's node_errors
+
     def on_localization(self, localization: Localization) -> None:
         self.log.info(f"Localisation: path={localization.path}: {localization.reason} ({localization.checks} check(s))")
 
@@ -385,6 +390,8 @@ class CommandLineRun(SlotSessionHooks):
         }
         if result.localization is not None:
             extra["localization"] = result.localization.to_json()
+        if self.node_errors is not None:
+            extra["node_errors"] = self.node_errors.to_json()
         if self.failure_rate is not None:
             extra["original_failure_rate"] = self.failure_rate
         extra["verified"] = verified_json(self.verified)

@@ -167,7 +167,7 @@ class SessionListener(Protocol):
         took it in (its cache and state include it)."""
 
     def on_layerwise(self, result: LayerwiseResult) -> None:
-        """The layerwise run's result was taken in."""
+        """The layerwise run's result was taken in (whole: its per-tensor errors included)."""
 
     def on_localization(self, localization: Localization) -> None:
         """The flowchart settled: the node it found, or why the strategy reduces instead."""
@@ -645,7 +645,7 @@ class ReductionMachine:
             return  # a duplicate delivery
         self.checks_run += 1
         self.layerwise = result.compact()
-        self.listener.on_layerwise(self.layerwise)
+        self.listener.on_layerwise(result)  # with its per-tensor errors, which the state does not keep
         self._feed(self.layerwise)
         self._announce_localization()
         self._settle()

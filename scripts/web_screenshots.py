@@ -1,7 +1,8 @@
 """Refresh the web page's screenshots in docs/screenshots/ (shown in the README): the jobs list, a
-running job, the workers page, a finished job's graph comparison and an interactive job's
-question. Runs the embedded service and headless Chromium from the browser tests' harness;
-nothing is fetched from outside.
+running job, the workers page, a finished job's graph comparison, the graph drawings (a 39-node
+chain, a 1,018-node transformer with its min-bad inside, the same in Chinese, a compare job's
+error overlay) and an interactive job's question. Runs the embedded service and headless
+Chromium from the browser tests' harness; nothing is fetched from outside.
 
     make screenshots        (or: PYTHONPATH=. .venv/bin/python scripts/web_screenshots.py [OUT_DIR])
 """
@@ -16,8 +17,11 @@ from pathlib import Path
 
 import httpx
 import onnx
+from selenium.webdriver.common.action_chains import ActionChains
 
 from examples.build_example_model import build_example_model
+from tests.checks.conftest import COMPARE_FP16
+from tests.checks.models import chain_model as overflow_chain
 from tests.service.graph_models import add_chain, transformer_model
 from tests.service.helpers import chain_model, wait_job
 from tests.service.web_harness import Browser, chromium, embedded_service
@@ -32,8 +36,11 @@ LONG_CHECK = (
 SLOW_CHECK = "kind: command\ncommand: [sh, -c, 'sleep 0.6; if grep -q Mul \"$1\"; then exit 1; fi', sh, '{model}']\n"
 
 
-def capture(browser: Browser, path: Path, top_id: str, bottom_id: str | None = None, pad: int = 12) -> None:
-    """A PNG of the page from the top of ``top_id`` to the bottom of ``bottom_id`` (or of ``top_id``)."""
+def capture(
+    browser: Browser, path: Path, top_id: str, bottom_id: str | None = None, pad: int = 12, beyond: bool = True
+) -> None:
+    """A PNG of the page from the top of ``top_id`` to the bottom of ``bottom_id`` (or of ``top_id``);
+    ``beyond``: what lies beyond the window too (the page is laid out again for it)."""
     box = browser.js(
         """const a = document.getElementById(arguments[0]);
         const b = document.getElementById(arguments[1] || arguments[0]);
@@ -44,7 +51,7 @@ def capture(browser: Browser, path: Path, top_id: str, bottom_id: str | None = N
     )
     clip = {"x": 0, "y": max(0, box[0] - pad), "width": WIDTH, "height": box[1] - box[0] + 2 * pad, "scale": 1}
     shot = browser.driver.execute_cdp_cmd(
-        "Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True}
+        "Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": beyond}
     )
     path.write_bytes(base64.b64decode(shot["data"]))
     print(f"wrote {path} ({path.stat().st_size // 1024} KiB)")
@@ -100,6 +107,7 @@ def main(out: Path) -> None:
             wait_job(client, running)
 
             graphs(browser, client, service.url, out)
+            overlay(client, service.url, service.token, out)
 
             interactive = submit(client, example, "kind: interactive", "no-check-script.onnx")
             client.post(f"/v1/jobs/{interactive}/verdict", json={"iteration": 1, "verdict": "fail"}).raise_for_status()
@@ -131,6 +139,29 @@ def graphs(browser: Browser, client: httpx.Client, url: str, out: Path) -> None:
     time.sleep(0.8)
     capture(browser, out / "graph-in-context-zh.png", "panel-original")
     browser.js("localStorage.removeItem('onnx-reducer.lang')")
+    browser.driver.refresh()  # English again for what follows (a hash change keeps the document)
+
+
+def overlay(client: httpx.Client, url: str, token: str, out: Path) -> None:
+    """A compare job's error overlay: an fp16 overflow planted in a 40-node chain with residual
+    Adds, each node coloured by its error in the localisation step, the overflowing node hovered.
+    In a window tall enough for the whole graphs section, scrolled to the top: the PNG is taken
+    without laying the page out again (which would move the nodes under the pointer, ending the
+    hover)."""
+    job = submit(client, overflow_chain(40, 23, residual_every=5), COMPARE_FP16, "fp16-overflow.onnx")
+    wait_job(client, job, timeout=600)
+    with chromium(WIDTH, 2800) as browser:
+        browser.open(f"{url}/#/jobs/{job}")
+        browser.sign_in(token)
+        browser.wait(lambda d: browser.find("error-overlay").is_displayed(), "the error overlay switch")
+        browser.find("error-overlay-on").click()
+        browser.wait(lambda d: d.find_elements("css selector", "#graph-original g.gnode.err"), "coloured nodes")
+        browser.js("window.scrollTo(0, 0)")
+        node = browser.driver.find_element("css selector", '#graph-original g.gnode[data-id="n23_overflow"]')
+        ActionChains(browser.driver).move_to_element(node).perform()
+        hovered = "return !document.querySelector('#graph-original .graph-hover').hidden"
+        browser.wait(lambda d: browser.js(hovered), "the hover box")
+        capture(browser, out / "graph-error-overlay.png", "graphs-heading", "panel-original", beyond=False)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ No worker waits for another's result: the next checks are queued the moment a ve
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +81,10 @@ def advance(
     step = flow.advance(session, job, reduction, collector, _delivered(delivery), farm.source_of)
     if delivery is not None and step.failure is None:
         _share(farm, delivery)
+        if isinstance(delivery.answer, LayerwiseResult):
+            keep_node_errors(ctx, session, job, delivery.answer)
+    if farm.layerwise is not None:
+        keep_node_errors(ctx, session, job, farm.layerwise)  # seeded from the farm: no run of its own
     seq = step.seq
     if step.failure is not None:
         status, code, message = ending_of(step.failure, ctx, job.id)
@@ -108,6 +113,17 @@ def _share(farm: FarmLink, delivery: Delivery) -> None:
         farm.share_layerwise(delivery.answer)
     elif isinstance(delivery.request, CheckRequest):
         farm.share(delivery.request.candidate, delivery.answer)
+
+
+def keep_node_errors(ctx: RunnerContext, session: Any, job: Job, result: LayerwiseResult) -> None:
+    """The layerwise run's per-tensor errors, stored as the job's ``node-errors`` artifact (JSON)
+    for ``GET /v1/jobs/{id}/node-errors`` and the page's error overlay."""
+    if result.errors is None:
+        return
+    data = json.dumps(result.errors.to_json(), allow_nan=False, separators=(",", ":")).encode()
+    blob = ctx.layout.store.put_stream([data])
+    meta = {"tensors": len(result.errors.tensors), "total": result.errors.total}
+    ArtifactRepository(session).put(job.id, ArtifactKind.NODE_ERRORS, ArtifactKind.NODE_ERRORS.value, blob, meta)
 
 
 def _queue_next(ctx: RunnerContext, session: Any, job: Job, reduction: ReductionSession) -> int:

@@ -84,6 +84,7 @@ class FarmLink:
     scope: str | None
     cache: VerdictCache
     farm_only: set[str] = field(default_factory=set)
+    layerwise: LayerwiseResult | None = None  # the farm's layerwise result this link seeded the session with
 
     @classmethod
     def open(cls, ctx: RunnerContext, db: Session, job: Job, session: ReductionSession) -> FarmLink:
@@ -99,7 +100,8 @@ class FarmLink:
         layerwise = next((s.verdict for s in shared if s.fingerprint == LAYERWISE), None)
         shared = [s for s in shared if s.fingerprint != LAYERWISE]
         if layerwise is not None and machine.layerwise is None:
-            machine.layerwise = LayerwiseResult.from_json(layerwise)  # answers the step: no run
+            self.layerwise = LayerwiseResult.from_json(layerwise)  # its per-tensor errors: worker.advance
+            machine.layerwise = self.layerwise.compact()  # answers the step: no run
         cache = machine.cache
         own = set(cache.to_json()["verdicts"])
         new = {s.fingerprint: s.verdict for s in shared if s.fingerprint not in own}

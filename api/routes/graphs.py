@@ -2,23 +2,30 @@
 shapes and dtypes, graph inputs and outputs, op histogram), for the web page's drawings. Over
 ``max_nodes`` nodes only the summary comes back. Weights are never read. Answers are cached by
 file (path, size, modification time) and ``max_nodes``, after the team check: the page draws the
-original model (up to 20,000 nodes) each time a job is opened."""
+original model (up to 20,000 nodes) each time a job is opened.
+
+``GET /v1/jobs/{id}/node-errors``: a compare/golden job's per-tensor errors from its localisation
+step (the layerwise run), which the page overlays on the graphs (a node takes its worst output)."""
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
 
 from api.deps import ServicesDep, TeamDep
 from api.graph_view import GraphOut, describe_graph, read_graph
+from api.problems import ProblemError
 from api.routes.artifacts import locate_artifact
 from api.routes.jobs import load_job
 from api.services import Services
 from persistence.enums import ArtifactKind
 from persistence.models import Artifact, Job
+from persistence.repositories import ArtifactRepository
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 DEFAULT_MAX_NODES = 400
@@ -55,3 +62,44 @@ def artifact_graph(
     path, is_tar = _model_file(services, job, located.artifact)
     stat = path.stat()
     return cached_graph(str(path), is_tar, stat.st_size, stat.st_mtime_ns, max_nodes)
+
+
+class TensorErrorOut(BaseModel):
+    tensor: str = Field(description="the tensor's name (a node output)")
+    node: str = Field(description="its producer: the node's name, or `Op:first_output` when unnamed")
+    op: str
+    max_abs: float | None = Field(description="largest absolute element error; null when not comparable")
+    max_rel: float | None = Field(description="largest relative element error; null when not comparable")
+    nonfinite: bool = Field(description="inf/NaN on one side only (an overflow): max_abs and max_rel are null")
+    beyond: bool = Field(description="beyond the check's tolerance")
+
+
+class NodeErrorsOut(BaseModel):
+    sample: int = Field(description="the input sample measured: the first with a tensor beyond tolerance")
+    total: int = Field(description="tensors compared")
+    truncated: bool = Field(description="more tensors were compared than kept: only the worst are listed")
+    tensors: list[TensorErrorOut] = Field(description="in node order; floats rounded to 4 significant digits")
+
+
+def _no_errors(job: Job) -> ProblemError:
+    return ProblemError(
+        404,
+        "Not Found",
+        f"Job '{job.id}' has no per-node errors: only compare and golden jobs measure them, in their "
+        "localisation step (the layerwise run), once it has run: wait for it, or submit the model with a "
+        "compare or golden check spec to get them.",
+    )
+
+
+@router.get("/{job_id}/node-errors", response_model=NodeErrorsOut)
+def node_errors(job_id: str, services: ServicesDep, team: TeamDep) -> NodeErrorsOut:
+    """Every tensor's error from the job's localisation step (compare/golden checks): what the
+    page's error overlay colours the nodes by. 404 when the job has none (another check kind, or
+    its localisation step has not run yet)."""
+    job = load_job(services, team.id, job_id)
+    with services.db.session() as session:
+        artifact = ArtifactRepository(session).get(job.id, ArtifactKind.NODE_ERRORS, ArtifactKind.NODE_ERRORS.value)
+    if artifact is None:
+        raise _no_errors(job)
+    with services.layout.store.open(artifact.storage_key) as stream:
+        return NodeErrorsOut.model_validate(json.loads(stream.read()))

@@ -2,11 +2,14 @@
 // graphlayout.js: name scopes as collapsible groups, long chains folded into columns. Only what is
 // in view is in the DOM (a 10,000-node graph stays fluid); below a legible scale the labels are
 // hidden and a minimap shows where the view is. Pan (drag, arrow keys), zoom (wheel, + / −, 0
-// fits), search by node name or op, click a group to open or close it.
+// fits), search by node name or op, click a group to open or close it. With an error overlay
+// (overlay.js: a compare/golden job's per-node errors) the nodes are filled by their error and
+// hovering one shows it.
 
 import { svg } from "./chart.js";
 import { t } from "./i18n.js";
 import { ancestors, clip, defaultExpanded, layoutGraph, scopeTree, shapeText } from "./graphlayout.js";
+import { worse } from "./overlay.js";
 
 export { layoutGraph, shapeText } from "./graphlayout.js";
 
@@ -32,8 +35,9 @@ const overlaps = (r, v) => r.x < v.x + v.w && v.x < r.x + r.w && r.y < v.y + v.h
 
 /** Draw `graph` into `container`: nodes whose id is in `highlight` marked (the min-good
  * difference). options.focus: ids shown inside the graph (the min-bad in the original), the rest
- * dimmed but the path from the inputs to them; options.budget: boxes shown before groups close.
- * Returns the view control (fit, zoom, pan, search, next, toggle, stats). */
+ * dimmed but the path from the inputs to them; options.budget: boxes shown before groups close;
+ * options.overlay: an error overlay (overlay.js buildOverlay) to fill the nodes by.
+ * Returns the view control (fit, zoom, pan, search, next, toggle, setOverlay, stats). */
 export function drawGraph(container, graph, highlight = new Set(), options = {}) {
   const started = performance.now();
   const focus = options.focus && options.focus.size ? options.focus : null;
@@ -61,8 +65,12 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
   minimap.style.height = `${minimap.height}px`;
   minimap.hidden = true;
   minimap.setAttribute("aria-hidden", "true");
+  const hover = document.createElement("div");
+  hover.className = "graph-hover";
+  hover.hidden = true;
+  hover.setAttribute("role", "status");
   container.classList.add("graph-host");
-  container.replaceChildren(root, minimap);
+  container.replaceChildren(root, minimap, hover);
 
   // which groups hold focus, path and search-match nodes
   const inGroups = (ids) => {
@@ -75,6 +83,8 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
   const focusIn = focus ? inGroups(focus) : new Map();
   const pathIn = inGroups(path);
   const diffIn = inGroups(highlight);
+  let overlay = null;
+  let groupErrors = new Map(); // a group's worst measured member, by group id
   let matches = [];
   let matchSet = new Set();
   let matchIn = new Map();
@@ -102,6 +112,11 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
   const lit = (item) => !focus || item.kind === "input" || item.kind === "output"
     || (item.kind === "node" ? focus.has(item.id) || path.has(item.id) : focusIn.has(item.group.id) || pathIn.has(item.group.id));
 
+  const errorOf = (item) => {
+    if (!overlay) return null;
+    if (item.kind === "node") return overlay.byNode.get(item.id) || null;
+    return item.kind === "group" ? groupErrors.get(item.group.id) || null : null;
+  };
   const buildNode = (item) => {
     const group = svg("g", {
       class: nodeClasses(item),
@@ -111,15 +126,26 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
     });
     if (item.kind === "group") group.dataset.group = item.group.id;
     const radius = item.kind === "node" ? 6 : item.kind === "group" ? 3 : item.h / 2;
-    svg("rect", { width: item.w, height: item.h, rx: radius, ry: radius }, group);
+    const rect = svg("rect", { width: item.w, height: item.h, rx: radius, ry: radius }, group);
+    const error = errorOf(item);
+    if (error) {
+      rect.style.fill = error.colour;
+      group.classList.add("err");
+      if (error.dark) group.classList.add("err-dark");
+      group.dataset.error = error.entry.nonfinite ? "nonfinite" : String(error.value);
+    }
     const first = svg("text", { x: item.w / 2, y: 17, "text-anchor": "middle", class: "l1" }, group);
     first.textContent = item.lines[0];
     const second = svg("text", { x: item.w / 2, y: 33, "text-anchor": "middle", class: "l2" }, group);
     second.textContent = item.kind === "group"
       ? `+ ${t("graphs.count", { n: item.group.count })}${matchIn.has(item.group.id) ? ` · ${t("graphs.search.in_group", { n: matchIn.get(item.group.id) })}` : ""}`
       : item.lines[1];
-    svg("title", {}, group).textContent = tooltip(item, graph);
+    svg("title", {}, group).textContent = error ? `${tooltip(item, graph)}\n${hoverText(item, error)}` : tooltip(item, graph);
     return group;
+  };
+  const hoverText = (item, error) => {
+    const where = error.entry.tensor;
+    return item.kind === "group" ? `${t("graphs.overlay.worst")} ${error.entry.node} (${where}): ${error.text}` : `${where}: ${error.text}`;
   };
   const buildFrame = (frame) => {
     const group = svg("g", {
@@ -246,7 +272,9 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
       if (!item) continue;
       const id = item.kind === "group" ? item.group.id : item.id;
       let colour = "#b7c3d6";
-      if (focus && (focus.has(id) || focusIn.has(id))) colour = "#d1495b";
+      const error = errorOf(item);
+      if (error) colour = error.colour;
+      else if (focus && (focus.has(id) || focusIn.has(id))) colour = "#d1495b";
       else if (highlight.has(id) || diffIn.has(id)) colour = "#d1495b";
       else if (matchSet.has(id) || matchIn.has(id)) colour = "#e0a800";
       ctx.fillStyle = colour;
@@ -310,6 +338,30 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
       if (spot) centreOn(spot.x + Math.min(spot.w, view.w) / 2, spot.y + Math.min(spot.h, view.h) / 2);
       else apply();
       if (options.onChange) options.onChange(control);
+    },
+    /** Fill the nodes by `next` (overlay.js buildOverlay), or plainly again (null). */
+    setOverlay(next) {
+      overlay = next || null;
+      groupErrors = new Map();
+      if (overlay) {
+        for (const [id, info] of overlay.byNode) {
+          for (let g = tree.groupOf.get(id); g; g = g.parent) {
+            const seen = groupErrors.get(g.id);
+            if (!seen || worse(info, seen)) groupErrors.set(g.id, info);
+          }
+        }
+      }
+      root.classList.toggle("overlay", Boolean(overlay));
+      hover.hidden = true;
+      miniBase = null;
+      for (const record of records) {
+        if (record.el && record.el.isConnected) record.el.remove();
+        record.el = null;
+      }
+      apply();
+    },
+    get overlay() {
+      return overlay;
     },
     /** Mark the nodes whose name, id or op holds `query`; returns how many. */
     search(query) {
@@ -380,7 +432,31 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
   };
 
   relayout();
+  if (options.overlay) control.setOverlay(options.overlay);
   attachInput(container, root, minimap, control, view, scaleNow, mini);
+  // hovering a node with the overlay on shows its error beside the pointer
+  root.addEventListener("pointermove", (event) => {
+    const target = event.target.closest ? event.target.closest("g.gnode") : null;
+    const item = target ? byId.get(target.dataset.id) : null;
+    const error = item ? errorOf(item) : null;
+    if (!error || root.classList.contains("dragging")) {
+      hover.hidden = true;
+      return;
+    }
+    const name = item.kind === "node" ? `${item.node.op} ${item.node.name || item.id}` : item.group.id.slice(4);
+    hover.replaceChildren();
+    const head = document.createElement("strong");
+    head.textContent = name;
+    const line = document.createElement("div");
+    line.textContent = hoverText(item, error);
+    hover.append(head, line);
+    hover.dataset.id = target.dataset.id;
+    const box = container.getBoundingClientRect();
+    hover.style.left = `${Math.min(event.clientX - box.left + 14, Math.max(0, box.width - 260))}px`;
+    hover.style.top = `${event.clientY - box.top + 14}px`;
+    hover.hidden = false;
+  });
+  root.addEventListener("pointerleave", () => { hover.hidden = true; });
   control.fit();
   control.flush();
   const drawMs = performance.now() - started;

@@ -7,6 +7,7 @@ import { ApiError, NoTokenError, api, getJson, saveResponse } from "./api.js";
 import { drawChart, drawLegend } from "./chart.js";
 import { follow } from "./events.js";
 import { drawGraph, graphTable } from "./graph.js";
+import { buildOverlay, drawOverlayLegend } from "./overlay.js";
 import { formatDate, formatNumber, setRich, t } from "./i18n.js";
 import {
   $, TERMINAL, badge, cell, clearError, formatBytes, formatSeconds, secondsBetween, session, setState, showError, signInHint,
@@ -632,16 +633,30 @@ async function graphOf(state, name, maxNodes) {
   }
 }
 
+const MEASURED_KINDS = ["compare", "golden"]; // checks whose localisation step measures every tensor's error
+
+/** The job's per-tensor errors from its localisation step (compare/golden), or null. */
+async function nodeErrorsOf(state) {
+  if (!state.job || !MEASURED_KINDS.includes(state.job.check_kind)) return null;
+  try {
+    return await getJson(jobPath(state, "/node-errors"), { signal: state.controller.signal });
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404) return null;
+    throw err;
+  }
+}
+
 async function loadGraphs(state, succeeded) {
   state.graphsLoaded = true;
   try {
-    const [bad, good, original] = await Promise.all([
+    const [bad, good, original, errors] = await Promise.all([
       graphOf(state, "min-bad"),
       succeeded ? graphOf(state, "min-good") : Promise.resolve(null),
       graphOf(state, "original", ORIGINAL_MAX_NODES),
+      nodeErrorsOf(state),
     ]);
     if (current !== state) return;
-    state.graphs = { bad, good, original, succeeded };
+    state.graphs = { bad, good, original, succeeded, errors };
     showGraphs(state, state.graphs);
     renderButtons(state);
     renderSummary(state);
@@ -675,6 +690,36 @@ function bindSearch(panel, control) {
   };
 }
 
+/** The error overlay's state: on or off, and the metric the nodes are coloured by. */
+const overlayChoice = { on: false, metric: "max_abs" };
+
+function overlayOf(graphs, graph) {
+  return overlayChoice.on && graphs.errors && graph && !graph.truncated
+    ? buildOverlay(graph, graphs.errors, overlayChoice.metric)
+    : null;
+}
+
+/** The overlay switch, metric choice and legend (shown when the job has per-node errors). */
+function renderOverlayTools(graphs) {
+  const tools = $("error-overlay");
+  tools.hidden = !graphs.errors;
+  $("error-overlay-on").checked = overlayChoice.on;
+  $("error-metric").value = overlayChoice.metric;
+  $("error-metric").disabled = !overlayChoice.on;
+  const shown = ["original", "bad", "good"].map((k) => graphs[k]).find((g) => g && !g.truncated);
+  drawOverlayLegend($("error-legend"), overlayChoice.on && graphs.errors && shown ? buildOverlay(shown, graphs.errors, overlayChoice.metric) : null);
+}
+
+function applyOverlay(state) {
+  const graphs = state.graphs;
+  if (!graphs) return;
+  for (const [name, graph] of [["min-bad", graphs.bad], ["min-good", graphs.good], ["original", graphs.original]]) {
+    const control = $(`graph-${name}`).graphControl;
+    if (control && graph && !graph.truncated) control.setOverlay(overlayOf(graphs, graph));
+  }
+  renderOverlayTools(graphs);
+}
+
 function drawPanel(name, graph, highlight, emptyText, options = {}) {
   const view = $(`graph-${name}`);
   const table = $(`table-${name}`);
@@ -688,10 +733,12 @@ function drawPanel(name, graph, highlight, emptyText, options = {}) {
     view.replaceChildren(note);
     if (table) table.replaceChildren();
     tools.hidden = true;
+    view.graphControl = null;
     $(`caption-${name}`).textContent = graph ? t("graphs.count", { n: graph.node_count }) : "";
     return null;
   }
   tools.hidden = false;
+  view.graphControl = null;
   $(`caption-${name}`).textContent = t("graphs.count", { n: graph.node_count });
   const control = drawGraph(view, graph, highlight, options);
   for (const button of tools.querySelectorAll("[data-zoom]")) {
@@ -714,15 +761,18 @@ function showGraphs(state, graphs) {
   const onlyGood = new Set([...goodIds].filter((id) => !badIds.has(id)));
   $("graphs").hidden = !graphs.bad;
   setRich($("graphs-heading"), graphs.succeeded ? t("graphs.heading") : t("graphs.heading.best"));
-  drawPanel("min-bad", graphs.bad, graphs.good ? onlyBad : new Set(), t("graphs.none"));
+  drawPanel("min-bad", graphs.bad, graphs.good ? onlyBad : new Set(), t("graphs.none"), {
+    overlay: overlayOf(graphs, graphs.bad),
+  });
   const goodText = graphs.succeeded ? t("graphs.no_min_good") : t("graphs.no_min_good.early");
-  drawPanel("min-good", graphs.good, onlyGood, goodText);
+  drawPanel("min-good", graphs.good, onlyGood, goodText, { overlay: overlayOf(graphs, graphs.good) });
   // the original, drawn with the min-bad inside it (when the route gave its nodes)
   const original = graphs.original;
   const drawable = Boolean(original && !original.truncated && original.nodes.length);
   $("panel-original").hidden = !drawable;
-  if (drawable) drawPanel("original", original, new Set(), "", { focus: badIds });
+  if (drawable) drawPanel("original", original, new Set(), "", { focus: badIds, overlay: overlayOf(graphs, original) });
   renderOriginal(graphs.original, drawable);
+  renderOverlayTools(graphs);
 }
 
 function renderOriginal(original, drawn) {
@@ -794,6 +844,14 @@ export function bindJob() {
   for (const button of document.querySelectorAll("[data-verdict]")) {
     button.addEventListener("click", () => answer(button.dataset.verdict));
   }
+  $("error-overlay-on").addEventListener("change", () => {
+    overlayChoice.on = $("error-overlay-on").checked;
+    if (current) applyOverlay(current);
+  });
+  $("error-metric").addEventListener("change", () => {
+    overlayChoice.metric = $("error-metric").value;
+    if (current) applyOverlay(current);
+  });
   $("verdict-download").addEventListener("click", () => {
     if (current && current.awaiting) download(`iteration-${current.awaiting.iteration}`, $("verdict-download"));
   });
