@@ -2,13 +2,16 @@
 starts the job (nothing to deliver) and every worker that finished one of its checks (the verdict).
 Always under the job's row lock (``JobRepository.lock_running``), in one transaction:
 
-1. rebuild the session from ``jobs.session_state`` (the prepared model is this process's own, kept
-   by ``worker.prepared``; the flow is replayed against the verdict cache, no check runs);
+1. take the session: the one this process kept live when the row's ``state_version`` is the one
+   it wrote last, else rebuilt from ``jobs.session_state`` (``worker.live_session``; the prepared
+   model is this process's own, kept by ``worker.prepared``; a rebuild replays the flow against the
+   verdict cache, no check runs); a job's start seeds it with the farm's verdicts (once);
 2. deliver the verdict (**verdict recorded**: its iteration row, model, event; the unit is done, so
    a second delivery of the same unit is ignored);
-3. save the state; if the session is done, store min-bad/min-good and end the job (a reduce job's
-   answer verified first: ``worker.final_checks``, whose checks the caller runs after the commit
-   when the stored models are not the very ones a check judged); otherwise ask
+3. save the state (once, its version bumped); if the session is done, store min-bad/min-good and
+   end the job (a reduce job's answer verified first: ``worker.final_checks``, whose checks the
+   caller runs after the commit when the stored models are not the very ones a check judged);
+   otherwise ask
    the session for up to (free slots) requests not in flight and queue one check unit each
    (**checks queued**: the caller sends one message each after the commit).
 
@@ -16,7 +19,6 @@ No worker waits for another's result: the next checks are queued the moment a ve
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +29,7 @@ from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
 from persistence.models import CheckUnit, Iteration, Job, utcnow
 from persistence.reduction import store_results
 from persistence.report_bundle import store_bundle
-from persistence.repositories import ArtifactRepository, EventRepository, IterationRepository, JobRepository
+from persistence.repositories import ArtifactRepository, EventRepository, JobRepository
 from persistence.repositories.units import NewUnit, UnitRepository
 from persistence.store import StoredBlob
 from reducer_core.candidate import Candidate
@@ -39,6 +41,7 @@ from worker.context import RunnerContext
 from worker.endings import end_payload, ending_of, finish_locked
 from worker.farm_cache import FarmLink
 from worker.final_checks import Finals, plan_finals, succeed
+from worker.live_session import LIVE, number_from_rows, save_state
 from worker.precision_job import precision_payload, store_precision_results
 from worker.prepared import PreparedJob
 
@@ -109,30 +112,35 @@ def advance(
 ) -> Advanced:
     """One step of the job's session (``job`` row-locked by the caller's transaction)."""
     collector = _Collector(job.id)
-    reduction = prepared.session(job.session_state, collector)
-    farm = FarmLink.open(ctx, session, job, reduction)  # seeds the session's cache (cached answers, no check)
+    reduction = LIVE.take(prepared, job, collector)
+    number_from_rows(session, job, reduction)
+    farm = FarmLink.open(ctx, session, job, reduction)
     failure: Exception | None = None
     try:
         if delivery is not None:
             reduction.deliver(delivery.request, delivery.answer)
             _share(farm, delivery)
         else:
+            farm.seed(ctx, reduction)  # the farm's verdicts, once at the start: cached answers, no check
             reduction.next_requests(0)  # starts the flow: what the cache answers is recorded now
     except (OriginalDidNotFailError, CheckInfraError) as exc:
         failure = exc
     seq = _record(session, job, reduction, collector.records, delivery, farm)
-    JobRepository.progress(job, session_state=reduction.state(), checks_run=reduction.machine.checks_run)
+    if not reduction.done and failure is None:
+        queued = _queue_next(ctx, session, job, reduction)
+        save_state(job, reduction)
+        LIVE.keep_after_commit(session, prepared, job, reduction)
+        return Advanced(seq, queued)
+    save_state(job, reduction)
     if failure is not None:
         status, code, message = ending_of(failure, ctx, job.id)
         return Advanced(finish_locked(session, job, status, code, message), ended=True)
     if reduction.done and prepared.task is JobTask.PRECISION:
         return Advanced(_succeed(ctx, session, job, reduction, prepared.workspace, prepared), ended=True)
-    if reduction.done:
-        finals = plan_finals(ctx, session, job, reduction, prepared)
-        if finals.complete:
-            return Advanced(succeed(session, job, finals), ended=True)
-        return Advanced(seq, finals=finals)
-    return Advanced(seq, _queue_next(ctx, session, job, reduction))
+    finals = plan_finals(ctx, session, job, reduction, prepared)
+    if finals.complete:
+        return Advanced(succeed(session, job, finals), ended=True)
+    return Advanced(seq, finals=finals)
 
 
 def _share(farm: FarmLink, delivery: Delivery) -> None:
@@ -150,27 +158,9 @@ def _queue_next(ctx: RunnerContext, session: Any, job: Job, reduction: Reduction
     wanted = slots - len(active)
     if wanted < 1:
         return 0
-    before = reduction.machine.issued
-    requests = _numbered(reduction.next_requests(wanted, active), before)
-    # a rebuilt session numbers the request it waits for again even when it is in flight: the new
-    # requests are numbered after the last one handed out, so the checks in flight have distinct
-    # numbers (the iteration's own number is given when its verdict is recorded: ``_record``)
-    reduction.machine.issued = before + sum(isinstance(r, CheckRequest) for r in requests)
+    requests = reduction.next_requests(wanted, active)  # numbered by the session (in flight: the same number)
     units.add(job.id, [new_unit(r) for r in requests])
-    JobRepository.progress(job, session_state=reduction.state())
     return len(requests)
-
-
-def _numbered(requests: list[Request], last: int) -> list[Request]:
-    """``requests`` numbered ``last + 1``, ``last + 2``... (a layerwise request has no number)."""
-    numbered: list[Request] = []
-    for request in requests:
-        if isinstance(request, CheckRequest):
-            last += 1
-            numbered.append(dataclasses.replace(request, number=last))
-        else:
-            numbered.append(request)
-    return numbered
 
 
 def _record(
@@ -184,15 +174,13 @@ def _record(
     """The iteration rows and events of the verdicts just taken in (one per delivered check, one
     per answer from the job's or the farm's cache).
 
-    An iteration is numbered when its verdict is recorded, the next number after the job's last
-    row (under the job's row lock), so the numbers have no gap: a check cancelled before its
-    verdict (a speculative one the search no longer needs) takes none. The number its unit was
-    queued with (``record.number``, shown while it runs) is kept in the event as ``started_as``,
-    and the unit takes the iteration's number."""
+    The session numbers its records as it records them (``record.iteration``: no gap, a check
+    cancelled before its verdict, a speculative one the search no longer needs, takes none). The
+    number its unit was queued with (``record.number``, shown while it runs) is kept in the event
+    as ``started_as``, and the unit takes the iteration's number."""
     seq = 0
-    iterations = IterationRepository(session)
     for record in records:
-        number = iterations.next_number(job.id)
+        number = record.iteration
         if record.cached:
             seq = farm.record_hit(record, number)
             continue
