@@ -39,7 +39,8 @@ from reducer_core.strategies.speculation import CulpritModel, gambles_allowed, s
 from reducer_core.verdict import Goal, Pinning, Verdict, VerdictKind
 
 STATE_FORMAT = "onnx-reducer-session"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: records numbered here (``recorded``), request numbers in flight, farm-seeded verdicts
+STATE_VERSIONS = (1, STATE_VERSION)  # 1 still loads: its records go on after the driver's (``numbered``)
 
 
 @dataclass(frozen=True)
@@ -366,7 +367,7 @@ class ReductionMachine:
         machine.checks_run = int(counters.get("checks_run", 0))
         machine.issued = int(counters.get("issued", 0))
         machine.recorded = int(counters.get("recorded", 0))
-        machine.numbered = "recorded" in counters
+        machine.numbered = int(state.get("version", STATE_VERSION)) >= 2 and "recorded" in counters
         machine.numbers = {str(k): int(v) for k, v in state.get("in_flight", {}).items()}
         cache.hits = int(counters.get("cache_hits", 0))
         machine._announced = machine.localization is not None
@@ -786,7 +787,7 @@ def _infra_message(request: CheckRequest, verdict: Verdict, retries: int) -> str
 
 
 def _check_state(state: dict[str, Any], index: GraphIndex, config: SessionConfig) -> None:
-    if state.get("format", STATE_FORMAT) != STATE_FORMAT or state.get("version", STATE_VERSION) != STATE_VERSION:
+    if state.get("format", STATE_FORMAT) != STATE_FORMAT or state.get("version", STATE_VERSION) not in STATE_VERSIONS:
         raise ReplayMismatchError("This is not a saved onnx-reducer session (or one of another version).")
     if state.get("graph", index.fingerprint) != index.fingerprint:
         raise ReplayMismatchError("The saved session belongs to a different model.")

@@ -53,7 +53,7 @@ def test_a_request_in_flight_keeps_its_number_across_a_resume() -> None:
     answer = answers(index, {"n29"})
     machine = fresh(index, SessionConfig(mode="bisect"))
     run(machine, answer, limit=3)
-    batch = machine.next_requests(3)
+    batch = [r for r in machine.next_requests(3) if isinstance(r, CheckRequest)]
     assert len(batch) == 3
     numbers = {request.id: request.number for request in batch}
     assert len(set(numbers.values())) == 3
@@ -62,7 +62,8 @@ def test_a_request_in_flight_keeps_its_number_across_a_resume() -> None:
     again = resumed(index, SessionConfig(mode="bisect"), state)
     waited = again.next_requests(1)[0]  # the request the flow waits for, asked again: same number
     assert isinstance(waited, CheckRequest) and waited.number == numbers[waited.id]
-    later = [r for r in again.next_requests(4, in_flight=set(numbers) - {waited.id}) if r.id not in numbers]
+    asked = again.next_requests(4, in_flight=set(numbers) - {waited.id})
+    later = [r for r in asked if isinstance(r, CheckRequest) and r.id not in numbers]
     assert all(r.number > max(numbers.values()) for r in later)
 
 
@@ -95,3 +96,21 @@ def test_seeded_verdicts_answer_as_farm_records_once(branchy: GraphIndex) -> Non
     assert sources and set(sources) <= {"farm", "job"} and "farm" in sources
     assert len(farm) == len(set(farm))  # a seeded verdict counts as the farm's the first time only
     assert not machine.farm & set(farm)
+
+
+def test_a_state_of_version_1_resumes_and_asks_the_driver_where_records_go_on(branchy: GraphIndex) -> None:
+    config = SessionConfig(mode="bisect")
+    answer = answers(branchy, {"C"})
+    machine = fresh(branchy, config)
+    run(machine, answer, limit=3)
+    old = json.loads(json.dumps(machine.state()))
+    old["version"] = 1
+    for key in ("in_flight", "farm"):
+        del old[key]
+    del old["counters"]["recorded"]
+    again = resumed(branchy, config, old)
+    assert not again.numbered  # the driver sets ``recorded`` from what it stored (worker.live_session)
+    again.recorded, again.numbered = len(machine.records), True
+    run(again, answer)
+    assert again.records[0].iteration == len(machine.records) + 1
+    assert json.loads(json.dumps(again.state()))["version"] == 2
