@@ -186,6 +186,10 @@ class ReductionSession:
             machine = ReductionMachine(index, config, cache, relay)
         return cls(workspace, check, machine, relay)
 
+    def listen(self, listener: SessionListener) -> None:
+        """Who hears the machine from now on (a driver that keeps the session between calls)."""
+        self._relay.target = listener
+
     # -- the step machine's interface ----------------------------------------------------------
 
     def next_requests(self, k: int = 1, in_flight: Collection[str] = ()) -> list[Request]:

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session
 
 from engine.session import ReductionSession
-from jobflow.recording import FROM_JOB, CheckRun, record_cached, record_iteration
+from jobflow.recording import CheckRun, record_cached, record_iteration
 from persistence.models import Job
+from persistence.repositories import IterationRepository
 from reducer_core.errors import CheckInfraError, OriginalDidNotFailError
 from reducer_core.records import IterationRecord, Localization
 from reducer_core.session import Answer, Request, SilentListener
@@ -59,25 +60,39 @@ class Step:
 
 
 def advance(
+    db: Session, job: Job, reduction: ReductionSession, collector: Collector, delivery: Delivery | None = None
+) -> Step:
+    """Deliver ``delivery`` to ``job``'s session (``reduction``, whose listener is ``collector``),
+    record what it took in and save its state (``take_in``, then ``save``)."""
+    step = take_in(db, job, reduction, collector, delivery)
+    save(job, reduction)
+    return step
+
+
+def take_in(
     db: Session,
     job: Job,
     reduction: ReductionSession,
     collector: Collector,
     delivery: Delivery | None = None,
-    source_of: Callable[[str], str] = lambda fingerprint: FROM_JOB,
+    seed: Callable[[ReductionSession], object] | None = None,
 ) -> Step:
-    """Deliver ``delivery`` to ``job``'s session (``reduction``, whose listener is ``collector``),
-    record what it took in and save its state; ``source_of``: which cache answered a candidate."""
+    """Deliver ``delivery`` (none: start the flow, after ``seed`` gave the session what is known
+    already, the farm's verdicts, so that what the cache answers is recorded now) and record every
+    verdict the session took in; the caller saves the state (``save``) once it has also asked for
+    what comes next (the requests in flight are part of the state)."""
+    number_from_rows(db, job, reduction)
     failure: OriginalDidNotFailError | CheckInfraError | None = None
     try:
         if delivery is not None:
             reduction.deliver(delivery.request, delivery.answer)
         else:
-            reduction.next_requests(0)  # starts the flow: what the cache answers is recorded now
+            if seed is not None:
+                seed(reduction)
+            reduction.next_requests(0)
     except (OriginalDidNotFailError, CheckInfraError) as exc:
         failure = exc
-    seq = record(db, job, collector, delivery.run if delivery is not None else CheckRun(), source_of)
-    save(job, reduction)
+    seq = record(db, job, collector, delivery.run if delivery is not None else CheckRun())
     return Step(seq, failure)
 
 
@@ -86,20 +101,28 @@ def record(
     job: Job,
     collector: Collector,
     run: CheckRun = CheckRun(),  # noqa: B008 (frozen: shared safely)
-    source_of: Callable[[str], str] = lambda fingerprint: FROM_JOB,
 ) -> int:
-    """Record the verdicts ``collector`` holds (a checked one given by ``run``); returns the last
-    event's sequence number (0: none)."""
+    """Record the verdicts ``collector`` holds (a checked one given by ``run``; a cached one says
+    which cache answered it: ``IterationRecord.source``); returns the last event's sequence number
+    (0: none)."""
     seq = 0
     for taken in collector.take():
-        if taken.cached:
-            seq = record_cached(db, job, taken, source_of(taken.candidate.fingerprint))
-        else:
-            seq = record_iteration(db, job, taken, run)
+        seq = record_cached(db, job, taken) if taken.cached else record_iteration(db, job, taken, run)
     return seq
 
 
 def save(job: Job, reduction: ReductionSession) -> None:
-    """The session's state and checks count, kept with the job (under its row lock)."""
+    """The session's state and checks count, kept with the job (under its row lock), once per
+    step; the state's version is bumped, so a worker keeping the session live knows it is current
+    (``worker.live_session``)."""
     job.session_state = reduction.state()
     job.checks_run = reduction.machine.checks_run
+    job.state_version = (job.state_version or 0) + 1
+
+
+def number_from_rows(db: Session, job: Job, reduction: ReductionSession) -> None:
+    """A state saved before the machine numbered its records: it goes on after the job's last row."""
+    machine = reduction.machine
+    if not machine.numbered:
+        machine.recorded = IterationRepository(db).next_number(job.id) - 1
+        machine.numbered = True

@@ -2,10 +2,11 @@
 person's answer, an answer from the job's or the farm's cache) becomes an iteration row, the job's
 counters and an ``iteration`` event here, under the job's row lock.
 
-An iteration is numbered when its verdict is recorded, the next number after the job's last row,
-so the numbers have no gap: a check cancelled before its verdict (a speculative one the search no
-longer needs) takes none. A person's answer fills the pending row its question was asked with
-(numbered when asked: nothing else runs for an interactive job meanwhile)."""
+An iteration takes the number the session gave its record (``IterationRecord.iteration``: 1, 2,
+3... in recording order, cached records included), so the numbers have no gap: a check cancelled
+before its verdict (a speculative one the search no longer needs) takes none. A person's answer
+fills the pending row its question was asked with (numbered when asked: nothing else runs for an
+interactive job meanwhile)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def record_iteration(db: Session, job: Job, record: IterationRecord, run: CheckR
     verdict = record.verdict
     iterations = IterationRepository(db)
     asked = iterations.by_number(job.id, run.asked) if run.asked is not None else None
-    row = asked or Iteration(job_id=job.id, number=iterations.next_number(job.id), fingerprint="")
+    row = asked or Iteration(job_id=job.id, number=record.iteration or iterations.next_number(job.id), fingerprint="")
     row.phase, row.fingerprint, row.node_count = record.phase, record.candidate.fingerprint, len(record.candidate)
     iterations.finish(row, verdict.kind.value, record.reproduces, verdict.signature, verdict.detail)
     row.duration_s, row.output_tail = verdict.duration_s, run.output[-OUTPUT_TAIL:]
@@ -65,10 +66,12 @@ def record_iteration(db: Session, job: Job, record: IterationRecord, run: CheckR
     return record_event(db, job.id, EventKind.ITERATION, payload)
 
 
-def record_cached(db: Session, job: Job, record: IterationRecord, source: str) -> int:
-    """A verdict the session answered from its cache (``source``: ``job`` or ``farm``): an
-    iteration row marked cached (no check, no model, no time), the job's counters, an event."""
+def record_cached(db: Session, job: Job, record: IterationRecord) -> int:
+    """A verdict the session answered from its cache (``record.source``: the job's own or the
+    farm's): an iteration row marked cached (no check, no model, no time), the job's counters, an
+    event."""
     verdict = record.verdict
+    source = FROM_FARM if record.source == FROM_FARM else FROM_JOB
     answer = CachedAnswer(
         phase=record.phase,
         fingerprint=record.candidate.fingerprint,
@@ -79,7 +82,7 @@ def record_cached(db: Session, job: Job, record: IterationRecord, source: str) -
         detail=verdict.detail,
         source=source,
     )
-    row = IterationRepository(db).add_cached(job.id, answer)
+    row = IterationRepository(db).add_cached(job.id, answer, record.iteration or None)
     _count(job, row.number, record.best_size)
     job.cache_hits += 1
     job.farm_hits += 1 if source == FROM_FARM else 0

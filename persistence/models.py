@@ -88,6 +88,7 @@ class Job(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
     session_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # ReductionSession.state()
+    state_version: Mapped[int] = mapped_column(default=0, server_default="0")  # bumped with each session_state write
     event_seq: Mapped[int] = mapped_column(default=0)
     cache_hits: Mapped[int] = mapped_column(default=0, server_default="0")  # every cached answer
     farm_hits: Mapped[int] = mapped_column(default=0, server_default="0")  # those from the farm's verdicts

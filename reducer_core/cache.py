@@ -56,6 +56,10 @@ class VerdictCache:
         if verdict.kind is not VerdictKind.INFRA_ERROR:
             self._verdicts[cache_key(candidate, repeat)] = verdict
 
+    def fingerprints(self) -> set[str]:
+        """The keys of the verdicts held (``cache_key``: a re-check's key names its repeat)."""
+        return set(self._verdicts)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "version": REPLAY_VERSION,

@@ -11,8 +11,11 @@ from reducer_core.verdict import Goal, Verdict
 
 @dataclass(frozen=True)
 class IterationRecord:
-    """One verdict of a reduction, in the order they were seen. ``number`` is the iteration number
-    of the check (a cached verdict carries the number of the last check that ran)."""
+    """One verdict of a reduction, in the order they were seen. ``number`` is the number its check
+    request was handed out with (a cached verdict carries the number of the last check that ran);
+    ``iteration``: the record's own number, 1, 2, 3... in recording order, cached records included
+    (no gap: a request never answered takes none). ``source``: where a cached verdict came from
+    (``job``: the session's own verdicts, ``farm``: verdicts seeded from other sessions)."""
 
     number: int
     phase: str
@@ -22,6 +25,8 @@ class IterationRecord:
     cached: bool
     best_size: int
     overhead_s: float = 0.0
+    iteration: int = 0
+    source: str = ""
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ generator, thread or file outlives a call, so any process may advance a session 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Generator
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Collection, Generator, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Protocol
 
 from reducer_core.body_reduction import BodySearch
-from reducer_core.cache import VerdictCache
+from reducer_core.cache import REPLAY_VERSION, VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.data_reduction import PHASE as DATA_PHASE
 from reducer_core.data_reduction import DataSearch
@@ -39,7 +39,8 @@ from reducer_core.strategies.speculation import CulpritModel, gambles_allowed, s
 from reducer_core.verdict import Goal, Pinning, Verdict, VerdictKind
 
 STATE_FORMAT = "onnx-reducer-session"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: records numbered here (``recorded``), request numbers in flight, farm-seeded verdicts
+STATE_VERSIONS = (1, STATE_VERSION)  # 1 still loads: its records go on after the driver's (``numbered``)
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,11 @@ class ReductionMachine:
         self.strategy = strategy or Strategy(config.space(index), config.mode)
         self.records: list[IterationRecord] = []
         self.checks_run = 0
-        self.issued = 0  # iteration numbers handed out
+        self.issued = 0  # request numbers handed out
+        self.recorded = 0  # records numbered (``IterationRecord.iteration``: no gap)
+        self.numbered = True  # False: a state saved before records were numbered here (``recorded`` unknown)
+        self.numbers: dict[str, int] = {}  # the number of each request handed out and not answered yet
+        self.farm: set[str] = set()  # fingerprints whose cached verdict came from ``seed``, not recorded yet
         self.original: Verdict | None = None
         self.layerwise: LayerwiseResult | None = None
         self.localization: Localization | None = None
@@ -245,6 +250,7 @@ class ReductionMachine:
             return []
         if self._request is None:
             self._request = self._new_request(self._step)
+        self._forget_numbers(in_flight)
         wanted: list[Request] = [] if self._request.id in in_flight else [self._request]
         if k > len(wanted) and self._speculating():
             wanted += self._speculate(k, in_flight, wanted)
@@ -253,6 +259,7 @@ class ReductionMachine:
     def deliver(self, request: Request, result: Answer, overhead_s: float = 0.0) -> None:
         """Take in the result of ``request`` (``overhead_s``: the driver's time around the check)."""
         self._start()
+        self.numbers.pop(request.id, None)
         if isinstance(request, LayerwiseRequest):
             if not isinstance(result, LayerwiseResult):
                 raise TypeError("a layerwise request is answered with a LayerwiseResult")
@@ -314,7 +321,14 @@ class ReductionMachine:
             "config": self.config.to_json(),
             "cache": self.cache.to_json(),
             "layerwise": self.layerwise.to_json() if self.layerwise is not None else None,
-            "counters": {"checks_run": self.checks_run, "cache_hits": self.cache.hits, "issued": self.issued},
+            "counters": {
+                "checks_run": self.checks_run,
+                "cache_hits": self.cache.hits,
+                "issued": self.issued,
+                "recorded": self.recorded,
+            },
+            "in_flight": dict(sorted(self.numbers.items())),  # request id -> the number it was handed out with
+            "farm": sorted(self.farm),
             "ahead": sorted(self._ahead),
             "attempt": self._attempt,  # infrastructure retries of the step the flow waits at
             "flaky": self._flaky_json(),
@@ -343,6 +357,7 @@ class ReductionMachine:
             cache.merge_json(state["cache"])
         machine = cls(index, config, cache, listener)
         machine._ahead = set(state.get("ahead", ()))
+        machine.farm = set(state.get("farm", ()))  # also while replaying: nothing is recorded then
         if state.get("layerwise"):
             machine.layerwise = LayerwiseResult.from_json(state["layerwise"])
         machine._replaying = True
@@ -351,10 +366,30 @@ class ReductionMachine:
         counters = state.get("counters", {})
         machine.checks_run = int(counters.get("checks_run", 0))
         machine.issued = int(counters.get("issued", 0))
+        machine.recorded = int(counters.get("recorded", 0))
+        machine.numbered = int(state.get("version", STATE_VERSION)) >= 2 and "recorded" in counters
+        machine.numbers = {str(k): int(v) for k, v in state.get("in_flight", {}).items()}
         cache.hits = int(counters.get("cache_hits", 0))
         machine._announced = machine.localization is not None
         machine._attempt = int(state.get("attempt", 0)) if not machine._done else 0
         return machine
+
+    def seed(self, verdicts: Mapping[str, dict[str, Any]], layerwise: LayerwiseResult | None = None) -> int:
+        """Verdicts other sessions gave on the same model and check (``fingerprint -> verdict
+        JSON``; the service's farm cache) and their layerwise result: they answer their candidates
+        as cached records (``source`` ``farm``), never over a verdict of this session. Any step
+        they answer now is answered at once (its records are heard). Returns how many were new."""
+        known = self.cache.fingerprints()
+        new = {fingerprint: verdict for fingerprint, verdict in verdicts.items() if fingerprint not in known}
+        if new:
+            identity = {"tool": "onnx-reducer", "version": REPLAY_VERSION, "graph": self.cache.graph}
+            self.cache.merge_json(identity | {"check": self.cache.check, "verdicts": new})
+            self.farm |= set(new)
+        if layerwise is not None and self.layerwise is None:
+            self.layerwise = layerwise  # answers the step: no run
+        if self._started and not self._done:
+            self._settle()
+        return len(new)
 
     # -- the flow --------------------------------------------------------------------------------
 
@@ -565,8 +600,22 @@ class ReductionMachine:
     def _new_request(self, step: _Step) -> Request:
         if isinstance(step, _LayerwiseStep):
             return LayerwiseRequest()
-        self.issued += 1
-        return CheckRequest(step.candidate, step.phase, self._attempt, number=self.issued, repeat=step.repeat)
+        request = CheckRequest(step.candidate, step.phase, self._attempt, repeat=step.repeat)
+        return replace(request, number=self._number(request.id))
+
+    def _number(self, request_id: str) -> int:
+        """The number of request ``request_id``: the one it was handed out with while it is not
+        answered (a rebuilt session asks again for the request it waits for), else the next one."""
+        if request_id not in self.numbers:
+            self.issued += 1
+            self.numbers[request_id] = self.issued
+        return self.numbers[request_id]
+
+    def _forget_numbers(self, in_flight: Collection[str]) -> None:
+        """Requests neither running (``in_flight``) nor waited for will never be answered (a
+        speculative check cancelled): their numbers are no longer kept."""
+        keep = set(in_flight) | ({self._request.id} if self._request is not None else set())
+        self.numbers = {rid: n for rid, n in self.numbers.items() if rid in keep}
 
     def _waits_for(self, candidate: Candidate, repeat: int = 0) -> bool:
         step = self._step
@@ -630,8 +679,8 @@ class ReductionMachine:
         chosen = speculate(self.strategy, self._known, busy, k - len(wanted), model, gambles)
         requests: list[Request] = []
         for candidate in chosen:
-            self.issued += 1
-            requests.append(CheckRequest(candidate, "ahead", 0, number=self.issued, speculative=True))
+            request = CheckRequest(candidate, "ahead", 0, speculative=True)
+            requests.append(replace(request, number=self._number(request.id)))
         return requests
 
     def _known(self, candidate: Candidate) -> Observation | None:
@@ -652,14 +701,16 @@ class ReductionMachine:
 
     def _answer(self, step: _CheckStep, number: int, verdict: Verdict, cached: bool, overhead_s: float) -> None:
         reproduces = self._reproduces(verdict)
+        source = self._source(step.candidate) if cached and not self._replaying else ""
         try:
             self._feed(verdict)
         finally:  # also when the flow refuses a passing original: its record comes first
             if not self._replaying:
                 best = len(self.best_bad)
-                self._record(
-                    IterationRecord(number, step.phase, step.candidate, verdict, reproduces, cached, best, overhead_s)
+                record = IterationRecord(
+                    number, step.phase, step.candidate, verdict, reproduces, cached, best, overhead_s
                 )
+                self._record(replace(record, source=source))
         self._announce_localization()
 
     def _reproduces(self, verdict: Verdict) -> bool:
@@ -690,7 +741,16 @@ class ReductionMachine:
         )
         raise CheckInfraError(_infra_message(request, verdict, self.config.infra_retries))
 
+    def _source(self, candidate: Candidate) -> str:
+        """Where a cached verdict came from: ``farm`` the first time a seeded one answers, else ``job``."""
+        if candidate.fingerprint in self.farm:
+            self.farm.discard(candidate.fingerprint)
+            return "farm"
+        return "job"
+
     def _record(self, record: IterationRecord) -> None:
+        self.recorded += 1
+        record = replace(record, iteration=self.recorded)
         self.records.append(record)
         self.listener.on_record(record)
 
@@ -727,7 +787,7 @@ def _infra_message(request: CheckRequest, verdict: Verdict, retries: int) -> str
 
 
 def _check_state(state: dict[str, Any], index: GraphIndex, config: SessionConfig) -> None:
-    if state.get("format", STATE_FORMAT) != STATE_FORMAT or state.get("version", STATE_VERSION) != STATE_VERSION:
+    if state.get("format", STATE_FORMAT) != STATE_FORMAT or state.get("version", STATE_VERSION) not in STATE_VERSIONS:
         raise ReplayMismatchError("This is not a saved onnx-reducer session (or one of another version).")
     if state.get("graph", index.fingerprint) != index.fingerprint:
         raise ReplayMismatchError("The saved session belongs to a different model.")

@@ -2,14 +2,17 @@
 starts the job (nothing to deliver) and every worker that finished one of its checks (the verdict).
 Always under the job's row lock (``JobRepository.lock_running``), in one transaction:
 
-1. rebuild the session from ``jobs.session_state`` (the prepared model is this process's own, kept
-   by ``worker.prepared``; the flow is replayed against the verdict cache, no check runs);
+1. take the session: the one this process kept live when the row's ``state_version`` is the one
+   it wrote last, else rebuilt from ``jobs.session_state`` (``worker.live_session``; the prepared
+   model is this process's own, kept by ``worker.prepared``; a rebuild replays the flow against the
+   verdict cache, no check runs); a job's start seeds it with the farm's verdicts (once);
 2. deliver the verdict through ``jobflow.advance`` (**verdict recorded** by ``jobflow.recording``:
    its iteration row, model, event; the unit is done, so a second delivery of the same unit is
-   ignored), which saves the state;
-3. if the session is done, store min-bad/min-good and end the job (``jobflow.ending``; a reduce job's
-   answer verified first: ``worker.final_checks``, whose checks the caller runs after the commit
-   when the stored models are not the very ones a check judged); otherwise ask
+   ignored);
+3. ask for the next checks, save the state (once, its version bumped); if the session is done,
+   store min-bad/min-good and end the job (``jobflow.ending``; a reduce job's answer verified
+   first: ``worker.final_checks``, whose checks the caller runs after the commit when the stored
+   models are not the very ones a check judged); otherwise ask
    the session for up to (free slots) requests not in flight and queue one check unit each
    (**checks queued**: the caller sends one message each after the commit).
 
@@ -17,7 +20,6 @@ No worker waits for another's result: the next checks are queued the moment a ve
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ from worker.context import RunnerContext
 from worker.endings import ending_of
 from worker.farm_cache import FarmLink
 from worker.final_checks import Finals, plan_finals, succeed_verified
+from worker.live_session import LIVE
 from worker.precision_job import precision_payload, store_precision_results
 from worker.prepared import PreparedJob
 
@@ -76,9 +79,10 @@ def advance(
 ) -> Advanced:
     """One step of the job's session (``job`` row-locked by the caller's transaction)."""
     collector = flow.Collector(job.id)
-    reduction = prepared.session(job.session_state, collector)
-    farm = FarmLink.open(ctx, session, job, reduction)  # seeds the session's cache (cached answers, no check)
-    step = flow.advance(session, job, reduction, collector, _delivered(delivery), farm.source_of)
+    reduction = LIVE.take(prepared, job, collector)
+    farm = FarmLink.open(ctx, session, job, reduction)
+    seed = None if delivery is not None else (lambda live: farm.seed(ctx, live))  # once, at the start
+    step = flow.take_in(session, job, reduction, collector, _delivered(delivery), seed)
     if delivery is not None and step.failure is None:
         _share(farm, delivery)
         if isinstance(delivery.answer, LayerwiseResult):
@@ -86,17 +90,21 @@ def advance(
     if farm.layerwise is not None:
         keep_node_errors(ctx, session, job, farm.layerwise)  # seeded from the farm: no run of its own
     seq = step.seq
+    if step.failure is None and not reduction.done:
+        queued = _queue_next(ctx, session, job, reduction)
+        flow.save(job, reduction)
+        LIVE.keep_after_commit(session, prepared, job, reduction)
+        return Advanced(seq, queued)
+    flow.save(job, reduction)
     if step.failure is not None:
         status, code, message = ending_of(step.failure, ctx, job.id)
         return Advanced(end(session, job, status, code, message), ended=True)
-    if reduction.done and prepared.task is JobTask.PRECISION:
+    if prepared.task is JobTask.PRECISION:
         return Advanced(_succeed(ctx, session, job, reduction, prepared.workspace, prepared), ended=True)
-    if reduction.done:
-        finals = plan_finals(ctx, session, job, reduction, prepared)
-        if finals.complete:
-            return Advanced(succeed_verified(session, job, finals), ended=True)
-        return Advanced(seq, finals=finals)
-    return Advanced(seq, _queue_next(ctx, session, job, reduction))
+    finals = plan_finals(ctx, session, job, reduction, prepared)
+    if finals.complete:
+        return Advanced(succeed_verified(session, job, finals), ended=True)
+    return Advanced(seq, finals=finals)
 
 
 def _delivered(delivery: Delivery | None) -> flow.Delivery | None:
@@ -133,27 +141,9 @@ def _queue_next(ctx: RunnerContext, session: Any, job: Job, reduction: Reduction
     wanted = slots - len(active)
     if wanted < 1:
         return 0
-    before = reduction.machine.issued
-    requests = _numbered(reduction.next_requests(wanted, active), before)
-    # a rebuilt session numbers the request it waits for again even when it is in flight: the new
-    # requests are numbered after the last one handed out, so the checks in flight have distinct
-    # numbers (the iteration's own number is given when its verdict is recorded: ``_record``)
-    reduction.machine.issued = before + sum(isinstance(r, CheckRequest) for r in requests)
+    requests = reduction.next_requests(wanted, active)  # numbered by the session (in flight: the same number)
     units.add(job.id, [new_unit(r) for r in requests])
-    job.session_state = reduction.state()
     return len(requests)
-
-
-def _numbered(requests: list[Request], last: int) -> list[Request]:
-    """``requests`` numbered ``last + 1``, ``last + 2``... (a layerwise request has no number)."""
-    numbered: list[Request] = []
-    for request in requests:
-        if isinstance(request, CheckRequest):
-            last += 1
-            numbered.append(dataclasses.replace(request, number=last))
-        else:
-            numbered.append(request)
-    return numbered
 
 
 def _succeed(

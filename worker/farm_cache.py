@@ -12,30 +12,30 @@ are verdicts of checks without a spec (a ``--check`` command line, interactive a
 worker whose runtime is unknown.
 
 When a job's session starts (or resumes) the farm's verdicts are merged into its ``VerdictCache``
-(never over a verdict of its own), so the session's machine answers those candidates as cache
-hits: no check runs and no worker time is spent. Every cached answer, from the farm or from the
-job's own verdicts, is stored as an iteration row marked ``cached`` with an event, and counted in
-the job's ``cache_hits`` (``farm_hits``: those from the farm). The layerwise run's result of a
-compare/golden job is shared the same way (a later job localises without running it)."""
+(never over a verdict of its own: ``ReductionMachine.seed``), once, so the session's machine
+answers those candidates as cache hits: no check runs and no worker time is spent. The session's
+state remembers which cached verdicts came from the farm (``IterationRecord.source``). Every cached
+answer, from the farm or from the job's own verdicts, is stored as an iteration row marked
+``cached`` with an event, and counted in the job's ``cache_hits`` (``farm_hits``: those from the
+farm). The layerwise run's result of a compare/golden job is shared the same way (a later job
+localises without running it)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
 from checks.capabilities import Capabilities
 from engine.session import ReductionSession
-from jobflow.recording import FROM_FARM, FROM_JOB
 from persistence.models import Job
-from persistence.repositories import FarmVerdictRepository, IterationRepository
-from reducer_core.cache import REPLAY_VERSION, VerdictCache
+from persistence.repositories import FarmVerdictRepository
+from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.localization import LayerwiseResult
-from reducer_core.session import ReductionMachine
 from reducer_core.verdict import Verdict, VerdictKind
 from worker.context import RunnerContext
 
@@ -74,44 +74,30 @@ def job_scope(ctx: RunnerContext, job: Job, session: ReductionSession) -> str | 
 @dataclass
 class FarmLink:
     """A job's link to the farm's verdicts inside one transaction of ``worker.advance`` (the job's
-    row locked by it): ``open`` seeds the session's cache, ``share`` keeps a verdict this worker's
-    check gave, ``source_of`` says which cache answered a candidate (``jobflow`` records it). ``farm_only``:
-    candidates the farm answered that this job has no row of yet, so that their first cached
-    answer counts as a farm hit."""
+    row locked by it): ``seed`` (at the job's start) gives the session the farm's verdicts,
+    ``share`` keeps a verdict this worker's check gave (``jobflow.recording`` records the cached
+    answers: each record says which cache gave it, ``IterationRecord.source``)."""
 
     db: Session
     job: Job
     scope: str | None
-    cache: VerdictCache
-    farm_only: set[str] = field(default_factory=set)
-    layerwise: LayerwiseResult | None = None  # the farm's layerwise result this link seeded the session with
+    layerwise: LayerwiseResult | None = None  # the farm's layerwise result seeded now (its errors: worker.advance)
 
     @classmethod
     def open(cls, ctx: RunnerContext, db: Session, job: Job, session: ReductionSession) -> FarmLink:
-        """The link, with ``session``'s cache seeded from the farm (before anything is delivered to
-        it: a seeded candidate is then answered as a cache hit when the flow reaches it)."""
-        link = cls(db, job, job_scope(ctx, job, session), session.cache)
-        if link.scope is not None:
-            link._seed(link.scope, session.machine, ctx.share_verdicts_across_teams)
-        return link
+        return cls(db, job, job_scope(ctx, job, session))
 
-    def _seed(self, scope: str, machine: ReductionMachine, across_teams: bool) -> None:
-        shared = FarmVerdictRepository(self.db).known(scope, self.job.team_id, across_teams)
+    def seed(self, ctx: RunnerContext, session: ReductionSession) -> int:
+        """Give ``session`` the verdicts (and layerwise result) the farm holds in the job's scope
+        (a seeded candidate is answered as a cache hit when the flow reaches it); how many were new."""
+        if self.scope is None:
+            return 0
+        shared = FarmVerdictRepository(self.db).known(self.scope, self.job.team_id, ctx.share_verdicts_across_teams)
         layerwise = next((s.verdict for s in shared if s.fingerprint == LAYERWISE), None)
-        shared = [s for s in shared if s.fingerprint != LAYERWISE]
-        if layerwise is not None and machine.layerwise is None:
-            self.layerwise = LayerwiseResult.from_json(layerwise)  # its per-tensor errors: worker.advance
-            machine.layerwise = self.layerwise.compact()  # answers the step: no run
-        cache = machine.cache
-        own = set(cache.to_json()["verdicts"])
-        new = {s.fingerprint: s.verdict for s in shared if s.fingerprint not in own}
-        if new:
-            cache.merge_json(
-                {"tool": "onnx-reducer", "version": REPLAY_VERSION, "graph": cache.graph, "check": cache.check}
-                | {"verdicts": new}
-            )
-        answered = IterationRepository(self.db).fingerprints(self.job.id)
-        self.farm_only = {s.fingerprint for s in shared} - answered
+        verdicts = {s.fingerprint: s.verdict for s in shared if s.fingerprint != LAYERWISE}
+        if layerwise is not None and session.machine.layerwise is None:
+            self.layerwise = LayerwiseResult.from_json(layerwise)
+        return session.machine.seed(verdicts, self.layerwise.compact() if self.layerwise else None)
 
     def share(self, candidate: Candidate, verdict: Verdict) -> None:
         """Keep a verdict a check of this job gave on this worker, for later jobs (not an
@@ -129,13 +115,3 @@ class FarmLink:
         if self.scope is None or result.verdict.kind is VerdictKind.INFRA_ERROR:
             return
         FarmVerdictRepository(self.db).add(self.job.team_id, self.scope, LAYERWISE, result.to_json(), self.job.id)
-
-    def source_of(self, fingerprint: str) -> str:
-        """Which cache answered ``fingerprint`` (``jobflow.recording.record_cached``): the farm the
-        first time the job meets a candidate only the farm had, the job's own cache after that."""
-        source = FROM_FARM if fingerprint in self.farm_only else FROM_JOB
-        self.farm_only.discard(fingerprint)
-        return source
-
-
-__all__ = ["FROM_FARM", "FROM_JOB", "FarmLink", "farm_scope", "job_scope", "runtime_identity"]

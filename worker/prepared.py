@@ -97,6 +97,14 @@ class _Log:
         log.warning(message)
 
 
+@dataclass(frozen=True)
+class LiveSession:
+    """The job's session as version ``version`` of its row's state left it (``worker.live_session``)."""
+
+    version: int
+    session: ReductionSession
+
+
 @dataclass
 class PreparedJob:
     job_id: str
@@ -109,6 +117,7 @@ class PreparedJob:
     task: JobTask = JobTask.REDUCE
     plan: PrecisionPlan | None = None  # a precision job's reference run
     _writer: ReductionSession | None = field(default=None, repr=False)
+    live: LiveSession | None = field(default=None, repr=False)  # kept between verdicts (worker.live_session)
 
     def session(self, state: dict[str, Any] | None, listener: SessionListener | None = None) -> ReductionSession:
         """The job's session at the position ``state`` was saved in (replayed; no check runs); a
@@ -129,6 +138,7 @@ class PreparedJob:
         return self.workspace.weight_locations(candidate)
 
     def close(self) -> None:
+        self.live = None
         self.workspace.close()
         shutil.rmtree(self.work_dir, ignore_errors=True)
 

@@ -1,0 +1,148 @@
+"""A job's session stays live in the worker between verdicts (``worker.live_session``): the worker
+that advanced it last applies only the new verdict; a worker whose kept version is not the row's
+(another worker advanced the job since: a takeover) rebuilds it from the stored state, and the
+job ends with the same answer. Replays are counted by ``LIVE.stats``, not timed. ``run_job``'s own
+steps (``take_next``, ``start_job``, ``UnitRun``) run in this process against PostgreSQL; a
+second worker is a second thread (each thread keeps its own prepared jobs and sessions)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from api.app import create_app
+from api.settings import ApiSettings
+from persistence.db import Database
+from persistence.repositories import JobRepository
+from tests.service.conftest import client_for
+from tests.service.helpers import chain_model, read_sse, submit
+from worker.context import RunnerContext, context_from_settings
+from worker.job_start import start_job
+from worker.live_session import LIVE
+from worker.run_job import take_next
+from worker.settings import WorkerSettings
+from worker.unit_run import UnitRun, UnitTicket
+
+MODEL = chain_model(12, 7).SerializeToString()
+
+
+@pytest.fixture
+def client(
+    db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str], tokens: dict[str, str]
+) -> Iterator[httpx.Client]:
+    settings = ApiSettings(database_url=db_url, data_dir=data_dir, allow_command_checks=True)
+    api = serve_app(create_app(settings, enqueue=lambda job_id, queue: None))
+    with client_for(api, tokens["team-a"]) as client:
+        yield client
+
+
+@pytest.fixture
+def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
+    # one check at a time; no farm cache: the second job of a test runs its checks (same model)
+    settings: dict[str, Any] = {"job_lease_s": 60.0, "max_workers_per_job": 1, "farm_verdict_cache": False}
+    ctx = context_from_settings(WorkerSettings(database_url=db_url, data_dir=data_dir, **settings))
+    yield ctx
+    ctx.db.dispose()
+
+
+def _start(client: httpx.Client, ctx: RunnerContext) -> str:
+    job_id = str(submit(client, MODEL).json()["id"])
+    started = take_next(ctx)
+    assert started is not None and started.unit is None and started.job_id == job_id
+    start_job(ctx, job_id)
+    return job_id
+
+
+def _next_check(ctx: RunnerContext) -> UnitTicket | None:
+    taken = take_next(ctx)
+    if taken is None:
+        return None
+    assert taken.unit is not None, "a job to start: only one job was submitted"
+    return taken.unit
+
+
+def _in_another_worker(ctx: RunnerContext, ticket: UnitTicket) -> None:
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            UnitRun(ctx, ticket).run()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=run, name="another-worker")
+    thread.start()
+    thread.join(300)
+    assert not thread.is_alive() and not failures, failures
+
+
+def _answer(client: httpx.Client, job_id: str) -> tuple[str, int, list[str]]:
+    job = client.get(f"/v1/jobs/{job_id}").json()
+    ended = [e for e in read_sse(client, f"/v1/jobs/{job_id}/events") if e.kind == "job.succeeded"]
+    return job["status"], job["nodes_after"], ended[0].data["min_bad_nodes"] if ended else []
+
+
+def _state_version(db_url: str, job_id: str) -> int:
+    database = Database(db_url)
+    with database.session() as session:
+        job = JobRepository(session).get(job_id)
+        assert job is not None
+        version = job.state_version
+    database.dispose()
+    return version
+
+
+def test_the_worker_that_advanced_a_job_last_applies_only_the_new_verdict(
+    client: httpx.Client, db_url: str, ctx: RunnerContext
+) -> None:
+    replays, reused = LIVE.stats.replays, LIVE.stats.reused
+    job_id = _start(client, ctx)
+    assert LIVE.stats.replays == replays + 1  # the session is built once, at the start
+    verdicts = 0
+    while (ticket := _next_check(ctx)) is not None:
+        UnitRun(ctx, ticket).run()
+        verdicts += 1
+    assert verdicts > 5
+    assert LIVE.stats.replays == replays + 1, "a verdict rebuilt the session although it was live"
+    assert LIVE.stats.reused == reused + verdicts
+    assert _state_version(db_url, job_id) == verdicts + 1  # one state write per verdict, and the start
+    status, nodes, min_bad = _answer(client, job_id)
+    assert status == "succeeded" and nodes == 1 and min_bad
+
+
+def test_a_takeover_by_another_worker_replays_and_ends_with_the_same_answer(
+    client: httpx.Client, ctx: RunnerContext
+) -> None:
+    alone = _start(client, ctx)
+    while (ticket := _next_check(ctx)) is not None:
+        UnitRun(ctx, ticket).run()
+    expected = _answer(client, alone)
+    assert expected[0] == "succeeded"
+
+    job_id = _start(client, ctx)
+    for _ in range(3):
+        ticket = _next_check(ctx)
+        assert ticket is not None
+        UnitRun(ctx, ticket).run()
+    replays = LIVE.stats.replays
+    ticket = _next_check(ctx)
+    assert ticket is not None
+    _in_another_worker(ctx, ticket)  # its own prepared job: it rebuilds the session
+    assert LIVE.stats.replays == replays + 1
+    ticket = _next_check(ctx)
+    assert ticket is not None
+    UnitRun(ctx, ticket).run()  # back here: the kept version is stale, so the state is replayed
+    assert LIVE.stats.replays == replays + 2
+    reused = LIVE.stats.reused
+    while (ticket := _next_check(ctx)) is not None:
+        UnitRun(ctx, ticket).run()
+    assert LIVE.stats.replays == replays + 2 and LIVE.stats.reused > reused  # live again from then on
+    assert _answer(client, job_id) == expected
+    numbers = [int(item["number"]) for item in client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]]
+    assert numbers == list(range(1, len(numbers) + 1))
