@@ -95,7 +95,8 @@ def test_an_idle_worker_finishes_a_job_it_got_no_message_for(
     job = _job(database, job_id)
     assert job["attempts"] == 1 and job["checks_run"] > 1
     assert _event_kinds(database, job_id).count("job.started") == 1
-    assert node.handler.activity.jobs_done >= 1
+    # counted once run_job returns, a moment after the job's end was committed
+    _wait(lambda: node.handler.activity.jobs_done >= 1, 60, "the worker counts the job it did")
 
 
 def test_a_job_whose_worker_died_is_taken_again_by_the_poll_once_its_lease_ran_out(
