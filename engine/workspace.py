@@ -192,7 +192,15 @@ def _prepare_workspace(
     if moved:
         log.info(f"Moved {moved / 1e6:.1f} MB of inline weights to a reference file once; iterations copy none.")
     values = initial_values(options, prepared)
-    workspace = Workspace(GraphIndex.build(prepared), sources, options, log, values, _ort_max_ir_version(), scratch)
+    workspace = Workspace(
+        GraphIndex.build(prepared, modelio.weight_reader(sources)),
+        sources,
+        options,
+        log,
+        values,
+        _ort_max_ir_version(),
+        scratch,
+    )
     if moved:
         workspace.owned.append(inline_weights)
     if options.force_fallback_shape_inference or _has_untyped_tensors(workspace.index):
@@ -279,7 +287,7 @@ def run_fallback_inference(workspace: Workspace) -> None:
     force = workspace.options.force_fallback_shape_inference
     index = workspace.index
     apply_tensor_metadata(model, metas if force else {k: v for k, v in metas.items() if _lacks_type(index, k)})
-    workspace.index = GraphIndex.build(model)
+    workspace.index = GraphIndex.build(model, index.read_weight)
     for name, value in values.items():
         workspace.values.setdefault(name, value)
 

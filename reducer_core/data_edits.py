@@ -64,7 +64,7 @@ def elements(dims: Mapping[str, list[int | str]]) -> int:
     return total
 
 
-def apply(model: onnx.ModelProto, edits: Iterable[str]) -> onnx.ModelProto:
+def apply(model: onnx.ModelProto, edits: Iterable[str], read: weight_edits.Reader = None) -> onnx.ModelProto:
     """``model`` with its graph inputs' sizes changed by ``edits`` (then its weights, by the weight
     edits among them: ``reducer_core.weight_edits``) and its shapes inferred again."""
     edits = sorted(edits)
@@ -83,7 +83,7 @@ def apply(model: onnx.ModelProto, edits: Iterable[str]) -> onnx.ModelProto:
             if dim.HasField("dim_value") and dim.dim_value in sizes:
                 dim.dim_value = sizes[dim.dim_value]
     try:
-        weight_edits.apply_in_place(graph, changes)
+        weight_edits.apply_in_place(graph, changes, read)
     except weight_edits.WeightEditError as error:
         raise DataEditError(str(error)) from None
     del graph.value_info[:]

@@ -149,7 +149,7 @@ class WeightSearch(DataSearch):
             model = extract(index, base)
         except data_edits.DataEditError:
             return None
-        sizes = weight_edits.weight_sizes(model)
+        sizes = weight_edits.weight_sizes(model, index.read_weight)
         if not sizes:
             return None
         return cls(base, sizes, lambda candidate: _takes(index, candidate), weight_edits.dim_edit)
@@ -161,7 +161,7 @@ def used_candidate(index: GraphIndex, base: Candidate) -> Candidate | None:
     if base.primary is not None:
         return None
     try:
-        names = weight_edits.used_candidates(extract(index, base))
+        names = weight_edits.used_candidates(extract(index, base), index.read_weight)
     except data_edits.DataEditError:
         return None
     if not names:

@@ -11,14 +11,15 @@ tensors the min-bad model reads, applied to its extracted model by ``data_edits.
   table excluded: its indices stay valid) or an integer initializer read only as Gather indices.
   Not equivalent: the check decides whether the failure survives it.
 
-Initializers with external data are left alone (their bytes are not loaded). The model's shapes
+Initializers with external data are read through ``GraphIndex.read_weight`` (without it they are
+left alone); a sliced one is written inline. The model's shapes
 are then inferred again in strict mode and the onnx checker runs in full (``data_edits.apply``):
 a candidate its nodes cannot take raises ``DataEditError`` and is never checked. Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import onnx
@@ -27,8 +28,10 @@ from onnx import numpy_helper
 from reducer_core.errors import ReducerError
 
 USED, WDIM = "used:", "wdim:"
-_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
+_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE}
 _INTEGERS = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
+Reader = Callable[[onnx.TensorProto], np.ndarray] | None
+"""Reads an initializer, external data included (``GraphIndex.read_weight``); None: inline ones only."""
 
 
 class WeightEditError(ReducerError):
@@ -77,19 +80,24 @@ def _body_reads(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-def _constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
-    """Values of the inline initializers and of the Constant nodes' ``value`` tensors."""
-    values = {t.name: numpy_helper.to_array(t) for t in graph.initializer if not _external(t)}
+def _readable(tensor: onnx.TensorProto, read: Reader) -> bool:
+    return read is not None or tensor.data_location != onnx.TensorProto.EXTERNAL
+
+
+def _array(tensor: onnx.TensorProto, read: Reader) -> np.ndarray:
+    return read(tensor) if read is not None else numpy_helper.to_array(tensor)
+
+
+def _index_values(graph: onnx.GraphProto, read: Reader) -> dict[str, np.ndarray]:
+    """Values of the integer constants (initializers and Constant nodes' ``value`` tensors): the
+    indices, starts, ends, axes and steps of Gather/Slice nodes."""
+    values = {t.name: _array(t, read) for t in graph.initializer if t.data_type in _INTEGERS and _readable(t, read)}
     for node in graph.node:
         if node.op_type == "Constant" and node.output:
             for attr in node.attribute:
-                if attr.name == "value" and not _external(attr.t):
+                if attr.name == "value" and attr.t.data_type in _INTEGERS and _readable(attr.t, None):
                     values[node.output[0]] = numpy_helper.to_array(attr.t)
     return values
-
-
-def _external(tensor: onnx.TensorProto) -> bool:
-    return tensor.data_location == onnx.TensorProto.EXTERNAL
 
 
 def _attr_int(node: onnx.NodeProto, name: str, default: int) -> int:
@@ -146,12 +154,15 @@ def _slice_range(
     return None if any(lo >= hi for lo, hi in ranges.values()) else ranges
 
 
-def _read_ranges(graph: onnx.GraphProto, name: str, values: dict[str, np.ndarray]) -> dict[int, tuple[int, int]] | None:
-    """Per axis, the range of ``name``'s entries its readers take (None: some reader takes it
+def _read_ranges(
+    graph: onnx.GraphProto, tensor: onnx.TensorProto, values: dict[str, np.ndarray]
+) -> dict[int, tuple[int, int]] | None:
+    """Per axis, the range of ``tensor``'s entries its readers take (None: some reader takes it
     whole or is not a constant Gather/Slice)."""
+    name = tensor.name
     if name in {o.name for o in graph.output} or name in _body_reads(graph):
         return None
-    shape = values[name].shape
+    shape = tuple(tensor.dims)
     readers = _consumers(graph).get(name, [])
     if not shape or not readers:
         return None
@@ -172,12 +183,12 @@ def _read_ranges(graph: onnx.GraphProto, name: str, values: dict[str, np.ndarray
     return {axis: span for axis, span in merged.items() if span != (0, shape[axis])}
 
 
-def used_candidates(model: onnx.ModelProto) -> list[str]:
-    """The inline initializers of ``model`` whose readers take only part of them."""
+def used_candidates(model: onnx.ModelProto, read: Reader = None) -> list[str]:
+    """The (readable) initializers of ``model`` whose readers take only part of them."""
     graph = model.graph
-    values = _constant_values(graph)
-    names = [t.name for t in graph.initializer if t.name in values]
-    return [name for name in names if _read_ranges(graph, name, values)]
+    values = _index_values(graph, read)
+    tensors = [t for t in graph.initializer if _readable(t, read)]
+    return [t.name for t in tensors if _read_ranges(graph, t, values)]
 
 
 def _unique(graph: onnx.GraphProto, base: str) -> str:
@@ -196,14 +207,15 @@ def _add_constant(graph: onnx.GraphProto, base: str, value: np.ndarray) -> str:
     return name
 
 
-def _apply_used(graph: onnx.GraphProto, name: str) -> None:
-    values = _constant_values(graph)
-    if name not in values or name not in {t.name for t in graph.initializer}:
-        raise WeightEditError(f"'{name}' is not an inline initializer of the model.")
-    ranges = _read_ranges(graph, name, values)
+def _apply_used(graph: onnx.GraphProto, name: str, read: Reader) -> None:
+    values = _index_values(graph, read)
+    tensor = next((t for t in graph.initializer if t.name == name), None)
+    if tensor is None or not _readable(tensor, read):
+        raise WeightEditError(f"'{name}' is not an initializer of the model whose values can be read.")
+    ranges = _read_ranges(graph, tensor, values)
     if not ranges:
         raise WeightEditError(f"The readers of '{name}' take all of it.")
-    array = values[name]
+    array = _array(tensor, read)
     cut = array[tuple(slice(*ranges[axis]) if axis in ranges else slice(None) for axis in range(array.ndim))]
     _replace_initializer(graph, name, cut)
     for node, _ in _consumers(graph)[name]:
@@ -243,12 +255,12 @@ def _replace_initializer(graph: onnx.GraphProto, name: str, value: np.ndarray) -
 # -- "wdim:": a size shrunk across the weights and the graph inputs -----------------------------------
 
 
-def _weight_axes(graph: onnx.GraphProto) -> dict[str, list[int]]:
+def _weight_axes(graph: onnx.GraphProto, read: Reader) -> dict[str, list[int]]:
     """The inline initializers that count as weights, and the axes of each that may shrink."""
     readers = _consumers(graph)
     axes: dict[str, list[int]] = {}
     for tensor in graph.initializer:
-        if _external(tensor) or not tensor.dims:
+        if not _readable(tensor, read) or not tensor.dims:
             continue
         reads = readers.get(tensor.name, [])
         if tensor.data_type in _INTEGERS:
@@ -264,21 +276,20 @@ def _weight_axes(graph: onnx.GraphProto) -> dict[str, list[int]]:
     return axes
 
 
-def weight_sizes(model: onnx.ModelProto) -> list[int]:
+def weight_sizes(model: onnx.ModelProto, read: Reader = None) -> list[int]:
     """The sizes above 1 of the dimensions ``wdim:`` edits may shrink."""
     dims = {t.name: list(t.dims) for t in model.graph.initializer}
-    return sorted(
-        {dims[name][a] for name, axes in _weight_axes(model.graph).items() for a in axes if dims[name][a] > 1}
-    )
+    axes = _weight_axes(model.graph, read)
+    return sorted({dims[name][a] for name, kept in axes.items() for a in kept if dims[name][a] > 1})
 
 
-def _apply_dims(graph: onnx.GraphProto, sizes: dict[int, int]) -> None:
+def _apply_dims(graph: onnx.GraphProto, sizes: dict[int, int], read: Reader) -> None:
     weights = {t.name for t in graph.initializer}
-    for name, axes in _weight_axes(graph).items():
+    for name, axes in _weight_axes(graph, read).items():
         tensor = next(t for t in graph.initializer if t.name == name)
         if not any(tensor.dims[a] in sizes for a in axes):
             continue
-        array = numpy_helper.to_array(tensor)
+        array = _array(tensor, read)
         cut = tuple(
             slice(0, sizes[array.shape[a]]) if a in axes and array.shape[a] in sizes else slice(None)
             for a in range(array.ndim)
@@ -292,15 +303,15 @@ def _apply_dims(graph: onnx.GraphProto, sizes: dict[int, int]) -> None:
                 dim.dim_value = sizes[dim.dim_value]
 
 
-def apply_in_place(graph: onnx.GraphProto, edits: Iterable[str]) -> None:
+def apply_in_place(graph: onnx.GraphProto, edits: Iterable[str], read: Reader = None) -> None:
     """Apply the weight edits among ``edits`` to ``graph`` (``wdim:`` first, then ``used:``)."""
     edits = sorted(e for e in edits if is_weight_edit(e))
     sizes = parse_dims(edits)
     if sizes:
-        _apply_dims(graph, sizes)
+        _apply_dims(graph, sizes, read)
     for edit in edits:
         if edit.startswith(USED):
-            _apply_used(graph, edit[len(USED) :])
+            _apply_used(graph, edit[len(USED) :], read)
 
 
 def initializer_bytes(model: onnx.ModelProto) -> int:
