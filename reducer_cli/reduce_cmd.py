@@ -424,7 +424,8 @@ class CommandLineRun(SlotSessionHooks):
         if self.suspect is not None:
             self.log.error(self.suspect.message + "\n==== the original's failure output ====\n" + self.suspect.output)
         if getattr(self.args, "bundle", None):
-            write_cli_bundle(self.args, self.ws, result, self.session.check, self.log)
+            judged = {v.sha256: v.ok for v in self.verified.values() if v is not None and v.sha256}
+            write_cli_bundle(self.args, self.ws, result, self.session.check, self.log, judged)
 
     def _say_written(self, what: str, path: str, verified: Verified) -> None:
         if verified.status == JUDGED:
