@@ -29,8 +29,8 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
 from api.graph_view import describe_graph
+from bench.samples_bench import input_overflow_chain
 from examples.build_example_model import build_example_model
-from tests.checks.models import input_overflow_chain
 from tests.precision_models import COMPARE_FP16, one_node_overflows
 from tests.service.conftest import client_for
 from tests.service.helpers import chain_model, wait_job
