@@ -97,10 +97,29 @@ def apply(model: onnx.ModelProto, edits: Iterable[str], read: weight_edits.Reade
     _check_reshapes(inferred)
     if changes:  # a sliced weight is new data: every such candidate passes the full checker
         try:
-            onnx.checker.check_model(inferred, full_check=True)
+            onnx.checker.check_model(_checkable(inferred), full_check=True)
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
             raise DataEditError(f"The model does not take the weight edits {changes}: {error}") from None
     return inferred
+
+
+def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` for the checker: its external initializers (original weights, unchanged, their
+    files checked when the model was loaded) become typed graph inputs, since the checker looks for
+    their files relative to this process's working directory."""
+    external = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [t for t in out.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept)
+    listed = {i.name for i in out.graph.input}
+    for tensor in external:
+        if tensor.name not in listed:
+            out.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    return out
 
 
 def _static_size(tensor_type: onnx.TypeProto) -> int | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -13,7 +14,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from reducer_core import data_edits, weight_edits
+from reducer_core import data_edits, modelio, weight_edits
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.data_reduction import DataSearch, WeightSearch, input_sizes, used_candidate
@@ -348,3 +349,32 @@ def test_no_weight_edits_without_reduce_data() -> None:
     run(machine, LargeValueOracle(index, 100.0))
     assert not machine.result.min_bad.data
     assert _initializer_shapes(extract(index, machine.result.min_bad))["table"] == [ROWS, HIDDEN]
+
+
+def test_external_weights_are_read_sliced_and_the_others_left_in_their_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every weight in a file beside the model (as the workspace keeps them): the table's columns
+    are read from the file and shrink; the projection ``w2`` (no dimension of the group) stays a
+    reference into the file, and the candidate still passes the full checker though the file is
+    not in this process's working directory."""
+    model = position_model()
+    model.graph.node[2].op_type, model.graph.node[2].name = "MatMul", "project"
+    model.graph.node[2].input.append("w2")
+    model.graph.initializer.append(numpy_helper.from_array(np.ones((HIDDEN, 5), np.float32), "w2"))
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, SEQ, 5]))
+    onnx.save(model, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.bin", size_threshold=0)
+    monkeypatch.chdir(tmp_path.parent)  # the checker would look for m.bin here
+    loaded, sources = modelio.load_model(tmp_path / "m.onnx")
+    index = GraphIndex.build(loaded, modelio.weight_reader(sources))
+    candidate = Candidate(index.all_nodes(), None, frozenset(), frozenset({weight_edits.dim_edit(SEQ, 4)}))
+    edited = extract(index, candidate)
+    shapes = {t.name: (list(t.dims), t.data_location) for t in edited.graph.initializer}
+    assert shapes["positions"] == ([1, 4], TensorProto.DEFAULT)  # read from m.bin, sliced, inline
+    assert shapes["w2"] == ([HIDDEN, 5], TensorProto.EXTERNAL)  # untouched: still in m.bin
+    assert data_edits.input_dims(edited) == {"x": [1, 4, HIDDEN]}
+    sliced = used_candidate(index, candidate)
+    assert sliced is not None
+    table = next(t for t in extract(index, sliced).graph.initializer if t.name == "table")
+    np.testing.assert_array_equal(numpy_helper.to_array(table)[:, 0], [0.0, 10.0, 20.0, 30.0])
