@@ -537,6 +537,11 @@ class CommandLineRun(SlotSessionHooks):
                 f"Smaller inputs: sizes {shrunk['sizes']} ({shrunk['elements_before']} -> "
                 f"{shrunk['elements_after']} input elements)"
             )
+            if shrunk["weights"]:
+                self.log.info(
+                    f"Smaller weights: {shrunk['weights']} ({shrunk['initializer_bytes_before']} -> "
+                    f"{shrunk['initializer_bytes_after']} bytes of constants)"
+                )
 
     def discard_skip_current_replay(self) -> None:
         """After a finished run the ``_skip_current`` replay has no use; after a crash it stays."""
