@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 import onnx
 
-from reducer_core import modelio
+from reducer_core import modelio, weight_edits
 from reducer_core.candidate import Candidate
 from reducer_core.control_flow import has_shape
 from reducer_core.errors import UsageError
@@ -193,7 +193,7 @@ def _prepare_workspace(
         log.info(f"Moved {moved / 1e6:.1f} MB of inline weights to a reference file once; iterations copy none.")
     values = initial_values(options, prepared)
     workspace = Workspace(
-        GraphIndex.build(prepared, modelio.weight_reader(sources)),
+        GraphIndex.build(prepared, _reader(options, sources)),
         sources,
         options,
         log,
@@ -243,6 +243,12 @@ def initial_values(options: ReduceOptions, model: onnx.ModelProto) -> TensorMap:
         for name, value in ranged_inputs(input_signatures(model), options.val_ranges, options.seed).items():
             values.setdefault(name, value)
     return values
+
+
+def _reader(options: ReduceOptions, sources: modelio.WeightSources) -> weight_edits.Reader:
+    """How the weight step reads weights (``reducer_core.weight_edits``): not at all from files
+    with ``--ignore-external-data`` (there are none to read)."""
+    return None if options.ignore_external_data else modelio.weight_reader(sources)
 
 
 def _has_untyped_tensors(index: GraphIndex) -> bool:
