@@ -100,7 +100,9 @@ class JobOut(BaseModel):
     ``judged`` (the very model a check judged), ``rechecked`` (checked once more as stored, and it
     agreed), ``disagrees`` (it did not: the job failed with ``unverified-result``), or for an
     interactive job whose stored model differs from the one the person judged ``not-rechecked``
-    (a person is not asked again). Filled by
+    (a person is not asked again). With a bug-report bundle also ``bundle``: ``{checks, reused}``,
+    the checks the bundle's self-check ran beyond ``checks_run`` and the models it did not check
+    again (their exact bytes were verified above). Filled by
     ``GET /v1/jobs/{id}`` (null in job lists)."""
     suspect: dict[str, Any] | None = None
     """The check fails whatever the model: ``{message, evidence, crash, verdict, signature,

@@ -9,6 +9,13 @@ before and after, and the checks the data phase added.
   sequence shrinks to 1 (the hidden size stays: it is the weights' contraction dimension).
 - ``pool``: the pooled output sums the tokens after a large scale: the sum overflows only from a
   few tokens on, so the sequence shrinks to the shortest that still overflows.
+- ``positions``: BERT's embedding sum, token embeddings (the input) plus a position table of
+  1024 x 64 read by Gather at the constant positions 0..255, squared: large position values
+  overflow. The input sequence cannot shrink alone (the positions are constants), so the weight
+  step shrinks it with the positions, then the hidden size with the table's columns, and slices
+  the table to the rows still read.
+
+The table also gives the min-bad model's initializer bytes before and after.
 
     .venv/bin/python bench/data_bench.py        # prints a Markdown table (about 2 minutes)
 """
@@ -92,9 +99,35 @@ def bert_layer(case: str) -> onnx.ModelProto:
     return model
 
 
+def positions_layer() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    table = (rng.standard_normal((4 * SEQ, HIDDEN)) * 3000).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(table, "pos_table"),
+        numpy_helper.from_array(np.arange(SEQ, dtype=np.int64)[None, :], "position_ids"),
+    ]
+    nodes = [
+        helper.make_node("Gather", ["pos_table", "position_ids"], ["pos"], name="pos_embed", axis=0),
+        helper.make_node("Add", ["x", "pos"], ["emb"], name="emb_add"),
+        helper.make_node("Mul", ["emb", "emb"], ["sq"], name="square"),
+        helper.make_node("ReduceMean", ["sq"], ["energy"], name="energy", axes=[-1], keepdims=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "bert_positions",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, SEQ, HIDDEN])],
+        [helper.make_tensor_value_info("energy", TensorProto.FLOAT, [1, SEQ, 1])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
 def reduce(folder: Path, case: str, data: bool) -> dict[str, object]:
     model = folder / f"{case}.onnx"
-    onnx.save(bert_layer(case), model)
+    onnx.save(positions_layer() if case == "positions" else bert_layer(case), model)
     (folder / "spec.yaml").write_text(SPEC)
     summary = folder / f"{case}-{data}.json"
     argv = [sys.executable, "-m", "reducer_cli.main", "reduce", str(model), "-o", str(folder / "r.onnx")]
@@ -106,11 +139,14 @@ def reduce(folder: Path, case: str, data: bool) -> dict[str, object]:
 
 
 def main() -> None:
-    print("| case | min-bad nodes | checks without / with | data checks | min-bad inputs before | after | elements |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| case | min-bad nodes | checks without / with | data checks | min-bad inputs before | after "
+        "| elements | initializer bytes | weight edits |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        for case in ("scores", "pool"):
+        for case in ("scores", "pool", "positions"):
             plain, shrunk = reduce(folder, case, False), reduce(folder, case, True)
             iterations = shrunk["iterations"]
             assert isinstance(iterations, list)
@@ -122,7 +158,9 @@ def main() -> None:
                 f"| {case} | {nodes} | {plain['checks_run']} / {shrunk['checks_run']} | {data_checks} | "
                 f"{sizes['inputs_before']} | {sizes['inputs_after']} | "
                 f"{sizes['elements_before']} -> {sizes['elements_after']} "
-                f"(1/{int(sizes['elements_before']) / max(int(sizes['elements_after']), 1):.0f}) |"
+                f"(1/{int(sizes['elements_before']) / max(int(sizes['elements_after']), 1):.0f}) | "
+                f"{sizes['initializer_bytes_before']} -> {sizes['initializer_bytes_after']} | "
+                f"{sizes['weights'] or '-'} |"
             )
 
 

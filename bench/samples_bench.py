@@ -35,8 +35,11 @@ tolerance: {atol: 0.01, rtol: 0.01}
 SAMPLES = (0.5, 100.0, 0.5)
 
 
-def chain(length: int = 30, fault_at: int = 15, width: int = 8) -> onnx.ModelProto:
-    """Relu / Add 0.01 nodes; node ``fault_at`` multiplies by 1000, the next by 1/1000."""
+def input_overflow_chain(length: int = 30, fault_at: int = 15, width: int = 8) -> onnx.ModelProto:
+    """A chain of ``length`` benign nodes (Relu, Add 0.01) whose node ``fault_at`` multiplies by
+    1000 and the next node by 1/1000: in fp16 that Mul overflows (> 65504) only for inputs above
+    about 65, so a sample of large inputs fails a compare fp32-vs-fp16 spec and a sample in [0, 1]
+    passes. The Mul is named ``n<fault_at>_overflow``. (The tests build it from here too.)"""
     consts = {"k1000": 1000.0, "k1e-3": 1e-3, "tiny": 0.01}
     inits = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in consts.items()]
     nodes, current = [], "x"
@@ -61,6 +64,7 @@ def chain(length: int = 30, fault_at: int = 15, width: int = 8) -> onnx.ModelPro
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
+    onnx.checker.check_model(model)
     return model
 
 
@@ -89,7 +93,7 @@ def reduce_case(name: str, *extra: str) -> dict[str, object]:
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    onnx.save(chain(), str(OUT / "model.onnx"))
+    onnx.save(input_overflow_chain(), str(OUT / "model.onnx"))
     (OUT / "spec.yaml").write_text(SPEC)
     files = []
     for i, value in enumerate(SAMPLES):

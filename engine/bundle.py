@@ -24,7 +24,11 @@ values when that run fails.
 
 Before zipping, the builder runs the bundle's own ``repro.py`` on min-bad (and min-good) in a
 child process: ``expected.npz``/``observed.npz`` come from that run and the README says whether
-the failure reproduced there."""
+the failure reproduced there. A shipped model whose exact bytes the reduction's final verification
+judged already (``verified``: sha256 -> whether the check agreed, ``engine.verification``) is not
+checked again: its verdict is that one, and repro.py runs on it only where the bundle needs the
+outputs it saves (min-bad of a compare, golden or error spec). ``BundleReport.checks_run`` counts
+the runs made; the README names both."""
 
 from __future__ import annotations
 
@@ -124,6 +128,8 @@ class BundleReport:
     reproduced: bool | None  # repro.py on min-bad exited 1 (None: it could not run here)
     good_passes: bool | None  # repro.py on min-good exited 0 (None: no min-good, or could not run)
     members: list[str] = field(default_factory=list)
+    checks_run: int = 0  # repro.py runs the bundle made itself (its check, once per run)
+    reused: list[str] = field(default_factory=list)  # shipped models whose verdict the final verification gave
 
 
 def sha256_of(path: Path) -> str:
@@ -312,14 +318,18 @@ def write_bundle(
     original: Path,
     worker: str | None = None,
     original_name: str | None = None,
+    verified: Mapping[str, bool] | None = None,
 ) -> BundleReport:
     """Build the bundle of ``result`` and write it to ``path`` (a zip; replaced atomically).
     ``original``: the model file reduced (its sha256 goes in the README, under ``original_name``,
-    default its file name); ``worker``: the host named in environment.json (default this one)."""
+    default its file name); ``worker``: the host named in environment.json (default this one);
+    ``verified``: sha256 of the models the final verification judged -> whether the check agreed
+    (those are not checked again)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".bundle-", dir=path.parent) as tmp:
         folder = Path(tmp)
-        report = _fill(folder, workspace, result, check, (original, original_name or original.name), worker)
+        named = (original, original_name or original.name)
+        report = _fill(folder, workspace, result, check, named, worker, verified or {})
         partial = path.with_name(path.name + ".part")
         members = sorted(p for p in folder.rglob("*") if p.is_file())
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as archive:
@@ -338,6 +348,7 @@ def _fill(
     check: BundleCheck,
     original: tuple[Path, str],
     worker: str | None,
+    verified: Mapping[str, bool],
 ) -> BundleReport:
     spec = check.spec
     models = {"min_bad": _save_model(workspace, result.min_bad, folder / "min_bad.onnx")}
@@ -365,17 +376,55 @@ def _fill(
     shipped = _check_files(check, folder)
     (folder / "environment.json").write_text(json.dumps(environment(worker), indent=1))
     shutil.copyfile(bundle_repro.__file__, folder / "repro.py")
-    bad_code, bad_output = _run_repro(folder, "min_bad.onnx", check, save=True)
+    runs = _SelfCheck(folder, check, verified)
+    outputs = spec is not None and spec.kind in ("compare", "golden", "error")  # expected/observed.npz
+    bad_code, bad_output = runs.run("min_bad.onnx", failing=True, save=outputs)
     good_code: int | None = None
     if result.min_good is not None:
-        good_code, _ = _run_repro(folder, "min_good.onnx", check, save=False)
+        good_code, _ = runs.run("min_good.onnx", failing=False, save=False)
     sentence = finding(workspace, result)
     report = BundleReport(
         folder, sentence, None if bad_code is None else bad_code == 1, None if good_code is None else good_code == 0
     )
+    report.checks_run, report.reused = runs.checks, runs.reused
     readme = _readme(result, check, original, sentence, shipped, (bad_code, bad_output), good_code)
+    readme += _self_check_note(runs)
     (folder / "README.md").write_text(readme)
     return report
+
+
+class _SelfCheck:
+    """repro.py on the shipped models, or the final verification's verdict on the same bytes."""
+
+    def __init__(self, folder: Path, check: BundleCheck, verified: Mapping[str, bool]) -> None:
+        self.folder, self.check, self.verified = folder, check, verified
+        self.checks = 0
+        self.reused: list[str] = []
+
+    def run(self, model: str, failing: bool, save: bool) -> tuple[int | None, str]:
+        """repro.py's exit code on ``model`` (1: fails) and its output. Without ``save``, a model
+        whose bytes (a single file) the final verification judged gets that verdict instead."""
+        known = None if (self.folder / f"{model}.data").exists() else self.verified.get(sha256_of(self.folder / model))
+        if known is not None and not save:
+            self.reused.append(model)
+            code = int(failing) if known else int(not failing)
+            return code, f"{model}: the reduction's final verification judged these exact bytes (no run here)"
+        self.checks += 1
+        return _run_repro(self.folder, model, self.check, save=save)
+
+
+def _self_check_note(runs: _SelfCheck) -> str:
+    lines = [
+        "",
+        "## Self-check",
+        "",
+        f"- Checks the bundle ran itself (repro.py, beyond the reduction's): {runs.checks}",
+    ]
+    if runs.reused:
+        lines.append(
+            f"- Judged by the reduction's final verification, same bytes, not run again: {', '.join(runs.reused)}"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _tensor_names(models: Iterable[onnx.ModelProto]) -> set[str]:

@@ -100,7 +100,7 @@ def name_nodes(workspace: Workspace) -> int:
             renamed += 1
         seen.add(node.name)
     if renamed:
-        workspace.index = GraphIndex.build(model)
+        workspace.index = GraphIndex.build(model, workspace.index.read_weight)
     return renamed
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -42,15 +43,17 @@ def store_bundle(
     work_dir: Path,
     original_name: str,
     worker: str,
+    verified: Mapping[str, bool] | None = None,
 ) -> tuple[B, dict[str, Any]] | None:
-    """The stored bundle and its meta (``finding``, ``reproduced``, ``members``); None when it
-    could not be built (logged)."""
+    """The stored bundle and its meta (``finding``, ``reproduced``, ``members``, ``checks_run``:
+    the checks its self-check ran, ``reused``: the models whose verdict the final verification
+    gave, ``verified``: sha256 -> agreed, ``engine.bundle``); None when it could not be built (logged)."""
     folder = work_dir / "result-bundle"
     shutil.rmtree(folder, ignore_errors=True)
     check = dataclasses.replace(BundleCheck.of_spec(spec, golden, cwd=work_dir), env=safe_child_env())
     try:
         report = write_bundle(
-            folder / "bundle.zip", workspace, result, check, workspace.options.model, worker, original_name
+            folder / "bundle.zip", workspace, result, check, workspace.options.model, worker, original_name, verified
         )
         blob = store.put_file(report.path)
     except Exception:  # the job's result stands without its bundle
@@ -58,5 +61,6 @@ def store_bundle(
         return None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    meta = {"finding": report.finding, "reproduced": report.reproduced, "members": report.members}
+    meta: dict[str, Any] = {"finding": report.finding, "reproduced": report.reproduced, "members": report.members}
+    meta |= {"checks_run": report.checks_run, "reused": report.reused}
     return blob, meta

@@ -19,7 +19,7 @@ from onnxconverter_common import float16
 from checks.fp16_warnings import summarised_fp16_warnings
 from checks.ort_runtime import input_signatures, isolated_fallback_inference, max_ir_version
 from engine.data_loader import feeds_from_script, ranged_inputs
-from reducer_core import modelio
+from reducer_core import modelio, weight_edits
 from reducer_core.candidate import Candidate
 from reducer_core.control_flow import has_shape
 from reducer_core.errors import UsageError
@@ -189,7 +189,15 @@ def _prepare_workspace(
     if moved:
         log.info(f"Moved {moved / 1e6:.1f} MB of inline weights to a reference file once; iterations copy none.")
     values = initial_values(options, prepared)
-    workspace = Workspace(GraphIndex.build(prepared), sources, options, log, values, max_ir_version(), scratch)
+    workspace = Workspace(
+        GraphIndex.build(prepared, _reader(options, sources)),
+        sources,
+        options,
+        log,
+        values,
+        max_ir_version(),
+        scratch,
+    )
     if moved:
         workspace.owned.append(inline_weights)
     if options.force_fallback_shape_inference or _has_untyped_tensors(workspace.index):
@@ -224,6 +232,12 @@ def initial_values(options: ReduceOptions, model: onnx.ModelProto) -> TensorMap:
         for name, value in ranged_inputs(input_signatures(model), options.val_ranges, options.seed).items():
             values.setdefault(name, value)
     return values
+
+
+def _reader(options: ReduceOptions, sources: modelio.WeightSources) -> weight_edits.Reader:
+    """How the weight step reads weights (``reducer_core.weight_edits``): not at all from files
+    with ``--ignore-external-data`` (there are none to read)."""
+    return None if options.ignore_external_data else modelio.weight_reader(sources)
 
 
 def _has_untyped_tensors(index: GraphIndex) -> bool:
@@ -265,7 +279,7 @@ def run_fallback_inference(workspace: Workspace) -> None:
     force = workspace.options.force_fallback_shape_inference
     index = workspace.index
     apply_tensor_metadata(model, metas if force else {k: v for k, v in metas.items() if _lacks_type(index, k)})
-    workspace.index = GraphIndex.build(model)
+    workspace.index = GraphIndex.build(model, index.read_weight)
     for name, value in values.items():
         workspace.values.setdefault(name, value)
 

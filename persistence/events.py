@@ -97,6 +97,7 @@ class AnswerPayload(TypedDict, total=False):
     task: str  # "precision" for a precision job, with the two below
     keep_fp32: list[str]
     fp32_tensors: list[str]
+    bundle_checks: int  # the checks the bug-report bundle's self-check ran (not in checks_run)
 
 
 class JobEndPayload(AnswerPayload):

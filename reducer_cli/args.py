@@ -249,8 +249,9 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         "--no-reduce-data",
         dest="reduce_data",
         action="store_false",
-        help="Keep the min-bad model's input sizes (by default its batch, sequence and other input "
-        "dimensions shrink at the end to the smallest sizes that still fail). [onnx-reducer]",
+        help="Keep the min-bad model's input sizes and weights (by default its batch, sequence and "
+        "other input dimensions, then its weights, shrink at the end to the smallest that still fail). "
+        "[onnx-reducer]",
     )
     passes = parser.add_mutually_exclusive_group()
     passes.add_argument(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
 
 from engine.bundle import BundleCheck, write_bundle
@@ -33,10 +34,20 @@ def bundle_check(args: argparse.Namespace, check: SessionCheck) -> BundleCheck:
 
 
 def write_cli_bundle(
-    args: argparse.Namespace, workspace: Workspace, result: ReductionResult, check: SessionCheck, log: Log
+    args: argparse.Namespace,
+    workspace: Workspace,
+    result: ReductionResult,
+    check: SessionCheck,
+    log: Log,
+    verified: Mapping[str, bool] | None = None,
 ) -> None:
-    report = write_bundle(Path(args.bundle), workspace, result, bundle_check(args, check), Path(args.model))
+    """``verified``: sha256 of the models the run handed over verified -> whether the check agreed
+    (``engine.verification``): the bundle does not check those bytes again."""
+    check_of = bundle_check(args, check)
+    report = write_bundle(Path(args.bundle), workspace, result, check_of, Path(args.model), verified=verified)
     log.info(f"Bug-report bundle written to {args.bundle}: {report.finding}")
+    reused = f"; {', '.join(report.reused)} judged by the final verification" if report.reused else ""
+    log.info(f"The bundle's self-check ran {report.checks_run} check(s) beyond the reduction's{reused}.")
     if report.reproduced is False:
         log.warning("The bundle's repro.py did not reproduce the failure on min_bad.onnx; see its README.md.")
     elif report.reproduced is None:

@@ -112,6 +112,14 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         default=None,
         help="Count any failure, not only one like the original's (as for reduce).",
     )
+    submit.add_argument(
+        "--no-reduce-data",
+        dest="reduce_data",
+        action="store_false",
+        default=None,
+        help="Keep the min-bad model's input sizes and weights as they are (as for reduce; sends "
+        "reduce_data=false; the server shrinks them by default).",
+    )
     confirm = submit.add_mutually_exclusive_group()
     confirm.add_argument(
         "--confirm-flaky",

@@ -191,6 +191,7 @@ def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
         reduce_outputs=ns.reduce_outputs,
         pin_signature=ns.pin_signature,
         confirm_flaky=ns.confirm_flaky,
+        reduce_data=ns.reduce_data,
         idempotency_key=ns.idempotency_key,
         progress=bar,
         task=ns.task,

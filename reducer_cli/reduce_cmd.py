@@ -431,7 +431,8 @@ class CommandLineRun(SlotSessionHooks):
         if self.suspect is not None:
             self.log.error(self.suspect.message + "\n==== the original's failure output ====\n" + self.suspect.output)
         if getattr(self.args, "bundle", None):
-            write_cli_bundle(self.args, self.ws, result, self.session.check, self.log)
+            judged = {v.sha256: v.ok for v in self.verified.values() if v is not None and v.sha256}
+            write_cli_bundle(self.args, self.ws, result, self.session.check, self.log, judged)
 
     def _say_written(self, what: str, path: str, verified: Verified) -> None:
         if verified.status == JUDGED:
@@ -543,6 +544,11 @@ class CommandLineRun(SlotSessionHooks):
                 f"Smaller inputs: sizes {shrunk['sizes']} ({shrunk['elements_before']} -> "
                 f"{shrunk['elements_after']} input elements)"
             )
+            if shrunk["weights"]:
+                self.log.info(
+                    f"Smaller weights: {shrunk['weights']} ({shrunk['initializer_bytes_before']} -> "
+                    f"{shrunk['initializer_bytes_after']} bytes of constants)"
+                )
 
     def discard_skip_current_replay(self) -> None:
         """After a finished run the ``_skip_current`` replay has no use; after a crash it stays."""

@@ -184,6 +184,7 @@ class ReducerClient:
         reduce_outputs: bool | None = None,
         pin_signature: bool | None = None,
         confirm_flaky: bool | None = None,
+        reduce_data: bool | None = None,
         idempotency_key: str | None = None,
         progress: Progress | None = None,
         task: str | None = None,
@@ -192,7 +193,8 @@ class ReducerClient:
         external-data files lie next to it: those are bundled on the fly; or a prepared
         ``UploadSource``, see ``model_source``) with a check spec (YAML or JSON text); ``task``:
         ``reduce`` (the server's default) or ``precision`` (which nodes must stay fp32); an option left
-        ``None`` is not sent (the server's default; ``confirm_flaky``: on); ``inputs``: input
+        ``None`` is not sent (the server's default; ``confirm_flaky`` and ``reduce_data``: on);
+        ``reduce_data=False``: the answer keeps its input sizes and weights; ``inputs``: input
         samples (.npz or Polygraphy JSON) that the check judges, every one. Streamed from
         disk; ``progress(sent, total)`` sees the file bytes go out. Retries reuse one
         ``Idempotency-Key`` (a new one unless given), so at most one job is created."""
@@ -206,6 +208,7 @@ class ReducerClient:
             "reduce_outputs": reduce_outputs,
             "pin_signature": pin_signature,
             "confirm_flaky": confirm_flaky,
+            "reduce_data": reduce_data,
         }
         fields = {"check_spec": check_spec, "mode": mode, "model_path": model_path, "task": task}
         fields |= {name: str(value).lower() for name, value in options.items() if value is not None}

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 
 import onnx
 
+from reducer_core import weight_edits
 from reducer_core.errors import ReducerError
 
 PREFIX = "dim:"
@@ -28,9 +29,11 @@ def dim_edit(old: int, new: int) -> str:
 
 
 def parse(edits: Iterable[str]) -> dict[int, int]:
-    """``{original size: new size}`` of ``edits``."""
+    """``{original size: new size}`` of ``edits`` (weight edits, ``reducer_core.weight_edits``, aside)."""
     sizes: dict[int, int] = {}
     for edit in edits:
+        if weight_edits.is_weight_edit(edit):
+            continue
         if not edit.startswith(PREFIX):
             raise ValueError(f"Unknown data edit '{edit}'.")
         old, _, new = edit[len(PREFIX) :].partition("=")
@@ -61,10 +64,13 @@ def elements(dims: Mapping[str, list[int | str]]) -> int:
     return total
 
 
-def apply(model: onnx.ModelProto, edits: Iterable[str]) -> onnx.ModelProto:
-    """``model`` with its graph inputs' sizes changed by ``edits`` and its shapes inferred again."""
+def apply(model: onnx.ModelProto, edits: Iterable[str], read: weight_edits.Reader = None) -> onnx.ModelProto:
+    """``model`` with its graph inputs' sizes changed by ``edits`` (then its weights, by the weight
+    edits among them: ``reducer_core.weight_edits``) and its shapes inferred again."""
+    edits = sorted(edits)
     sizes = parse(edits)
-    if not sizes:
+    changes = [edit for edit in edits if weight_edits.is_weight_edit(edit)]
+    if not sizes and not changes:
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -76,6 +82,10 @@ def apply(model: onnx.ModelProto, edits: Iterable[str]) -> onnx.ModelProto:
         for dim in inp.type.tensor_type.shape.dim:
             if dim.HasField("dim_value") and dim.dim_value in sizes:
                 dim.dim_value = sizes[dim.dim_value]
+    try:
+        weight_edits.apply_in_place(graph, changes, read)
+    except weight_edits.WeightEditError as error:
+        raise DataEditError(str(error)) from None
     del graph.value_info[:]
     for output in graph.output:
         if output.type.HasField("tensor_type"):
@@ -85,7 +95,31 @@ def apply(model: onnx.ModelProto, edits: Iterable[str]) -> onnx.ModelProto:
     except (onnx.shape_inference.InferenceError, ValueError, RuntimeError) as error:
         raise DataEditError(f"The model's nodes cannot take the input sizes {sorted(edits)}: {error}") from None
     _check_reshapes(inferred)
+    if changes:  # a sliced weight is new data: every such candidate passes the full checker
+        try:
+            onnx.checker.check_model(_checkable(inferred), full_check=True)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
+            raise DataEditError(f"The model does not take the weight edits {changes}: {error}") from None
     return inferred
+
+
+def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` for the checker: its external initializers (original weights, unchanged, their
+    files checked when the model was loaded) become typed graph inputs, since the checker looks for
+    their files relative to this process's working directory."""
+    external = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [t for t in out.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept)
+    listed = {i.name for i in out.graph.input}
+    for tensor in external:
+        if tensor.name not in listed:
+            out.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    return out
 
 
 def _static_size(tensor_type: onnx.TypeProto) -> int | None:

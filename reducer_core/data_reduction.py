@@ -12,6 +12,11 @@ dimension against its weight, a bias broadcast, a Reshape to a fixed shape) cost
 counts as a pass, and when half the size is refused already the group is left alone (a weight's
 dimension, not a data one).
 
+Then the weights (``reducer_core.weight_edits``), with the input sizes settled: the same search
+over the sizes of the weights' dimensions (``WeightSearch``: a hidden size shrinks with the weights
+and the inputs that share it), and last one check of the model with every weight sliced to the
+part its Gather/Slice readers take (``used_candidate``: exact, it costs a check like any step).
+
 A step machine like the strategies (``propose``/``observe``/``best_bad``), deterministic (the
 validity of a size is a function of the model), so the session replays it from the verdict cache.
 """
@@ -21,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reducer_core import data_edits
+from reducer_core import data_edits, weight_edits
 from reducer_core.candidate import Candidate
 from reducer_core.extract import extract
 from reducer_core.graph import GraphIndex
@@ -46,13 +51,21 @@ class _Group:
 class DataSearch:
     """``valid(candidate)``: whether the candidate's nodes take its sizes (checked without a run)."""
 
-    def __init__(self, base: Candidate, sizes: list[int], valid: Callable[[Candidate], bool]) -> None:
+    def __init__(
+        self,
+        base: Candidate,
+        sizes: list[int],
+        valid: Callable[[Candidate], bool],
+        edit: Callable[[int, int], str] = data_edits.dim_edit,
+    ) -> None:
         self.base = base
         self.valid = valid
+        self.edit = edit  # the data edit of one size (``data_edits.dim_edit``, ``weight_edits.dim_edit``)
         self._groups = [_Group(size, 0, size) for size in sorted(set(sizes), reverse=True) if size > 1]
         self._settled: dict[int, int] = {}  # original size -> the smallest failing size found
         self._at = 0  # the group being searched
         self._asked: Candidate | None = None
+        self._asked_size = 0
         self.checks = 0
 
     @classmethod
@@ -71,8 +84,8 @@ class DataSearch:
         return cls(base, sizes, lambda candidate: _takes(index, candidate))
 
     def _candidate(self, sizes: dict[int, int]) -> Candidate:
-        edits = frozenset(data_edits.dim_edit(old, new) for old, new in sizes.items() if old != new)
-        return Candidate(self.base.nodes, self.base.primary, self.base.body, edits)
+        edits = frozenset(self.edit(old, new) for old, new in sizes.items() if old != new)
+        return Candidate(self.base.nodes, self.base.primary, self.base.body, self.base.data | edits)
 
     def _with(self, group: _Group, size: int) -> Candidate:
         return self._candidate({**self._settled, group.size: size})
@@ -87,7 +100,7 @@ class DataSearch:
                 continue
             candidate = self._with(group, size)
             if self.valid(candidate):
-                self._asked = candidate
+                self._asked, self._asked_size = candidate, size
                 return candidate
             if group.halving and group.failing == group.size:
                 self._at += 1  # half the size is refused already: a weight's dimension, left alone
@@ -100,8 +113,7 @@ class DataSearch:
         if candidate != self._asked or self._asked is None:
             raise ValueError("observe() was given a candidate that is not the pending proposal")
         group = self._groups[self._at]
-        size = data_edits.parse(candidate.data)[group.size]
-        self._take(group, size, failed)
+        self._take(group, self._asked_size, failed)
         self._asked = None
 
     @staticmethod
@@ -124,6 +136,42 @@ class DataSearch:
         return self._candidate(sizes)
 
 
+class WeightSearch(DataSearch):
+    """The search over the sizes of the weights' dimensions (``weight_edits.dim_edit``), on top of
+    the input sizes ``base`` settled."""
+
+    @classmethod
+    def start(cls, index: GraphIndex, base: Candidate) -> DataSearch | None:
+        """None when ``base``'s model has no weight dimension above 1 (or a primary node)."""
+        if base.primary is not None or any(weight_edits.is_weight_edit(e) for e in base.data):
+            return None
+        try:
+            model = extract(index, base)
+        except data_edits.DataEditError:
+            return None
+        sizes = weight_edits.weight_sizes(model, index.read_weight)
+        if not sizes:
+            return None
+        return cls(base, sizes, lambda candidate: _takes(index, candidate), weight_edits.dim_edit)
+
+
+def used_candidate(index: GraphIndex, base: Candidate) -> Candidate | None:
+    """``base`` with every weight its readers take only part of sliced to that part
+    (``weight_edits.used_edit``); None when there is none (or its nodes cannot take it)."""
+    if base.primary is not None:
+        return None
+    try:
+        names = weight_edits.used_candidates(extract(index, base), index.read_weight)
+    except data_edits.DataEditError:
+        return None
+    if not names:
+        return None
+    candidate = Candidate(
+        base.nodes, base.primary, base.body, base.data | {weight_edits.used_edit(name) for name in names}
+    )
+    return candidate if _takes(index, candidate) else None
+
+
 def _takes(index: GraphIndex, candidate: Candidate) -> bool:
     try:
         extract(index, candidate)
@@ -134,15 +182,19 @@ def _takes(index: GraphIndex, candidate: Candidate) -> bool:
 
 def input_sizes(index: GraphIndex, candidate: Candidate) -> dict[str, object] | None:
     """What the data edits of ``candidate`` changed (``--summary-json``'s ``smaller_inputs``): the
-    sizes, and the input elements before and after; None without data edits."""
+    sizes, the input elements and the weights' bytes before and after; None without data edits."""
     if not candidate.data:
         return None
-    before = data_edits.input_dims(extract(index, Candidate(candidate.nodes, candidate.primary, candidate.body)))
-    after = data_edits.input_dims(extract(index, candidate))
+    plain = extract(index, Candidate(candidate.nodes, candidate.primary, candidate.body))
+    edited = extract(index, candidate)
+    before, after = data_edits.input_dims(plain), data_edits.input_dims(edited)
     return {
         "sizes": data_edits.describe(candidate.data),
+        "weights": weight_edits.describe(sorted(candidate.data)),
         "inputs_before": before,
         "inputs_after": after,
         "elements_before": data_edits.elements(before),
         "elements_after": data_edits.elements(after),
+        "initializer_bytes_before": weight_edits.initializer_bytes(plain),
+        "initializer_bytes_after": weight_edits.initializer_bytes(edited),
     }

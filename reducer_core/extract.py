@@ -143,7 +143,8 @@ def extract(
     """
     if candidate.data:  # smaller input sizes on the model of the same nodes (``data_edits``)
         plain = Candidate(candidate.nodes, candidate.primary, candidate.body)
-        return data_edits.apply(extract(index, plain, frozen_values, ir_version_cap), candidate.data)
+        model = extract(index, plain, frozen_values, ir_version_cap)
+        return data_edits.apply(model, candidate.data, index.read_weight)
     if candidate.body:
         return _extract_edited(index, candidate, ir_version_cap)
     model, order, inner = _extract_light(index, candidate, frozen_values, ir_version_cap)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
 import onnx
 
 from reducer_core.errors import InvalidModelError
@@ -108,9 +109,14 @@ class GraphIndex:
     succs: tuple[frozenset[int], ...]
     fingerprint: str
     _output_set: frozenset[str] = field(repr=False)
+    read_weight: Callable[[onnx.TensorProto], np.ndarray] | None = field(default=None, repr=False, compare=False)
+    """Reads an initializer's values, external data included (``modelio.weight_reader``); None:
+    only inline initializers can be read (``reducer_core.weight_edits`` slices no other)."""
 
     @classmethod
-    def build(cls, model: onnx.ModelProto) -> GraphIndex:
+    def build(
+        cls, model: onnx.ModelProto, read_weight: Callable[[onnx.TensorProto], np.ndarray] | None = None
+    ) -> GraphIndex:
         """Index ``model``; its nodes must already be in topological order (see ``prepare``)."""
         graph = model.graph
         nodes = tuple(graph.node)
@@ -150,6 +156,7 @@ class GraphIndex:
             succs=tuple(frozenset(s) for s in succ_lists),
             fingerprint=graph_fingerprint(nodes, graph.initializer),
             _output_set=frozenset(o.name for o in graph.output),
+            read_weight=read_weight,
         )
 
     def __len__(self) -> int:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
 import onnx
 
 from reducer_core.errors import InvalidModelError, UnsafeExternalDataError
@@ -199,6 +200,23 @@ def load_model(
             sources.files[location] = resolve_location(base_dir.resolve(), location)
         check_external_bounds(tensor, sources.files[location])
     return model, sources
+
+
+def weight_reader(sources: WeightSources) -> Callable[[onnx.TensorProto], np.ndarray]:
+    """Reads an initializer's values, from its external-data file (``sources``) when it has one."""
+
+    def read(tensor: onnx.TensorProto) -> np.ndarray:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            return onnx.numpy_helper.to_array(tensor)
+        info = _external_info(tensor)
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
+        count = int(np.prod(tensor.dims)) if tensor.dims else 1
+        with open(sources.files[info.get("location", "")], "rb") as source:
+            source.seek(int(info.get("offset", "0")))
+            raw = source.read(count * dtype.itemsize)
+        return np.frombuffer(raw, dtype).reshape(tuple(tensor.dims))
+
+    return read
 
 
 def _set_external(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:

@@ -27,7 +27,7 @@ from reducer_core.body_reduction import BodySearch
 from reducer_core.cache import REPLAY_VERSION, VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.data_reduction import PHASE as DATA_PHASE
-from reducer_core.data_reduction import DataSearch
+from reducer_core.data_reduction import DataSearch, WeightSearch, used_candidate
 from reducer_core.errors import CheckInfraError, GoalUnreachableError, OriginalDidNotFailError, ReplayMismatchError
 from reducer_core.flakiness import CONFIRM_LIMIT, PROBE_BUDGET, Evidence, FlakinessTracker, Status
 from reducer_core.graph import GraphIndex
@@ -224,7 +224,9 @@ class ReductionMachine:
         self._verified: Strategy | None = None  # the search again, once the check proved flaky
         self._probed_good: Candidate | None = None
         self._bodies: BodySearch | None = None  # the second level: inside Loop/If bodies
-        self._data: DataSearch | None = None  # the last step: smaller input sizes
+        self._data: DataSearch | None = None  # the last steps: smaller input sizes, then weights
+        self._weights: DataSearch | None = None
+        self._used: Candidate | None = None  # the weights sliced to the part read, when it still failed
         self._flow: _Flow = self._run()
         self._step: _Step | None = None
         self._started = False
@@ -277,6 +279,10 @@ class ReductionMachine:
 
     @property
     def best_bad(self) -> Candidate:
+        if self._used is not None:
+            return self._used
+        if self._weights is not None:
+            return self._weights.best_bad
         if self._data is not None:
             return self._data.best_bad
         if self._found is not None:
@@ -484,14 +490,22 @@ class ReductionMachine:
 
     def _reduce_data(self) -> _Flow:
         """The last step (``reducer_core.data_reduction``): the answer's input sizes, shrunk while
-        the failure reproduces. Not for a flaky check (one pass would settle a size)."""
+        the failure reproduces, then its weights' sizes, then its weights sliced to the part its
+        nodes read. Not for a flaky check (one pass would settle a size)."""
         if self.flakiness.flaky or not self.config.reduce_data:
             return
-        search = DataSearch.start(self.index, self.best_bad)
-        if search is None:
-            return
-        self._data = search
-        while (candidate := search.propose()) is not None:
+        self._data = DataSearch.start(self.index, self.best_bad)
+        yield from self._search_data(self._data)
+        self._weights = WeightSearch.start(self.index, self.best_bad)
+        yield from self._search_data(self._weights)
+        used = used_candidate(self.index, self.best_bad)
+        if used is not None:
+            verdict = yield _CheckStep(used, DATA_PHASE)
+            assert isinstance(verdict, Verdict)
+            self._used = used if self._reproduces(verdict) else None
+
+    def _search_data(self, search: DataSearch | None) -> _Flow:
+        while search is not None and (candidate := search.propose()) is not None:
             verdict = yield _CheckStep(candidate, DATA_PHASE)
             assert isinstance(verdict, Verdict)
             search.observe(candidate, self._reproduces(verdict))

@@ -100,11 +100,16 @@ def plan_finals(
         prepared.work_dir,
         job.model_filename,
         ctx.worker,
+        # the final models' bytes: judged ones agreed, the others are checked before the job can
+        # succeed (a disagreement fails it, and its bundle is not kept): not checked again
+        {model.blob.sha256: True for model in models},
     )
     located = result.localization is not None and result.localization.path == "layerwise"
     original_row = next(iter(iterations.list(job.id, 0, 1)), None)
     labels = [prepared.workspace.index.label(n) for n in sorted(result.min_bad.nodes)][:50]
     payload: AnswerPayload = {"min_bad_nodes": labels}
+    if bundle is not None:  # the bundle's own checks: reported apart from checks_run (the iterations')
+        payload["bundle_checks"] = bundle[1]["checks_run"]
     if result.localization is not None:
         payload["localization"] = result.localization.to_json()
     return Finals(
@@ -135,10 +140,11 @@ def succeed_verified(session: Session, job: Job, finals: Finals) -> int:
         if model.kind is ArtifactKind.MIN_BAD:
             meta["suspect"] = finals.suspect.to_json() if finals.suspect is not None else None
         artifacts.put(job.id, model.kind, model.kind.value, model.blob, meta)
-    for kind, (blob, extra_meta) in finals.extra.items():
-        artifacts.put(job.id, kind, kind.value, blob, extra_meta)
     job.nodes_after = job.best_size = finals.nodes_after
     disagreeing = [m for m in finals.models if m.meta.get("verified", {}).get("status") == DISAGREES]
+    if not disagreeing:  # the bundle took the final models' verdicts: kept only when they agreed
+        for kind, (blob, extra_meta) in finals.extra.items():
+            artifacts.put(job.id, kind, kind.value, blob, extra_meta)
     if disagreeing:
         model = disagreeing[0]
         message = disagreement(_WHICH[model.kind], f"the {model.kind.value} artifact", _verified_of(model))

@@ -54,13 +54,19 @@ class ArtifactRepository:
 
     def verification(self, job_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """A finished reduce job's ``verified`` (per final model, from its artifact's meta; None
-        without final models) and ``suspect`` (the min-bad artifact's; ``worker.final_checks``)."""
+        without final models; with ``bundle``: the checks the bug-report bundle's self-check ran
+        and the models it took the final verification's verdict of, ``engine.bundle``) and
+        ``suspect`` (the min-bad artifact's; ``worker.final_checks``)."""
         kinds = (ArtifactKind.MIN_BAD.value, ArtifactKind.MIN_GOOD.value)
-        query = select(Artifact.kind, Artifact.meta).where(Artifact.job_id == job_id, Artifact.kind.in_(kinds))
+        wanted = (*kinds, ArtifactKind.BUNDLE.value)
+        query = select(Artifact.kind, Artifact.meta).where(Artifact.job_id == job_id, Artifact.kind.in_(wanted))
         metas = {kind: meta for kind, meta in self.session.execute(query).all()}
-        if not metas or not any("verified" in meta for meta in metas.values()):
+        if not any("verified" in metas.get(kind, {}) for kind in kinds):
             return None, None
         verified = {kind.replace("-", "_"): metas.get(kind, {}).get("verified") for kind in kinds}
+        bundle = metas.get(ArtifactKind.BUNDLE.value, {})
+        if "checks_run" in bundle:
+            verified["bundle"] = {"checks": bundle["checks_run"], "reused": bundle.get("reused", [])}
         return verified, metas.get(ArtifactKind.MIN_BAD.value, {}).get("suspect")
 
     def references(self, storage_key: str) -> int:

@@ -134,26 +134,3 @@ def lossy_overflow_model(width: int = 16) -> onnx.ModelProto:
     ]
     inits = [_const("k20", 20.0), _const("k2000", 2000.0), _const("k8000", 8000.0), _const("k1e-4", 1e-4)]
     return _model(nodes, inits, width)
-
-
-def input_overflow_chain(length: int = 30, fault_at: int = 15, width: int = 8) -> onnx.ModelProto:
-    """A chain of ``length`` benign nodes (Relu, Add 0.01) whose node ``fault_at`` multiplies by
-    1000 and the next node by 1/1000: in fp16 that Mul overflows (> 65504) only for inputs above
-    about 65, so a sample of large inputs fails a compare fp32-vs-fp16 spec and a sample in [0, 1]
-    passes. The Mul is named ``n<fault_at>_overflow``."""
-    nodes: list[onnx.NodeProto] = []
-    inits = [_const("k1000", 1000.0), _const("k1e-3", 1e-3), _const("tiny", 0.01)]
-    current = "x"
-    for i in range(length - 1):
-        out = f"t{i}"
-        if i == fault_at:
-            nodes.append(helper.make_node("Mul", [current, "k1000"], [out], name=f"n{i}_overflow"))
-        elif i == fault_at + 1:
-            nodes.append(helper.make_node("Mul", [current, "k1e-3"], [out], name=f"n{i}_restore"))
-        elif i % 2:
-            nodes.append(helper.make_node("Relu", [current], [out], name=f"n{i}_relu"))
-        else:
-            nodes.append(helper.make_node("Add", [current, "tiny"], [out], name=f"n{i}_add"))
-        current = out
-    nodes.append(helper.make_node("Identity", [current], ["y"], name="out"))
-    return _model(nodes, inits, width)

@@ -10,13 +10,13 @@ import numpy as np
 import onnx
 import pytest
 
+from bench.samples_bench import input_overflow_chain
 from checks.build import build_check
 from checks.kinds import layerwise
 from checks.spec import parse_check_spec
 from checks.user_inputs import complete_samples, golden_from_samples, load_user_samples
 from reducer_core.samples import parse_samples_note
 from reducer_core.verdict import VerdictKind
-from tests.checks.models import input_overflow_chain
 
 SPEC = """\
 kind: compare

@@ -275,7 +275,8 @@ def test_bundle_carries_only_the_weights_min_bad_reads(in_tmp: Path, repro_pytho
     model.ir_version = IR_VERSION
     onnx.save(model, "model.onnx", save_as_external_data=True, location="model.weights", size_threshold=1024)
     Path("spec.yaml").write_text("kind: op-present\nnames: [culprit]\n")
-    folder = _reduce_with_bundle("model.onnx", "--check-spec", "spec.yaml")
+    # the weights as they are (an op-present check fails at any size: the weight step would shrink w2)
+    folder = _reduce_with_bundle("model.onnx", "--check-spec", "spec.yaml", "--no-reduce-data")
     data = folder / "min_bad.onnx.data"
     assert data.stat().st_size == 2048 * 1024 * 4  # w2 only
     loaded = onnx.load(str(folder / "min_bad.onnx"))
@@ -294,3 +295,51 @@ def test_bundle_needs_a_check_repro_can_run(in_tmp: Path, capsys: pytest.Capture
     assert code != 0
     assert "--bundle needs a check repro.py can run" in capsys.readouterr().err
     assert not Path("bug.zip").exists()
+
+
+def _command_counting_runs() -> list[str]:
+    """A --check COMMAND that fails on a Sigmoid and logs each run to runs.log (an absolute path)."""
+    Path("has_sigmoid.py").write_text(
+        "import sys, onnx\n"
+        "ops = {n.op_type for n in onnx.load(sys.argv[1], load_external_data=False).graph.node}\n"
+        "open(sys.argv[2], 'a').write('run\\n')\n"
+        "print('BUG: sigmoid found' if 'Sigmoid' in ops else 'fine')\n"
+    )
+    return [sys.executable, "has_sigmoid.py", "polygraphy_debug.onnx", str(Path("runs.log").resolve())]
+
+
+def _runs() -> int:
+    return len(Path("runs.log").read_text().splitlines())
+
+
+def test_the_bundle_takes_the_final_verification_of_the_same_bytes(in_tmp: Path) -> None:
+    """min-bad and min-good handed over verified (-o, --min-good): the bundle ships those bytes and
+    runs no check of its own; every run of the check is the reduction's (its iterations and its
+    final verification), and the README says the bundle ran none."""
+    save_branchy("model.onnx")
+    command = _command_counting_runs()
+    options = ["-o", "bad.onnx", "--min-good", "good.onnx", "--summary-json", "s.json", "--fail-regex", "BUG: .* found"]
+    folder = _reduce_with_bundle("model.onnx", *options, "--check", *command)
+    summary = json.loads(Path("s.json").read_text())
+    final = sum(int(v["checks"]) for v in summary["verified"].values() if v)
+    assert _runs() == summary["checks_run"] + final  # nothing more ran for the bundle
+    assert (folder / "min_bad.onnx").read_bytes() == Path("bad.onnx").read_bytes()
+    readme = (folder / "README.md").read_text()
+    assert "Checks the bundle ran itself (repro.py, beyond the reduction's): 0" in readme
+    assert "not run again: min_bad.onnx, min_good.onnx" in readme
+    assert "the failure reproduces (exit 1)" in readme and "On min_good.onnx: it did NOT reproduce (exit 0)" in readme
+
+
+def test_a_bundle_without_a_verified_min_good_checks_it_and_says_so(in_tmp: Path) -> None:
+    """No --min-good: min-good was never handed over, so the bundle runs repro.py on it once,
+    and counts that run."""
+    save_branchy("model.onnx")
+    command = _command_counting_runs()
+    options = ["-o", "bad.onnx", "--summary-json", "s.json", "--fail-regex", "BUG: .* found"]
+    folder = _reduce_with_bundle("model.onnx", *options, "--check", *command)
+    summary = json.loads(Path("s.json").read_text())
+    final = sum(int(v["checks"]) for v in summary["verified"].values() if v)
+    assert _runs() == summary["checks_run"] + final + 1  # repro.py on min_good.onnx ran the command
+    readme = (folder / "README.md").read_text()
+    assert "Checks the bundle ran itself (repro.py, beyond the reduction's): 1" in readme
+    assert "not run again: min_bad.onnx" in readme

@@ -14,7 +14,7 @@ import pytest
 
 from reducer_core.data_edits import input_dims
 from tests.cli.helpers import ITER, reduce
-from tests.core.test_data_reduction import HIDDEN, SEQ, seq_model
+from tests.core.test_data_reduction import HIDDEN, ROWS, SEQ, position_model, seq_model
 
 CHECK = """
 import sys
@@ -110,3 +110,48 @@ def test_a_replay_without_the_data_phase_resumes_into_it_and_then_runs_nothing(i
     _reduce(17, "--load-debug-replay", "two.json")
     assert len(_sizes()) == before  # every check answered from the replay
     assert _seq_of_result() == 17
+
+
+LARGE_CHECK = """
+import sys
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+path, limit = sys.argv[1], float(sys.argv[2])
+onnx.checker.check_model(onnx.load(path), full_check=True)
+session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+feeds = {i.name: np.ones([d if isinstance(d, int) else 1 for d in i.shape], np.float32) for i in session.get_inputs()}
+if max(float(np.max(o)) for o in session.run(None, feeds)) >= limit:
+    print("large value")
+"""
+
+
+def _reduce_positions(*options: str) -> dict[str, object]:
+    onnx.save(position_model(), "positions.onnx")
+    Path("check.py").write_text(LARGE_CHECK)
+    check = [sys.executable, str(Path("check.py").resolve()), ITER, "100"]
+    argv = ["-o", "r.onnx", "--fail-regex", "large value", "--summary-json", "s.json", *options]
+    assert reduce("positions.onnx", *argv, check=check) == 0
+    summary: dict[str, object] = json.loads(Path("s.json").read_text())
+    return summary
+
+
+def test_the_weights_of_the_answer_are_sliced_to_what_still_fails(in_tmp: Path) -> None:
+    """The Gather of a position table fails from position 10 on: the answer reads 11 positions of
+    one column, and the table holds those rows only."""
+    summary = _reduce_positions()
+    model = onnx.load("r.onnx")
+    assert [n.op_type for n in model.graph.node] == ["Gather"]
+    assert {t.name: list(t.dims) for t in model.graph.initializer} == {"table": [11, 1], "table.indices": [1, 11]}
+    shrunk = summary["smaller_inputs"]
+    assert isinstance(shrunk, dict)
+    assert shrunk["initializer_bytes_before"] == ROWS * HIDDEN * 4 + SEQ * 8
+    assert shrunk["initializer_bytes_after"] == 11 * 4 + 11 * 8
+    assert shrunk["weights"] == f"{SEQ} -> 11, {HIDDEN} -> 1; read part of table"
+    with_data = summary["checks_run"]
+    plain = _reduce_positions("--no-reduce-data")
+    assert plain["smaller_inputs"] is None
+    assert [list(t.dims) for t in onnx.load("r.onnx").graph.initializer] == [[ROWS, HIDDEN], [1, SEQ]]
+    assert isinstance(with_data, int) and isinstance(plain["checks_run"], int)
+    assert with_data > plain["checks_run"]

@@ -16,9 +16,9 @@ import onnx
 import pytest
 from polygraphy.json import save_json
 
+from bench.samples_bench import input_overflow_chain
 from checks.golden import GoldenStore
 from tests.checks.conftest import cli
-from tests.checks.models import input_overflow_chain
 
 SPEC = """\
 kind: compare

@@ -235,7 +235,14 @@ def test_a_model_with_external_data_is_checked_with_its_data_beside_it(in_tmp: P
     onnx.save(weighted_model(), "model.onnx")
     check = logging_check(fails_when_present(node("Q")))
     code = reduce(
-        "model.onnx", "-o", "out/bad.onnx", "--save-external-data", "--summary-json", "summary.json", check=check
+        "model.onnx",
+        "-o",
+        "out/bad.onnx",
+        "--save-external-data",
+        "--summary-json",
+        "summary.json",
+        "--no-reduce-data",  # the weights as they are (shrunk, they would be inline: no data file)
+        check=check,
     )
     assert code == EXIT_OK
     verified = summary()["verified"]
@@ -255,6 +262,7 @@ def test_a_data_file_never_replaces_another_file_beside_the_artifact(
     Path("work/weights.bin").write_bytes(b"the user's own file")
     script = logging_check(fails_when_present(node("Q")))[0]
     options = ["-o", "out/bad.onnx", "--iter-artifact", ITER_IN_WORK, "--save-external-data", "weights.bin"]
+    options.append("--no-reduce-data")  # the weights as they are (shrunk, they would be inline: no data file)
     code = reduce("model.onnx", *options, check=[script, ITER_IN_WORK])
     assert code == EXIT_UNVERIFIED
     assert Path("work/weights.bin").read_bytes() == b"the user's own file"

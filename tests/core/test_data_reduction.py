@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -13,10 +14,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from reducer_core import data_edits
+from reducer_core import data_edits, modelio, weight_edits
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
-from reducer_core.data_reduction import DataSearch
+from reducer_core.data_reduction import DataSearch, WeightSearch, input_sizes, used_candidate
 from reducer_core.errors import ReplayMismatchError
 from reducer_core.extract import SerializedPieces, extract, extract_bytes
 from reducer_core.graph import GraphIndex
@@ -187,3 +188,193 @@ def test_reduce_data_off_by_default_and_old_states_resume_with_it_on() -> None:
     assert on_state["config"]["reduce_data"] is True
     with pytest.raises(ReplayMismatchError):
         ReductionMachine.from_state(index, SessionConfig(), VerdictCache(index.fingerprint, "c"), on_state)
+
+
+# -- the weights the min-bad model reads (``reducer_core.weight_edits``) -------------------------------
+
+ROWS = 4 * SEQ  # the position table's rows: the model reads the first SEQ of them
+
+
+def position_model() -> onnx.ModelProto:
+    """x [1, SEQ, 8] + Gather(table [4*SEQ, 8] whose row r holds 10*r, constant positions
+    0..SEQ-1) -> Relu -> out: the positions' values grow with the sequence."""
+    table = np.repeat(np.arange(ROWS, dtype=np.float32)[:, None] * 10, HIDDEN, axis=1)
+    positions = np.arange(SEQ, dtype=np.int64)[None, :]
+    nodes = [
+        helper.make_node("Gather", ["table", "positions"], ["pos"], name="gather", axis=0),
+        helper.make_node("Add", ["x", "pos"], ["h"], name="add"),
+        helper.make_node("Relu", ["h"], ["out"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "positions",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, SEQ, HIDDEN])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, SEQ, HIDDEN])],
+        initializer=[numpy_helper.from_array(table, "table"), numpy_helper.from_array(positions, "positions")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    return model
+
+
+class LargeValueOracle:
+    """Fails when some output of the candidate's model (run by onnxruntime) or of the Gather in it
+    reaches ``limit``; proves every candidate valid (the full checker and a run)."""
+
+    def __init__(self, index: GraphIndex, limit: float) -> None:
+        self.index, self.limit = index, limit
+        self.models: list[onnx.ModelProto] = []
+
+    def __call__(self, candidate: Candidate) -> Verdict:
+        model = extract(self.index, candidate)
+        onnx.checker.check_model(model, full_check=True)
+        self.models.append(model)
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        outputs = session.run(None, random_feeds(model))
+        return FAIL if max(float(np.max(o)) for o in outputs) >= self.limit else PASS
+
+
+def _initializer_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
+    return {t.name: list(t.dims) for t in model.graph.initializer}
+
+
+@pytest.mark.parametrize("limit", [100.0, 300.0])
+def test_the_weights_shrink_to_the_rows_and_sizes_that_still_fail(limit: float) -> None:
+    """The Gather alone fails (its rows reach ``limit`` from position limit/10 on): the positions
+    shrink to the fewest that reach it, the hidden size to 1, and the table to the rows read."""
+    index = index_of(position_model())
+    machine = session(index)
+    oracle = LargeValueOracle(index, limit)
+    run(machine, oracle)
+    best = machine.result.min_bad
+    assert {index.nodes[n].name for n in best.nodes} == {"gather"}
+    needed = int(limit // 10) + 1  # positions 0..needed-1: the last one is 10*(needed-1) >= limit
+    model = extract(index, best)
+    assert _initializer_shapes(model) == {"table": [needed, 1], "table.indices": [1, needed]}  # shifted by 0
+    sizes = input_sizes(index, best)
+    assert sizes is not None
+    assert sizes["initializer_bytes_before"] == ROWS * HIDDEN * 4 + SEQ * 8
+    assert sizes["initializer_bytes_after"] == needed * 4 + needed * 8
+    data_checks = sum(1 for r in machine.records if r.phase == "data")
+    assert data_checks <= 2 * (math.log2(SEQ) + math.log2(HIDDEN)) + 1  # two searches and the slicing
+    # what the model computes is what the first rows of the full table gave
+    run_model = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (values,) = run_model.run(None, {})
+    assert values[0, :, 0].tolist() == [10.0 * r for r in range(needed)]
+
+
+def test_slicing_the_rows_read_computes_the_same_values() -> None:
+    """Slice and Gather readers with constant arguments (negative ones included): the table
+    shrinks to the rows they read and every output is unchanged."""
+    rng = np.random.default_rng(1)
+    table = rng.standard_normal((50, 6)).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(table, "table"),
+        numpy_helper.from_array(np.array([10, 1], np.int64), "starts"),
+        numpy_helper.from_array(np.array([-30, 5], np.int64), "ends"),
+        numpy_helper.from_array(np.array([0, 1], np.int64), "axes"),
+        numpy_helper.from_array(np.array([[12, -35]], np.int64), "rows"),
+    ]
+    nodes = [
+        helper.make_node("Slice", ["table", "starts", "ends", "axes"], ["sliced"], name="slice"),
+        helper.make_node("Gather", ["table", "rows"], ["gathered"], name="gather"),
+        helper.make_node("Relu", ["sliced"], ["a"], name="relu"),
+        helper.make_node("Abs", ["gathered"], ["b"], name="abs"),
+    ]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("a", "b")]
+    graph = helper.make_graph(nodes, "reads", [], outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    index = index_of(model)
+    whole = Candidate(index.all_nodes())
+    candidate = used_candidate(index, whole)
+    assert candidate is not None and candidate.data == {weight_edits.used_edit("table")}
+    edited = extract(index, candidate)
+    onnx.checker.check_model(edited, full_check=True)
+    assert _initializer_shapes(edited)["table"] == [10, 6]  # rows 10..19 (the gather's 12 and 15 inside), all columns
+    before = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
+    after = ort.InferenceSession(edited.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
+    for old, new in zip(before, after, strict=True):
+        np.testing.assert_array_equal(old, new)
+    assert weight_edits.initializer_bytes(edited) < weight_edits.initializer_bytes(model)
+
+
+def test_a_weight_read_whole_or_by_unknown_indices_is_not_sliced() -> None:
+    model = position_model()
+    model.graph.node[0].input[1] = "ids"  # the positions become a graph input: any row may be read
+    model.graph.input.append(helper.make_tensor_value_info("ids", TensorProto.INT64, [1, SEQ]))
+    index = index_of(model)
+    assert used_candidate(index, Candidate(index.all_nodes())) is None
+    with pytest.raises(data_edits.DataEditError):
+        extract(index, Candidate(index.all_nodes(), None, frozenset(), frozenset({weight_edits.used_edit("table")})))
+
+
+def test_a_hidden_size_shrinks_with_its_weight_and_inputs_together() -> None:
+    """tokens [1, 64, 8] @ w [8, 8] + b [8]: the input sizes alone cannot shrink the hidden size
+    (the weight's contraction dimension); the weight search shrinks it in the weight, the bias and
+    the inputs at once, and every such candidate passes the full checker."""
+    index = index_of(seq_model())
+    whole = Candidate(frozenset({0, 1}))  # MatMul and Add
+    search = WeightSearch.start(index, whole)
+    assert search is not None
+    candidate = search.propose()
+    assert candidate is not None and candidate.data == {weight_edits.dim_edit(HIDDEN, HIDDEN // 2)}
+    model = extract(index, candidate)
+    onnx.checker.check_model(model, full_check=True)
+    assert _initializer_shapes(model) == {"w": [4, 4], "b": [4]}
+    assert data_edits.input_dims(model) == {"tokens": [1, SEQ, 4]}
+
+
+def test_a_session_resumed_in_the_weight_phase_ends_like_one_run() -> None:
+    index = index_of(position_model())
+    whole = session(index)
+    run(whole, LargeValueOracle(index, 100.0))
+    phases = [r.phase for r in whole.records]
+    for stop in range(phases.index("data"), whole.checks_run):
+        first = session(index)
+        run(first, LargeValueOracle(index, 100.0), limit=stop)
+        saved = json.loads(json.dumps(first.state()))
+        second = ReductionMachine.from_state(
+            index, SessionConfig(reduce_data=True), VerdictCache(index.fingerprint, "c"), saved
+        )
+        oracle = LargeValueOracle(index, 100.0)
+        run(second, oracle)
+        assert second.result.min_bad == whole.result.min_bad
+        assert len(oracle.models) == whole.checks_run - stop  # no finished check runs again
+
+
+def test_no_weight_edits_without_reduce_data() -> None:
+    index = index_of(position_model())
+    machine = session(index, reduce_data=False)
+    run(machine, LargeValueOracle(index, 100.0))
+    assert not machine.result.min_bad.data
+    assert _initializer_shapes(extract(index, machine.result.min_bad))["table"] == [ROWS, HIDDEN]
+
+
+def test_external_weights_are_read_sliced_and_the_others_left_in_their_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every weight in a file beside the model (as the workspace keeps them): the table's columns
+    are read from the file and shrink; the projection ``w2`` (no dimension of the group) stays a
+    reference into the file, and the candidate still passes the full checker though the file is
+    not in this process's working directory."""
+    model = position_model()
+    model.graph.node[2].op_type, model.graph.node[2].name = "MatMul", "project"
+    model.graph.node[2].input.append("w2")
+    model.graph.initializer.append(numpy_helper.from_array(np.ones((HIDDEN, 5), np.float32), "w2"))
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, SEQ, 5]))
+    onnx.save(model, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.bin", size_threshold=0)
+    monkeypatch.chdir(tmp_path.parent)  # the checker would look for m.bin here
+    loaded, sources = modelio.load_model(tmp_path / "m.onnx")
+    index = GraphIndex.build(loaded, modelio.weight_reader(sources))
+    candidate = Candidate(index.all_nodes(), None, frozenset(), frozenset({weight_edits.dim_edit(SEQ, 4)}))
+    edited = extract(index, candidate)
+    shapes = {t.name: (list(t.dims), t.data_location) for t in edited.graph.initializer}
+    assert shapes["positions"] == ([1, 4], TensorProto.DEFAULT)  # read from m.bin, sliced, inline
+    assert shapes["w2"] == ([HIDDEN, 5], TensorProto.EXTERNAL)  # untouched: still in m.bin
+    assert data_edits.input_dims(edited) == {"x": [1, 4, HIDDEN]}
+    sliced = used_candidate(index, candidate)
+    assert sliced is not None
+    table = next(t for t in extract(index, sliced).graph.initializer if t.name == "table")
+    np.testing.assert_array_equal(numpy_helper.to_array(table)[:, 0], [0.0, 10.0, 20.0, 30.0])

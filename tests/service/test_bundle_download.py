@@ -54,6 +54,7 @@ def test_download_bundle_of_a_finished_job(cli: Cli, processes: Processes, token
     assert (folder / "min_bad.onnx").read_bytes() == (cli.folder / "out" / "min-bad.onnx").read_bytes()
     readme = (folder / "README.md").read_text()
     assert "`model.onnx`" in readme and "the failure reproduces (exit 1)" in readme
+    assert "Checks the bundle ran itself (repro.py, beyond the reduction's): 1" in readme
     assert json.loads((folder / "environment.json").read_text())["host"]
     bad, good = _repro(folder), _repro(folder, "min_good.onnx")
     assert (bad.returncode, good.returncode) == (1, 0), bad.stdout + good.stdout
@@ -61,6 +62,9 @@ def test_download_bundle_of_a_finished_job(cli: Cli, processes: Processes, token
     with client_for(cli.server, tokens["team-a"]) as client:
         job = client.get(f"/v1/jobs/{job_id}").json()
         assert job["links"]["bundle"] == f"/v1/jobs/{job_id}/bundle"
+        # the final models' exact bytes were verified: min-good is not checked again; min-bad runs
+        # once, for the outputs the bundle ships (expected.npz / observed.npz), and that run is counted
+        assert job["verified"]["bundle"] == {"checks": 1, "reused": ["min_good.onnx"]}
         own = client.get(job["links"]["bundle"])
         assert own.status_code == 200 and own.headers["content-type"] == "application/zip"
     with client_for(cli.server, tokens["team-b"]) as other:

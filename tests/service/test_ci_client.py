@@ -128,6 +128,37 @@ def test_submit_wait_reduces_the_reference_example(cli: Cli, processes: Processe
     assert (cli.folder / "again" / "min-bad.onnx").read_bytes() == (cli.folder / "out" / "min-bad.onnx").read_bytes()
 
 
+def _input_shapes(path: Path) -> list[list[int]]:
+    model = onnx.load(str(path))
+    return [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input]
+
+
+def test_no_reduce_data_keeps_the_answers_input_sizes(cli: Cli, processes: Processes) -> None:
+    """``submit --no-reduce-data`` sends ``reduce_data=false``: the job stores it and its min-bad
+    model keeps the input sizes that a default job shrinks."""
+    processes.worker()
+    cli.write("model.onnx", build_example_model().SerializeToString())
+    cli.write("spec.yaml", OP_PRESENT_MUL)
+    plain = cli.run("submit", "model.onnx", "--check-spec", "spec.yaml", "--wait", "-o", "plain", "--json")
+    kept = cli.run(
+        "submit", "model.onnx", "--check-spec", "spec.yaml", "--no-reduce-data", "--wait", "-o", "kept", "--json"
+    )
+    assert plain.code == 0 and kept.code == 0, (plain.err, kept.err)
+    with client_for(cli.server, cli.token) as client:
+        options = {
+            s.json()["job_id"]: client.get(f"/v1/jobs/{s.json()['job_id']}").json()["options"] for s in (plain, kept)
+        }
+    assert options[plain.json()["job_id"]]["reduce_data"] is True
+    assert options[kept.json()["job_id"]]["reduce_data"] is False
+    assert _ops(cli.folder / "kept" / "min-bad.onnx") == _ops(cli.folder / "plain" / "min-bad.onnx") == ["Mul"]
+    full, shrunk = (
+        _input_shapes(cli.folder / "kept" / "min-bad.onnx"),
+        _input_shapes(cli.folder / "plain" / "min-bad.onnx"),
+    )
+    assert np.prod(full[0]) > np.prod(shrunk[0])  # the default shrank what --no-reduce-data kept
+    assert kept.json()["checks_run"] < plain.json()["checks_run"]
+
+
 def model_with_weights_next_to_it(folder: Path) -> Path:
     """x -> Add(w1) -> Mul(w2) -> Relu -> y, its weights in weights.bin beside model.onnx."""
     shape = [16, 16]

@@ -26,7 +26,7 @@ from polygraphy.json import save_json
 
 from api.app import create_app
 from api.settings import ApiSettings
-from tests.checks.models import input_overflow_chain
+from bench.samples_bench import input_overflow_chain
 from tests.service.conftest import Processes, client_for
 from tests.service.helpers import wait_job
 from tests.service.test_bad_input import _stored

@@ -29,8 +29,8 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
 from api.graph_view import describe_graph
+from bench.samples_bench import input_overflow_chain
 from examples.build_example_model import build_example_model
-from tests.checks.models import input_overflow_chain
 from tests.precision_models import COMPARE_FP16, one_node_overflows
 from tests.service.conftest import client_for
 from tests.service.helpers import chain_model, wait_job
@@ -186,6 +186,30 @@ def test_drop_the_example_watch_it_and_compare_the_graphs(service: Service, brow
     expected_state = plain(EN["jobs.state.none_status"], status=EN["status.failed"])
     browser.wait(lambda d: browser.text("jobs-state") == expected_state, "the status filter")
     Select(browser.find("status-filter")).select_by_value("")
+    assert severe(browser) == []
+
+
+def test_the_smaller_inputs_checkbox_sends_reduce_data(service: Service, browser: Browser) -> None:
+    """Unticking "Shrink the answer's inputs and weights" sends ``reduce_data=false``: the job stores
+    it and its min-bad graph keeps the example's 2 x 2 inputs (the default job shrinks them)."""
+    browser.open(service.url + "/#/new")
+    browser.sign_in(service.token)
+    box = browser.find("reduce_data")
+    assert box.get_property("checked") and browser.text("reduce_data-help") == plain(EN["new.reduce_data.help"])
+    browser.driver.find_element(By.CSS_SELECTOR, 'label[for="reduce_data"]').click()
+    assert not box.get_property("checked")
+    browser.drop_file("drop-zone", "model.onnx", EXAMPLE)
+    browser.find("submit-job").click()
+    job_id = _job_id(browser)
+    browser.js("document.getElementById('reduce_data').checked = true")  # later tests: the default again
+    _wait_status(browser, "succeeded")
+    with client_for(service.url, service.token) as client:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+    assert job["options"]["reduce_data"] is False
+    bad = "#graph-min-bad g.gnode.node"
+    browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, bad), "the min-bad graph")
+    labels = browser.js("return [...document.querySelectorAll('#graph-min-bad text')].map(t => t.textContent)")
+    assert "float32[1,1,2,2]" in labels and "float32[1,1,1,1]" not in labels
     assert severe(browser) == []
 
 

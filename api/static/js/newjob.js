@@ -8,7 +8,7 @@ import { initCheckForm, specFieldOf, specFromForm, syncCheckForm } from "./spec.
 import { $, clearError, formatBytes, session, setState, showError, signInHint } from "./ui.js";
 
 const form = { file: null, busy: false };
-const OPTION_FIELDS = ["reduce_inputs", "reduce_outputs", "pin_signature", "confirm_flaky"];
+const OPTION_FIELDS = ["reduce_inputs", "reduce_outputs", "pin_signature", "confirm_flaky", "reduce_data"];
 
 const specSource = () => ($("spec-source-yaml").checked ? "yaml" : "form");
 
