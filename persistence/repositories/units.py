@@ -249,12 +249,13 @@ class UnitRepository:
             .order_by(Job.created_at, Job.id)
             .limit(limit)
         ).all()
-        waiting = exists().where(CheckUnit.job_id == Job.id, CheckUnit.status == QUEUED)
+        # a queued check waits for a worker; an asked one for a person (an interactive job): held
+        waiting = exists().where(CheckUnit.job_id == Job.id, CheckUnit.status.in_([QUEUED, ASKED]))
         unheld = self.session.execute(
             select(Job.id, Team.name, Job.created_at, Job.check_spec)
             .join(Team, Team.id == Job.team_id)
             .where(
-                Job.status == JobStatus.RUNNING.value,
+                Job.status == JobStatus.RUNNING,
                 or_(Job.lease_expires_at.is_(None), Job.lease_expires_at < utcnow()),
                 ~waiting,
                 Job.queue.in_(list(queues)),
