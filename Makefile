@@ -70,9 +70,10 @@ browser:
 
 # pytest-xdist: 4 workers (tests mostly wait on subprocesses, so more than the 2 cores pay off);
 # each worker has its own Redis database (TEST_REDIS_URL's number plus the worker's index) and
-# tests sharing a module fixture run together (--dist loadgroup). `make pytest PYTEST_XDIST=` runs
+# a file's tests run on one worker in order, sharing its module fixtures (--dist loadfile;
+# pytest-xdist's loadgroup does not group under pytest 9.2). `make pytest PYTEST_XDIST=` runs
 # serially; PYTEST_ARGS adds pytest arguments (paths, -k, -x).
-PYTEST_XDIST ?= -n 4 --dist loadgroup
+PYTEST_XDIST ?= -n 4 --dist loadfile
 pytest: $(STAMP) services browser
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 

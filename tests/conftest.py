@@ -19,20 +19,13 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+COST = ("tests/service/", "tests/cli/", "tests/checks/")  # the slowest folders first
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """For pytest-xdist (`make test` runs ``-n ... --dist loadgroup``): a module whose tests share
-    a module-scoped fixture (a browser, a service, a built venv) is one group that runs on one
-    worker in file order, so the fixture is set up once; under xdist those groups, the longest
-    units, are handed out first."""
-    shared: set[str] = set()
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is not None and any(
-            d.scope in ("module", "package", "class") for defs in info.name2fixturedefs.values() for d in defs
-        ):
-            shared.add(item.module.__name__ if isinstance(item, pytest.Function) else item.nodeid)
-    for item in items:
-        if isinstance(item, pytest.Function) and item.module.__name__ in shared:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    """Under pytest-xdist (`make test` runs ``-n 4 --dist loadfile``: a file's tests run on one worker
+    in file order, sharing its module fixtures) the slowest folders' files are handed out first, so
+    no long file starts last."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=lambda item: not (isinstance(item, pytest.Function) and item.module.__name__ in shared))
+        rank = {prefix: n for n, prefix in enumerate(COST)}
+        items.sort(key=lambda item: next((rank[p] for p in COST if item.nodeid.startswith(p)), len(COST)))
