@@ -28,7 +28,7 @@ from tests.service.commands import WORKER_COMMAND, api_command
 from tests.service.helpers import Proc, free_port, start, wait_http
 
 ADMIN_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+BASE_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/8")
 METRICS_TOKEN = "test-metrics-scrape-token"  # the apis started here show per-team metrics to it
 BIN = str(Path(sys.executable).parent)
 
@@ -52,11 +52,26 @@ def db_url(pg_url: str) -> str:
     return pg_url
 
 
+def worker_redis_url(base: str, worker: str) -> str:
+    """The Redis database of one pytest-xdist worker: TEST_REDIS_URL's database number plus the
+    worker's index (gw0, gw1, ...), so parallel workers never flush each other's queues."""
+    index = int(worker[2:]) if worker.startswith("gw") else 0
+    head, _, number = base.rpartition("/")
+    database = int(number or 0) + index
+    if database > 15:
+        raise pytest.UsageError(
+            f"pytest-xdist worker {worker} needs Redis database {database}; "
+            "set TEST_REDIS_URL to a lower database number or run fewer workers (-n)"
+        )
+    return f"{head}/{database}"
+
+
 @pytest.fixture
 def redis_url() -> Iterator[str]:
-    client = redis.Redis.from_url(REDIS_URL)
+    url = worker_redis_url(BASE_REDIS_URL, os.environ.get("PYTEST_XDIST_WORKER", "master"))
+    client = redis.Redis.from_url(url)
     client.flushdb()
-    yield REDIS_URL
+    yield url
     client.flushdb()
     client.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import signal
@@ -61,7 +62,24 @@ def tar_bundle(files: dict[str, bytes], links: dict[str, tuple[str, bytes]] | No
     return buffer.getvalue()
 
 
+_ports = itertools.count()
+
+
 def free_port() -> int:
+    """A free port on 127.0.0.1. Under pytest-xdist each worker takes its ports in turn from its own
+    range below the kernel's ephemeral ports (32768 up), so neither another worker nor an outgoing
+    connection can take one before the test's server binds it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw"):
+        base = 20000 + int(worker[2:]) % 8 * 1500
+        for _ in range(1500):
+            port = base + next(_ports) % 1500
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

@@ -28,7 +28,7 @@ def test_embedded_serve_reduces_the_reference_example(tmp_path: Path) -> None:
     server = start([*EMBEDDED_COMMAND, "--port", str(port)], env, tmp_path, tmp_path / "serve.log")
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz")
-        server.wait_for("token create --team default", timeout=10)
+        server.wait_for("token create --team default", timeout=60)
         assert f"http://127.0.0.1:{port}" in server.output()
         token = subprocess.run(
             ["onnx-reducer", "token", "create", "--team", "default"],

@@ -245,7 +245,7 @@ def test_the_worker_logs_when_a_job_starts_and_ends(api_url: str, processes: Pro
         job_id = submit(client, chain_model(6, 3).SerializeToString(), OP_PRESENT_MUL).json()["id"]
         job = wait_job(client, job_id)
     assert job["status"] == "succeeded"
-    worker.wait_for(f"job {job_id} ended", timeout=10)  # written just after the job's last commit
+    worker.wait_for(f"job {job_id} ended", timeout=60)  # written just after the job's last commit
     messages = [m for m in log_messages(worker) if m.startswith(f"job {job_id} ")]
     started = [m for m in messages if m.startswith(f"job {job_id} started: team team-a, queue cpu, attempt 1")]
     ended = [m for m in messages if m.startswith(f"job {job_id} ended: succeeded, team team-a, ")]

@@ -320,11 +320,14 @@ def test_a_saturated_intake_answers_503_with_retry_after(
     db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str], tokens: dict[str, str], big_model: bytes
 ) -> None:
     settings = _settings(db_url, data_dir, intake_workers=1, intake_max_pending=1)
-    api = serve_app(create_app(settings, enqueue=lambda j, q: None))
+    app = create_app(settings, enqueue=lambda j, q: None)
+    api = serve_app(app)
     upload = _Upload(api, tokens["team-a"], big_model)
     upload.start()
     assert upload.sent.wait(120)
-    time.sleep(0.3)
+    deadline = time.monotonic() + 120
+    while app.state.services.intake.pending == 0 and upload.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the upload holds the one intake place (its inspection began)
     with client_for(api, tokens["team-a"]) as client:
         busy = submit(client, EXAMPLE)
     upload.join(300)

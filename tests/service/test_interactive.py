@@ -207,7 +207,7 @@ def test_cancel_ends_it_at_once_and_it_is_never_retried(client: httpx.Client) ->
 def test_an_original_that_passes_ends_the_job(client: httpx.Client) -> None:
     job = _start(client)
     client.post(f"/v1/jobs/{job['id']}/verdict", json={"iteration": 1, "verdict": "pass"})
-    ended = wait_job(client, job["id"], timeout=10)
+    ended = wait_job(client, job["id"], timeout=60)
     assert ended["status"] == "failed" and ended["error"]["code"] == "original-did-not-fail"
     assert "answer 'It fails'" in ended["error"]["message"]
 

@@ -101,8 +101,9 @@ def _slow_setup(monkeypatch: pytest.MonkeyPatch, gate: Callable[[], None]) -> No
 def test_lease_is_renewed_through_a_slow_setup(
     client: httpx.Client, database: Database, db_url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lease_s = 1.0
-    _slow_setup(monkeypatch, lambda: time.sleep(4 * lease_s))
+    lease_s = 2.0
+    release = threading.Event()  # the setup lasts until the second claim was tried
+    _slow_setup(monkeypatch, lambda: release.wait(120) and None)
     job_id = submit(client, EXAMPLE).json()["id"]
     ctx = _context(db_url, data_dir, job_lease_s=lease_s)
     first = _in_thread(lambda: run_job(job_id, ctx))
@@ -110,6 +111,7 @@ def test_lease_is_renewed_through_a_slow_setup(
     time.sleep(2.5 * lease_s)  # still in setup, well past one lease
     with database.session() as session:
         second = JobRepository(session).claim(job_id, lease_s, 3)
+    release.set()
     first.join(120)
     ctx.db.dispose()
     assert second is ClaimResult.BUSY

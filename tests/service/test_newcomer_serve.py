@@ -36,7 +36,7 @@ def test_the_printed_token_command_works_from_another_shell(tmp_path: Path) -> N
     server = start([*EMBEDDED_COMMAND, "--port", str(port)], env, tmp_path, tmp_path / "serve.log")
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz")
-        server.wait_for("Get a token:", timeout=10)
+        server.wait_for("Get a token:", timeout=60)
         match = re.search(r"Get a token: (.+?)  \(send it as", server.output())
         assert match, server.output()
         hint = match.group(1)
