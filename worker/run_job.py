@@ -239,9 +239,7 @@ def _log_end(ctx: RunnerContext, job_id: str, team: str, seconds: float) -> None
         if job is None:
             return
         status, code, checks, hits = job.status, job.error_code, job.checks_run, job.cache_hits
-    outcome = (
-        "running on other workers" if status is JobStatus.RUNNING else status + (f" ({code})" if code else "")
-    )
+    outcome = "running on other workers" if status is JobStatus.RUNNING else status + (f" ({code})" if code else "")
     log.info(
         "job %s ended: %s, team %s, %.1f s, %d checks, %d cache hits", *(job_id, outcome, team, seconds, checks, hits)
     )
