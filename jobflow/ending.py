@@ -37,10 +37,22 @@ def end(
 ) -> int:
     """End ``job`` (held by the caller) with ``status``; ``answer``: what a success adds to its
     event. Returns the terminal event's sequence number."""
-    IterationRepository(db).drop_pending(job.id)
+    iterations = IterationRepository(db)
+    iterations.drop_pending(job.id)
     UnitRepository(db).cancel_active(job.id)
+    if status is not JobStatus.SUCCEEDED:
+        _best_so_far(iterations, job)
     JobRepository(db).finish(job, status, code, message)
     return record_end(db, job, answer)
+
+
+def _best_so_far(iterations: IterationRepository, job: Job) -> None:
+    """A job ended early offers its smallest reproducing model (``best_failing``, what a download
+    gives): its size is the job's ``best_size``, also when a check run ahead found it before the
+    search took it up."""
+    best = iterations.best_failing(job.id)
+    if best is not None and (job.best_size is None or best.node_count < job.best_size):
+        job.best_size = best.node_count
 
 
 def record_end(db: Session, job: Job, answer: AnswerPayload | None = None) -> int:
