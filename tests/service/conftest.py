@@ -21,6 +21,8 @@ import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import create_engine, text
 
+from api.app import create_app
+from api.settings import ApiSettings
 from persistence.db import Database, normalize_url
 from persistence.migrate import upgrade
 from persistence.repositories import TeamRepository
@@ -188,3 +190,25 @@ def serve_app() -> Iterator[Callable[[FastAPI], str]]:
     for server, thread in servers:
         server.should_exit = True
         thread.join(10)
+
+
+@pytest.fixture
+def quiet_api(db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str]) -> str:
+    """The api with command checks enabled and an enqueue that sends nothing: the test runs the
+    worker's steps itself (or an idle worker finds the work by polling)."""
+    settings = ApiSettings(database_url=db_url, data_dir=data_dir, allow_command_checks=True)
+    return serve_app(create_app(settings, enqueue=lambda job_id, queue: None))
+
+
+@pytest.fixture
+def quiet_client(quiet_api: str, tokens: dict[str, str]) -> Iterator[httpx.Client]:
+    """team-a's client of ``quiet_api``."""
+    with client_for(quiet_api, tokens["team-a"]) as client:
+        yield client
+
+
+@pytest.fixture
+def database(db_url: str) -> Iterator[Database]:
+    database = Database(db_url)
+    yield database
+    database.dispose()

@@ -7,23 +7,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import onnx
 import pytest
-from fastapi import FastAPI
 from sqlalchemy import text
 
 import worker.prepared as prepared_module
-from api.app import create_app
-from api.settings import ApiSettings
 from examples.build_example_model import build_example_model
 from persistence.db import Database
 from persistence.repositories import ClaimResult, JobRepository
-from tests.service.conftest import client_for
 from tests.service.helpers import submit
 from worker.context import RunnerContext, context_from_settings
 from worker.job_start import start_job
@@ -35,23 +31,8 @@ SLEEP_CHECK = "kind: command\ncommand: [sleep, '300']\ntimeout: 600\n"
 
 
 @pytest.fixture
-def api(db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str]) -> str:
-    """The api with command checks enabled and a runner that runs nothing: the tests call run_job."""
-    settings = ApiSettings(database_url=db_url, data_dir=data_dir, allow_command_checks=True)
-    return serve_app(create_app(settings, enqueue=lambda job_id, queue: None))
-
-
-@pytest.fixture
-def client(api: str, tokens: dict[str, str]) -> Iterator[httpx.Client]:
-    with client_for(api, tokens["team-a"]) as client:
-        yield client
-
-
-@pytest.fixture
-def database(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
+def client(quiet_client: httpx.Client) -> httpx.Client:
+    return quiet_client
 
 
 def _context(db_url: str, data_dir: Path, **settings: Any) -> RunnerContext:

@@ -8,19 +8,15 @@ second worker is a second thread (each thread keeps its own prepared jobs and se
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
-from api.app import create_app
-from api.settings import ApiSettings
 from persistence.db import Database
 from persistence.repositories import JobRepository
-from tests.service.conftest import client_for
 from tests.service.helpers import chain_model, read_sse, submit
 from worker.context import RunnerContext, context_from_settings
 from worker.job_start import start_job
@@ -33,13 +29,8 @@ MODEL = chain_model(12, 7).SerializeToString()
 
 
 @pytest.fixture
-def client(
-    db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str], tokens: dict[str, str]
-) -> Iterator[httpx.Client]:
-    settings = ApiSettings(database_url=db_url, data_dir=data_dir, allow_command_checks=True)
-    api = serve_app(create_app(settings, enqueue=lambda job_id, queue: None))
-    with client_for(api, tokens["team-a"]) as client:
-        yield client
+def client(quiet_client: httpx.Client) -> httpx.Client:
+    return quiet_client
 
 
 @pytest.fixture

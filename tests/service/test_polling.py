@@ -13,15 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from sqlalchemy import text
 
-from api.app import create_app
-from api.settings import ApiSettings
 from persistence.contracts import QUEUES
 from persistence.db import Database
 from persistence.repositories import ClaimResult, JobRepository
-from tests.service.conftest import client_for
 from tests.service.helpers import OP_PRESENT_MUL, chain_model, submit
 from worker.context import context_from_settings
 from worker.node import WorkerNode
@@ -34,20 +30,8 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 @pytest.fixture
-def client(
-    db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str], tokens: dict[str, str]
-) -> Iterator[httpx.Client]:
-    """The api with an enqueue that sends nothing: no wake-up ever reaches a worker."""
-    api = serve_app(create_app(ApiSettings(database_url=db_url, data_dir=data_dir), enqueue=lambda j, q: None))
-    with client_for(api, tokens["team-a"]) as client:
-        yield client
-
-
-@pytest.fixture
-def database(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
+def client(quiet_client: httpx.Client) -> httpx.Client:
+    return quiet_client
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +16,8 @@ import httpx
 import numpy as np
 import onnx
 import pytest
-from fastapi import FastAPI
 from onnx import TensorProto, helper, numpy_helper
 
-from api.app import create_app
-from api.settings import ApiSettings
 from persistence.db import Database
 from persistence.enums import ArtifactKind
 from persistence.repositories import ArtifactRepository
@@ -36,23 +33,8 @@ from worker.settings import WorkerSettings
 
 
 @pytest.fixture
-def api(db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str]) -> str:
-    """The api with command checks enabled and a runner that runs nothing: the tests call run_job."""
-    settings = ApiSettings(database_url=db_url, data_dir=data_dir, allow_command_checks=True)
-    return serve_app(create_app(settings, enqueue=lambda job_id, queue: None))
-
-
-@pytest.fixture
-def client(api: str, tokens: dict[str, str]) -> Iterator[httpx.Client]:
-    with client_for(api, tokens["team-a"]) as client:
-        yield client
-
-
-@pytest.fixture
-def database(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
+def client(quiet_client: httpx.Client) -> httpx.Client:
+    return quiet_client
 
 
 @pytest.fixture
