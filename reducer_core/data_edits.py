@@ -75,13 +75,7 @@ def apply(model: onnx.ModelProto, edits: Iterable[str], read: weight_edits.Reade
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
-    weights = {t.name for t in graph.initializer}
-    for inp in graph.input:
-        if inp.name in weights or not inp.type.HasField("tensor_type"):
-            continue
-        for dim in inp.type.tensor_type.shape.dim:
-            if dim.HasField("dim_value") and dim.dim_value in sizes:
-                dim.dim_value = sizes[dim.dim_value]
+    weight_edits.resize_inputs(graph, sizes)
     try:
         weight_edits.apply_in_place(graph, changes, read)
     except weight_edits.WeightEditError as error:

@@ -284,7 +284,6 @@ def weight_sizes(model: onnx.ModelProto, read: Reader = None) -> list[int]:
 
 
 def _apply_dims(graph: onnx.GraphProto, sizes: dict[int, int], read: Reader) -> None:
-    weights = {t.name for t in graph.initializer}
     for name, axes in _weight_axes(graph, read).items():
         tensor = next(t for t in graph.initializer if t.name == name)
         if not any(tensor.dims[a] in sizes for a in axes):
@@ -295,6 +294,12 @@ def _apply_dims(graph: onnx.GraphProto, sizes: dict[int, int], read: Reader) -> 
             for a in range(array.ndim)
         )
         _replace_initializer(graph, name, array[cut])
+    resize_inputs(graph, sizes)
+
+
+def resize_inputs(graph: onnx.GraphProto, sizes: dict[int, int]) -> None:
+    """Each graph input's (not a weight's) dimension of a size in ``sizes`` takes its new size."""
+    weights = {t.name for t in graph.initializer}
     for inp in graph.input:
         if inp.name in weights or not inp.type.HasField("tensor_type"):
             continue
