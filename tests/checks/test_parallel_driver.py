@@ -61,8 +61,10 @@ def test_the_parallel_driver_ends_with_the_sequential_answer(mode: str, slots: i
 
 
 def sleeping_check(pid_dir: Path) -> CommandCheck:
-    """A real check process that records its pid and hangs (until killed)."""
-    return CommandCheck(["sh", "-c", f'echo $$ > "{pid_dir}/$$.pid"; exec sleep 120'])
+    """A real check process that records its pid and hangs (until killed). The pid file appears
+    whole (written, then renamed): a reader never sees it half written."""
+    record = f'echo $$ > "{pid_dir}/$$.part" && mv "{pid_dir}/$$.part" "{pid_dir}/$$.pid"'
+    return CommandCheck(["sh", "-c", f"{record}; exec sleep 120"])
 
 
 def alive(pid: int) -> bool:
@@ -79,6 +81,11 @@ class HangingHooks(Hooks):
     def __init__(self, machine: ReductionMachine, pid_dir: Path, stop_after: int | None) -> None:
         super().__init__(answers(machine.index, {"n5"}), stop_after)
         self.check = sleeping_check(pid_dir)
+        self.pid_dir = pid_dir
+
+    def should_stop(self) -> bool:
+        """Stops only once a hanging check has recorded its pid (it is surely running then)."""
+        return super().should_stop() and any(self.pid_dir.glob("*.pid"))
 
     def prepare(self, request: Request, slot: int) -> Job:
         super().prepare(request, slot)
