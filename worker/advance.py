@@ -73,6 +73,11 @@ class Advanced:
     ended: bool = False
     finals: Finals | None = None  # final checks to run after the commit (worker.final_checks.run_finals)
 
+    @property
+    def goes_on(self) -> bool:
+        """The job still runs: neither ended nor waiting for its final checks."""
+        return not self.ended and self.finals is None
+
 
 def advance(
     ctx: RunnerContext, session: Any, job: Job, prepared: PreparedJob, delivery: Delivery | None = None

@@ -6,7 +6,9 @@ the work fair share picks (``persistence.fairshare``) until none is left that it
 job is started (``worker.job_start``), a queued check unit is run (``worker.unit_run``), a running
 job whose workers all died (its lease ran out, nothing queued) is taken again as a whole and
 resumes from its last recorded verdict; so one job's checks spread over every idle worker of its
-queue, each recording its verdict and queueing the next checks itself (``worker.advance``). A
+queue, each recording its verdict and queueing the next checks itself (``worker.advance``). While
+no other work waits, the worker that records a verdict claims the job's next check in the same
+transaction (``worker.claims.claim_follow_up``) and runs it without looking again. A
 cancelled job nobody runs a check of is ended here. Idle workers also look every
 ``WORKER_POLL_S`` (``waiting_job``, ``worker.poll``), so a lost message, or a worker that died
 holding one, loses no work.
@@ -25,13 +27,13 @@ from checks.capabilities import unmet
 from checks.spec import requirements_of
 from jobflow.ending import end, record_end
 from persistence.enums import EventKind, JobStatus
-from persistence.events import CheckStartedPayload, record_event
 from persistence.fairshare import fair_order
 from persistence.jsonlog import bind_job
-from persistence.models import Job, utcnow
+from persistence.models import Job
 from persistence.repositories import ClaimResult, EventRepository, JobRepository
 from persistence.repositories.units import UnitRepository, Work
 from persistence.retry import transaction
+from worker.claims import claim_unit
 from worker.context import RunnerContext
 from worker.job_start import start_job
 from worker.unit_run import UnitRun, UnitTicket, cleanup_if_ended
@@ -74,7 +76,9 @@ def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
                 start_job(ctx, taken.job_id)
                 cleanup_if_ended(ctx, taken.job_id)  # e.g. cancelled while it was prepared (worker.cancel_watch)
             else:
-                UnitRun(ctx, taken.unit).run()
+                follow_up = UnitRun(ctx, taken.unit).run(follow=True)
+                while follow_up is not None:  # the job's next checks, while nothing else waits
+                    follow_up = follow_up.run(follow=True)
     for started_id, (team, since) in started.items():
         _log_end(ctx, started_id, team, time.monotonic() - since)
     if worked:
@@ -157,26 +161,10 @@ def _claim_in_savepoint(ctx: RunnerContext, session: Any, item: Work) -> _Found 
 
 
 def _claim_unit(ctx: RunnerContext, session: Any, item: Work) -> _Found | None:
-    units = UnitRepository(session)
-    cap = ctx.team_max_running_checks
-    if cap and units.team_running_locked(item.team) >= cap:
+    claimed = claim_unit(ctx, session, item)
+    if claimed is None:
         return None
-    # the lock order (persistence/retry.py): the job's row before its unit's
-    if JobRepository(session).lock_running(item.job_id) is None:
-        return None
-    if not units.claim(int(item.id), ctx.worker, ctx.lease_s):
-        return None
-    unit = units.get(int(item.id))
-    assert unit is not None
-    JobRepository(session).keep_alive(item.job_id, ctx.lease_s)
-    payload: CheckStartedPayload = {
-        "iteration": unit.number,
-        "phase": unit.phase,
-        "nodes": unit.node_count,
-        "worker": ctx.worker,
-        "started_at": (unit.claimed_at or utcnow()).isoformat(),
-    }
-    seq = record_event(session, item.job_id, EventKind.CHECK_STARTED, payload)
+    unit, seq = claimed
     return _Found(_Taken(item.job_id, UnitTicket.of(unit)), seq)
 
 

@@ -30,6 +30,7 @@ from reducer_core.errors import MissingTypeError
 from reducer_core.session import CheckRequest, Request
 from reducer_core.verdict import Verdict, VerdictKind
 from worker.advance import Advanced, Delivery, advance
+from worker.claims import claim_follow_up
 from worker.context import RunnerContext
 from worker.endings import JobTimedOutError, deadline_of, end_job, ending_errors, time_limit_message
 from worker.final_checks import run_finals
@@ -89,19 +90,31 @@ class _UnitLease:
                 return
 
 
+@dataclass(frozen=True)
+class KnownJob:
+    """What a unit's run reads from its job's row: a follow-up check of the same job has it already."""
+
+    job: JobInput
+    deadline: datetime | None
+    polled: float  # when the job was last seen running (``time.monotonic``)
+
+
 class UnitRun:
-    def __init__(self, ctx: RunnerContext, ticket: UnitTicket) -> None:
-        self.ctx, self.ticket = ctx, ticket
+    def __init__(self, ctx: RunnerContext, ticket: UnitTicket, known: KnownJob | None = None) -> None:
+        self.ctx, self.ticket, self.known = ctx, ticket, known
         self.job_id = ticket.job_id
-        self.last_poll = 0.0
-        self.deadline: datetime | None = None
+        self.last_poll = known.polled if known is not None else 0.0
+        self.deadline: datetime | None = known.deadline if known is not None else None
         self.lease: _UnitLease | None = None
 
-    def run(self) -> None:
+    def run(self, follow: bool = False) -> UnitRun | None:
+        """Run the check and record its verdict. With ``follow``, the job's next check is claimed
+        in the same transaction when nothing else waits (``worker.claims.claim_follow_up``):
+        returned as the run to do next."""
         with bind_job(self.job_id), ending_errors(self.ctx, self.job_id):
-            job = self._read_job()
+            job = self.known.job if self.known is not None else self._read_job()
             if job is None:
-                return
+                return None
             prepared = PREPARED.get(job, self.ctx)
             with _UnitLease(self.ctx, self.ticket) as lease:
                 self.lease = lease
@@ -110,8 +123,11 @@ class UnitRun:
                         delivery = self._execute(prepared, self.ticket.request)
                 except CheckStoppedError:
                     self._stopped()
-                    return
-            self._record(prepared, delivery)
+                    return None
+            next_ticket = self._record(prepared, delivery, follow)
+            if next_ticket is None:
+                return None
+            return UnitRun(self.ctx, next_ticket, KnownJob(job, self.deadline, time.monotonic()))
 
     def _read_job(self) -> JobInput | None:
         with self.ctx.db.session() as session:
@@ -163,24 +179,33 @@ class UnitRun:
             end_job(self.ctx, self.job_id, JobStatus.FAILED, ErrorCode.TIME_LIMIT, time_limit_message(self.ctx))
         cleanup_if_ended(self.ctx, self.job_id)
 
-    def _record(self, prepared: PreparedJob, delivery: Delivery) -> None:
-        def record(session: Session) -> tuple[str, Advanced | None]:
+    def _record(self, prepared: PreparedJob, delivery: Delivery, follow: bool) -> UnitTicket | None:
+        """Record the verdict and advance the job (one transaction); the job's next check when
+        ``follow`` and this worker claimed it there."""
+
+        def record(session: Session) -> tuple[str, Advanced | None, UnitTicket | None]:
             job = JobRepository(session).lock_running(self.job_id)
             unit = UnitRepository(session).get(self.ticket.id)
             if job is None or unit is None or unit.status in (DONE, CANCELLED):
-                return "", None  # the job ended, or another worker recorded this check first
+                return "", None, None  # the job ended, or another worker recorded this check first
             if self.deadline is not None and utcnow() > self.deadline:
                 raise JobTimedOutError()
             UnitRepository(session).finish(unit, self.duration_s)
-            return job.queue, advance(self.ctx, session, job, prepared, delivery)
+            advanced = advance(self.ctx, session, job, prepared, delivery)
+            claimed = claim_follow_up(self.ctx, session, job) if follow and advanced.goes_on else None
+            if claimed is None:
+                return job.queue, advanced, None
+            next_unit, advanced.seq = claimed
+            return job.queue, advanced, UnitTicket.of(next_unit)
 
-        queue, outcome = transaction(self.ctx.db, record, f"job {self.job_id}: recording a verdict")
+        queue, outcome, next_ticket = transaction(self.ctx.db, record, f"job {self.job_id}: recording a verdict")
         if outcome is None:
             cleanup_if_ended(self.ctx, self.job_id)
-            return
+            return None
         announce(self.ctx, self.job_id, queue, outcome)
         if outcome.finals is not None:  # the answer's final checks, outside the lock (worker.final_checks)
             announce(self.ctx, self.job_id, queue, Advanced(run_finals(self.ctx, prepared, outcome.finals), ended=True))
+        return next_ticket
 
 
 def announce(ctx: RunnerContext, job_id: str, queue: str, outcome: Advanced) -> None:

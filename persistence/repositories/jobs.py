@@ -168,16 +168,13 @@ class JobRepository:
         """The job, if running, locked until the transaction ends: every worker that records a
         check of it or advances its session goes through here, one at a time (the UPDATE takes
         the row lock on PostgreSQL and the write lock on SQLite before anything is read)."""
-        touched = self.session.execute(
+        touch = (
             update(Job)
             .where(Job.id == job_id, Job.status == JobStatus.RUNNING)
             .values(event_seq=Job.event_seq)
-            .returning(Job.id)
-        ).first()
-        if touched is None:
-            return None
-        query = select(Job).where(Job.id == job_id).execution_options(populate_existing=True)
-        return self.session.scalar(query)
+            .returning(Job)
+        )
+        return self.session.scalars(touch, execution_options={"populate_existing": True}).first()
 
     def keep_alive(self, job_id: str, lease_s: float) -> None:
         """A worker runs a check of the job: its lease runs on (a job nobody keeps alive is taken again)."""
@@ -186,6 +183,7 @@ class JobRepository:
             update(Job)
             .where(Job.id == job_id, Job.status == JobStatus.RUNNING, Job.lease_expires_at < expires)
             .values(lease_expires_at=expires)
+            .execution_options(synchronize_session="fetch")  # SQLite's naive datetimes cannot be compared in Python
         )
 
     def cancelled_running(self, queues: Sequence[str]) -> list[str]:

@@ -111,6 +111,25 @@ class UnitRepository:
         ).first()
         return result is not None
 
+    def claim_first(self, job_id: str, worker: str, lease_s: float) -> CheckUnit | None:
+        """The job's first queued unit (lowest number, the one fair share would pick within the
+        job), claimed in one statement; None when none is queued."""
+        now = utcnow()
+        first = (
+            select(CheckUnit.id)
+            .where(CheckUnit.job_id == job_id, CheckUnit.status == QUEUED)
+            .order_by(CheckUnit.number, CheckUnit.id)
+            .limit(1)
+            .scalar_subquery()
+        )
+        claim = (
+            update(CheckUnit)
+            .where(CheckUnit.id == first, CheckUnit.status == QUEUED)
+            .values(status=RUNNING, worker=worker, claimed_at=now, lease_expires_at=now + timedelta(seconds=lease_s))
+            .returning(CheckUnit)
+        )
+        return self.session.scalars(claim, execution_options={"populate_existing": True}).first()
+
     def renew(self, unit_id: int, worker: str, lease_s: float) -> bool:
         """Extend a running unit's lease; False when this worker no longer holds it."""
         expires = utcnow() + timedelta(seconds=lease_s)
@@ -269,6 +288,35 @@ class UnitRepository:
         work += [Work("job", jid, jid, str(team), created, 0, spec) for jid, team, created, spec in jobs]
         work += [Work("resume", jid, jid, str(team), created, 0, spec) for jid, team, created, spec in unheld]
         return work
+
+    def other_work_waiting(self, queues: Sequence[str], job_id: str, max_attempts: int) -> bool:
+        """Whether a worker of ``queues`` has anything to take besides ``job_id``'s checks (what
+        ``available_work`` would list for another job, or a cancelled job to end), in one query:
+        while nothing is, the worker that recorded one of the job's verdicts goes straight on with
+        its next check (fair share would pick it anyway)."""
+        in_queues = Job.queue.in_(list(queues))
+        other_units = exists().where(
+            CheckUnit.job_id == Job.id,
+            CheckUnit.status == QUEUED,
+            Job.id != job_id,
+            Job.status == JobStatus.RUNNING,
+            Job.cancel_requested.is_(False),
+            in_queues,
+        )
+        queued_jobs = exists().where(
+            Job.status == JobStatus.QUEUED, Job.cancel_requested.is_(False), Job.attempts < max_attempts, in_queues
+        )
+        waiting = exists().where(CheckUnit.job_id == Job.id, CheckUnit.status.in_([QUEUED, ASKED]))
+        unheld_or_cancelled = exists().where(
+            Job.id != job_id,
+            Job.status == JobStatus.RUNNING,
+            in_queues,
+            or_(
+                Job.cancel_requested.is_(True),
+                and_(or_(Job.lease_expires_at.is_(None), Job.lease_expires_at < utcnow()), ~waiting),
+            ),
+        )
+        return bool(self.session.scalar(select(or_(other_units, queued_jobs, unheld_or_cancelled))))
 
     def team_loads(self, window_s: float = 86400.0) -> dict[str, TeamLoad]:
         """Per team: its running checks and when it was last served (a check or a job taken) within

@@ -1,0 +1,97 @@
+"""The worker that records one of a job's verdicts claims the job's next check in the same
+transaction while nothing else waits for it (``worker.claims.claim_follow_up``), and leaves the
+choice to fair share as soon as another job has work. ``run_job``'s own steps run in this process
+against PostgreSQL (the ``db_url`` fixture)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from persistence.db import Database
+from persistence.models import CheckUnit, Event
+from persistence.repositories.units import RUNNING
+from tests.service.helpers import chain_model, submit
+from worker.context import RunnerContext, context_from_settings
+from worker.job_start import start_job
+from worker.run_job import take_next
+from worker.settings import WorkerSettings
+from worker.unit_run import UnitRun, UnitTicket
+
+MODEL = chain_model(12, 7).SerializeToString()
+
+
+@pytest.fixture
+def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
+    settings: dict[str, Any] = {"job_lease_s": 60.0, "max_workers_per_job": 1, "farm_verdict_cache": False}
+    ctx = context_from_settings(WorkerSettings(database_url=db_url, data_dir=data_dir, **settings))
+    yield ctx
+    ctx.db.dispose()
+
+
+def _start(client: httpx.Client, ctx: RunnerContext) -> str:
+    job_id = str(submit(client, MODEL).json()["id"])
+    started = take_next(ctx)
+    assert started is not None and started.unit is None and started.job_id == job_id
+    start_job(ctx, job_id)
+    return job_id
+
+
+def _first_check(ctx: RunnerContext) -> UnitTicket:
+    taken = take_next(ctx)
+    assert taken is not None and taken.unit is not None
+    return taken.unit
+
+
+def _running_units(db_url: str, job_id: str) -> list[tuple[int, str | None]]:
+    database = Database(db_url)
+    with database.session() as session:
+        rows = session.query(CheckUnit).filter(CheckUnit.job_id == job_id, CheckUnit.status == RUNNING).all()
+        running = [(row.id, row.worker) for row in rows]
+    database.dispose()
+    return running
+
+
+def _check_started_events(db_url: str, job_id: str) -> int:
+    database = Database(db_url)
+    with database.session() as session:
+        count = session.query(Event).filter(Event.job_id == job_id, Event.kind == "check_started").count()
+    database.dispose()
+    return count
+
+
+def test_the_recording_worker_goes_straight_on_with_the_jobs_next_check(
+    quiet_client: httpx.Client, db_url: str, ctx: RunnerContext
+) -> None:
+    job_id = _start(quiet_client, ctx)
+    run: UnitRun | None = UnitRun(ctx, _first_check(ctx))
+    claims = 1
+    while run is not None:
+        assert [unit_id for unit_id, _ in _running_units(db_url, job_id)] == [run.ticket.id]
+        run = run.run(follow=True)
+        if run is not None:  # claimed while recording: running under this worker's name, announced
+            assert _running_units(db_url, job_id) == [(run.ticket.id, ctx.worker)]
+            claims += 1
+            assert _check_started_events(db_url, job_id) == claims
+    assert claims > 5, "every check after the first was claimed with the verdict before it"
+    assert take_next(ctx) is None
+    job = quiet_client.get(f"/v1/jobs/{job_id}").json()
+    assert job["status"] == "succeeded" and job["nodes_after"] == 1
+    numbers = [int(item["number"]) for item in quiet_client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]]
+    assert numbers == list(range(1, len(numbers) + 1))
+
+
+def test_another_jobs_work_sends_the_worker_back_to_fair_share(
+    quiet_client: httpx.Client, db_url: str, ctx: RunnerContext
+) -> None:
+    first = _start(quiet_client, ctx)
+    ticket = _first_check(ctx)
+    second = str(submit(quiet_client, MODEL).json()["id"])  # queued: a job waiting to start
+    assert UnitRun(ctx, ticket).run(follow=True) is None
+    assert _running_units(db_url, first) == []  # the first job's next check waits, queued
+    taken = take_next(ctx)
+    assert taken is not None and taken.job_id in (first, second)

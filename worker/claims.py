@@ -1,0 +1,62 @@
+"""Claiming a check unit for this worker: through fair share (``worker.run_job``), or straight
+after recording one of the job's verdicts, in the same transaction, while no other work waits
+(``claim_follow_up``: what fair share would pick then, without the queries that pick it).
+
+Either way the job's row is locked before its unit's (the lock order, ``persistence/retry.py``),
+the job's lease runs on, and a ``check_started`` event announces the check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from persistence.enums import EventKind
+from persistence.events import CheckStartedPayload, record_event
+from persistence.models import CheckUnit, Job, utcnow
+from persistence.repositories import JobRepository
+from persistence.repositories.units import UnitRepository, Work
+from worker.context import RunnerContext
+
+
+def claim_unit(ctx: RunnerContext, session: Any, item: Work) -> tuple[CheckUnit, int] | None:
+    """The queued unit ``item`` (fair share's pick), claimed, with its event's sequence number;
+    None when another worker took it first, its job is not running, or its team is at its cap of
+    running checks."""
+    units = UnitRepository(session)
+    cap = ctx.team_max_running_checks
+    if cap and units.team_running_locked(item.team) >= cap:
+        return None
+    job = JobRepository(session).lock_running(item.job_id)
+    if job is None or not units.claim(int(item.id), ctx.worker, ctx.lease_s):
+        return None
+    unit = units.get(int(item.id))
+    assert unit is not None
+    return unit, _started(ctx, session, job, unit)
+
+
+def claim_follow_up(ctx: RunnerContext, session: Any, job: Job) -> tuple[CheckUnit, int] | None:
+    """The row-locked running ``job``'s next queued check, claimed by the worker that has just
+    recorded one of its verdicts, when nothing else waits for a worker of its queues (other jobs'
+    checks or starts, jobs to take again or to end) and its team has no cap to count against:
+    then fair share would hand it this very check. None otherwise (the worker asks fair share)."""
+    if job.cancel_requested or ctx.team_max_running_checks:
+        return None
+    units = UnitRepository(session)
+    if units.other_work_waiting(ctx.queues, job.id, ctx.max_attempts):
+        return None
+    unit = units.claim_first(job.id, ctx.worker, ctx.lease_s)
+    if unit is None:
+        return None
+    return unit, _started(ctx, session, job, unit)
+
+
+def _started(ctx: RunnerContext, session: Any, job: Job, unit: CheckUnit) -> int:
+    """The claimed unit's job lives on (its lease runs on); the ``check_started`` event's number."""
+    JobRepository(session).keep_alive(job.id, ctx.lease_s)
+    payload: CheckStartedPayload = {
+        "iteration": unit.number,
+        "phase": unit.phase,
+        "nodes": unit.node_count,
+        "worker": ctx.worker,
+        "started_at": (unit.claimed_at or utcnow()).isoformat(),
+    }
+    return record_event(session, job.id, EventKind.CHECK_STARTED, payload)
