@@ -49,21 +49,20 @@ def record_iteration(db: Session, job: Job, record: IterationRecord, run: CheckR
     row.phase, row.fingerprint, row.node_count = record.phase, record.candidate.fingerprint, len(record.candidate)
     iterations.finish(row, verdict.kind.value, record.reproduces, verdict.signature, verdict.detail)
     row.duration_s, row.output_tail = verdict.duration_s, run.output[-OUTPUT_TAIL:]
+    if run.blob is not None:  # a new number: its model's row is new too (inserted before the iteration's)
+        meta = {"weights": run.locations, "nodes": len(record.candidate)}
+        name = f"iteration-{row.number}"
+        row.artifact_id = ArtifactRepository(db).add(job.id, ArtifactKind.ITERATION, name, run.blob, meta).id
     if asked is None:
         db.add(row)
-        db.flush()
-    if run.blob is not None:
-        meta = {"weights": run.locations, "nodes": len(record.candidate)}
-        artifact = ArtifactRepository(db).put(job.id, ArtifactKind.ITERATION, f"iteration-{row.number}", run.blob, meta)
-        row.artifact_id = artifact.id
     _count(job, row.number, record.best_size)
     job.check_time_s += verdict.duration_s
-    if run.request_id is not None:
+    if run.request_id is not None and row.number != record.number:  # it ran under another number
         UnitRepository(db).renumber(job.id, run.request_id, row.number)
     payload = _payload(row.number, record)
     if run.asked is None:  # a worker's check: the number it ran as and who ran it
         payload |= {"started_as": record.number, "worker": run.worker}
-    return record_event(db, job.id, EventKind.ITERATION, payload)
+    return record_event(db, job, EventKind.ITERATION, payload)
 
 
 def record_cached(db: Session, job: Job, record: IterationRecord) -> int:
@@ -87,7 +86,7 @@ def record_cached(db: Session, job: Job, record: IterationRecord) -> int:
     job.cache_hits += 1
     job.farm_hits += 1 if source == FROM_FARM else 0
     payload = _payload(row.number, record) | {"duration_s": 0.0, "cached": source}
-    return record_event(db, job.id, EventKind.ITERATION, payload)
+    return record_event(db, job, EventKind.ITERATION, payload)
 
 
 FROM_JOB, FROM_FARM = "job", "farm"  # where a cached answer came from

@@ -6,6 +6,7 @@ a key unknown, a value of another type) is refused when it is recorded, never se
 No ``from __future__ import annotations`` here: the TypedDicts' ``NotRequired`` keys are read at
 run time (``__required_keys__``), which string annotations would hide on Python 3.11."""
 
+import functools
 import types
 import typing
 from collections.abc import Mapping
@@ -14,6 +15,7 @@ from typing import Any, Literal, NotRequired, TypedDict, Union, overload
 from sqlalchemy.orm import Session
 
 from persistence.enums import EventKind, JobStatus
+from persistence.models import Job
 from persistence.repositories.events import EventRepository
 
 __all__ = [
@@ -137,26 +139,30 @@ def end_kind(status: JobStatus) -> EndKind:
 
 
 @overload
-def record_event(db: Session, job_id: str, kind: Literal[EventKind.QUEUED], payload: QueuedPayload) -> int: ...
+def record_event(db: Session, job: Job | str, kind: Literal[EventKind.QUEUED], payload: QueuedPayload) -> int: ...
 @overload
-def record_event(db: Session, job_id: str, kind: Literal[EventKind.STARTED], payload: StartedPayload) -> int: ...
-@overload
-def record_event(
-    db: Session, job_id: str, kind: Literal[EventKind.CHECK_STARTED], payload: CheckStartedPayload
-) -> int: ...
-@overload
-def record_event(db: Session, job_id: str, kind: Literal[EventKind.ITERATION], payload: IterationPayload) -> int: ...
+def record_event(db: Session, job: Job | str, kind: Literal[EventKind.STARTED], payload: StartedPayload) -> int: ...
 @overload
 def record_event(
-    db: Session, job_id: str, kind: Literal[EventKind.VERDICT_NEEDED], payload: VerdictNeededPayload
+    db: Session, job: Job | str, kind: Literal[EventKind.CHECK_STARTED], payload: CheckStartedPayload
 ) -> int: ...
 @overload
-def record_event(db: Session, job_id: str, kind: EndKind, payload: JobEndPayload) -> int: ...
-def record_event(db: Session, job_id: str, kind: EventKind, payload: Mapping[str, Any]) -> int:
+def record_event(db: Session, job: Job | str, kind: Literal[EventKind.ITERATION], payload: IterationPayload) -> int: ...
+@overload
+def record_event(
+    db: Session, job: Job | str, kind: Literal[EventKind.VERDICT_NEEDED], payload: VerdictNeededPayload
+) -> int: ...
+@overload
+def record_event(db: Session, job: Job | str, kind: EndKind, payload: JobEndPayload) -> int: ...
+def record_event(db: Session, job: Job | str, kind: EventKind, payload: Mapping[str, Any]) -> int:
     """Store the job's next event (its sequence number taken under the job's row lock) after
-    checking ``payload`` against ``kind``'s type; returns the sequence number to announce."""
+    checking ``payload`` against ``kind``'s type; returns the sequence number to announce. Given
+    the job's row (``Job``), the caller holds its lock in this transaction
+    (``JobRepository.lock_running``): the number is taken from the row in memory, written with the
+    row's other changes, with no statement of its own."""
     validate_payload(kind, payload)
-    return EventRepository(db).append(job_id, kind, payload).seq
+    events = EventRepository(db)
+    return (events.append_locked(job, kind, payload) if isinstance(job, Job) else events.append(job, kind, payload)).seq
 
 
 def validate_payload(kind: EventKind, payload: Mapping[str, Any]) -> None:
@@ -165,7 +171,7 @@ def validate_payload(kind: EventKind, payload: Mapping[str, Any]) -> None:
     shape = PAYLOADS.get(kind)
     if shape is None:
         raise EventPayloadError(f"unknown event kind {kind!r}: add it to EventKind and PAYLOADS")
-    hints = typing.get_type_hints(shape)
+    hints = _hints(shape)
     required: frozenset[str] = getattr(shape, "__required_keys__", frozenset())
     missing = sorted(required - payload.keys())
     unknown = sorted(payload.keys() - hints.keys())
@@ -174,6 +180,12 @@ def validate_payload(kind: EventKind, payload: Mapping[str, Any]) -> None:
     for key, value in payload.items():
         if not _fits(value, hints[key]):
             raise EventPayloadError(f"{kind} payload: {key}={value!r} is not {hints[key]} (see {shape.__name__})")
+
+
+@functools.cache
+def _hints(shape: type) -> dict[str, Any]:
+    """A payload type's keys and their types (evaluated once: two events a verdict ask)."""
+    return typing.get_type_hints(shape)
 
 
 def _fits(value: object, hint: Any) -> bool:

@@ -41,9 +41,10 @@ def claim_follow_up(ctx: RunnerContext, session: Any, job: Job) -> tuple[CheckUn
     if job.cancel_requested or ctx.team_max_running_checks:
         return None
     units = UnitRepository(session)
-    if units.other_work_waiting(ctx.queues, job.id, ctx.max_attempts):
-        return None
-    unit = units.claim_first(job.id, ctx.worker, ctx.lease_s)
+    with session.no_autoflush:  # the job's pending changes are written once, with the commit
+        if units.other_work_waiting(ctx.queues, job.id, ctx.max_attempts):
+            return None
+        unit = units.claim_first(job.id, ctx.worker, ctx.lease_s)
     if unit is None:
         return None
     return unit, _started(ctx, session, job, unit)
@@ -51,7 +52,7 @@ def claim_follow_up(ctx: RunnerContext, session: Any, job: Job) -> tuple[CheckUn
 
 def _started(ctx: RunnerContext, session: Any, job: Job, unit: CheckUnit) -> int:
     """The claimed unit's job lives on (its lease runs on); the ``check_started`` event's number."""
-    JobRepository(session).keep_alive(job.id, ctx.lease_s)
+    JobRepository.extend_lease(job, ctx.lease_s)
     payload: CheckStartedPayload = {
         "iteration": unit.number,
         "phase": unit.phase,
@@ -59,4 +60,4 @@ def _started(ctx: RunnerContext, session: Any, job: Job, unit: CheckUnit) -> int
         "worker": ctx.worker,
         "started_at": (unit.claimed_at or utcnow()).isoformat(),
     }
-    return record_event(session, job.id, EventKind.CHECK_STARTED, payload)
+    return record_event(session, job, EventKind.CHECK_STARTED, payload)

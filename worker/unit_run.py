@@ -24,7 +24,7 @@ from persistence.enums import ErrorCode, JobStatus
 from persistence.jsonlog import bind_job
 from persistence.models import CheckUnit, utcnow
 from persistence.repositories import JobRepository
-from persistence.repositories.units import CANCELLED, DONE, UnitRepository
+from persistence.repositories.units import UnitRepository
 from persistence.retry import sqlstate_of, transaction
 from reducer_core.errors import MissingTypeError
 from reducer_core.session import CheckRequest, Request
@@ -185,12 +185,10 @@ class UnitRun:
 
         def record(session: Session) -> tuple[str, Advanced | None, UnitTicket | None]:
             job = JobRepository(session).lock_running(self.job_id)
-            unit = UnitRepository(session).get(self.ticket.id)
-            if job is None or unit is None or unit.status in (DONE, CANCELLED):
+            if job is None or UnitRepository(session).finish_open(self.ticket.id, self.duration_s) is None:
                 return "", None, None  # the job ended, or another worker recorded this check first
             if self.deadline is not None and utcnow() > self.deadline:
-                raise JobTimedOutError()
-            UnitRepository(session).finish(unit, self.duration_s)
+                raise JobTimedOutError()  # (the unit's finish is rolled back with the transaction)
             advanced = advance(self.ctx, session, job, prepared, delivery)
             claimed = claim_follow_up(self.ctx, session, job) if follow and advanced.goes_on else None
             if claimed is None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from persistence.enums import ArtifactKind
-from persistence.models import Artifact
+from persistence.models import Artifact, new_id
 from persistence.store import StoredBlob
 
 
@@ -29,6 +29,15 @@ class ArtifactRepository:
         artifact.meta = dict(meta or {})
         self.session.flush()
         return artifact
+
+    def add(
+        self, job_id: str, kind: ArtifactKind, name: str, blob: StoredBlob, meta: Mapping[str, Any] | None = None
+    ) -> Artifact:
+        """Insert a (job, kind, name) artifact the job does not hold yet, at once (one statement:
+        a row inserted next may refer to its id)."""
+        values: dict[str, Any] = {"id": new_id(), "job_id": job_id, "kind": kind.value, "name": name}
+        values |= {"size": blob.size, "sha256": blob.sha256, "storage_key": blob.key, "meta": dict(meta or {})}
+        return self.session.scalars(insert(Artifact).values(values).returning(Artifact)).one()
 
     def get(self, job_id: str, kind: ArtifactKind, name: str) -> Artifact | None:
         query = select(Artifact).where(Artifact.job_id == job_id, Artifact.kind == kind.value, Artifact.name == name)

@@ -26,6 +26,15 @@ class EventRepository:
         self.session.flush()
         return event
 
+    def append_locked(self, job: Job, kind: EventKind, payload: Mapping[str, Any]) -> Event:
+        """The same, for a job whose row the caller holds locked (``JobRepository.lock_running``):
+        the number is taken from the row in memory and written with its other changes; the
+        event's row is inserted at the next flush."""
+        job.event_seq += 1
+        event = Event(job_id=job.id, seq=job.event_seq, kind=kind.value, payload=dict(payload))
+        self.session.add(event)
+        return event
+
     def after(self, job_id: str, seq: int, limit: int = 500) -> Sequence[Event]:
         query = select(Event).where(Event.job_id == job_id, Event.seq > seq).order_by(Event.seq).limit(limit)
         return self.session.scalars(query).all()

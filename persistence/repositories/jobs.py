@@ -186,6 +186,13 @@ class JobRepository:
             .execution_options(synchronize_session="fetch")  # SQLite's naive datetimes cannot be compared in Python
         )
 
+    @staticmethod
+    def extend_lease(job: Job, lease_s: float) -> None:
+        """``keep_alive`` for a job whose row the caller holds locked: written with its other changes."""
+        expires = utcnow() + timedelta(seconds=lease_s)
+        if job.lease_expires_at is None or _aware(job.lease_expires_at) < expires:
+            job.lease_expires_at = expires
+
     def cancelled_running(self, queues: Sequence[str]) -> list[str]:
         """Running jobs of ``queues`` whose cancel was requested (the next worker that looks ends them)."""
         query = select(Job.id).where(

@@ -141,6 +141,17 @@ class UnitRepository:
         ).first()
         return result is not None
 
+    def finish_open(self, unit_id: int, duration_s: float) -> CheckUnit | None:
+        """The unit, done now (one statement), unless it is done or cancelled already (another
+        worker recorded it first, or its job ended): then None."""
+        done = (
+            update(CheckUnit)
+            .where(CheckUnit.id == unit_id, CheckUnit.status.not_in([DONE, CANCELLED]))
+            .values(status=DONE, finished_at=utcnow(), duration_s=duration_s, lease_expires_at=None)
+            .returning(CheckUnit)
+        )
+        return self.session.scalars(done, execution_options={"populate_existing": True}).first()
+
     def finish(self, unit: CheckUnit, duration_s: float) -> None:
         unit.status, unit.finished_at, unit.duration_s, unit.lease_expires_at = DONE, utcnow(), duration_s, None
 

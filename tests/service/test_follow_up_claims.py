@@ -1,7 +1,8 @@
 """The worker that records one of a job's verdicts claims the job's next check in the same
 transaction while nothing else waits for it (``worker.claims.claim_follow_up``), and leaves the
-choice to fair share as soon as another job has work. ``run_job``'s own steps run in this process
-against PostgreSQL (the ``db_url`` fixture)."""
+choice to fair share as soon as another job has work; a verdict's database round trips are
+counted (statements, not time: ``bench/service_overhead_bench.py`` times them). ``run_job``'s own
+steps run in this process against PostgreSQL (the ``db_url`` fixture)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import event
 
 from persistence.db import Database
 from persistence.models import CheckUnit, Event
@@ -95,3 +97,31 @@ def test_another_jobs_work_sends_the_worker_back_to_fair_share(
     assert _running_units(db_url, first) == []  # the first job's next check waits, queued
     taken = take_next(ctx)
     assert taken is not None and taken.job_id in (first, second)
+
+
+STATEMENTS_PER_VERDICT = 13  # lock the job, finish the unit, artifact, event, iteration, counters,
+# in flight, live workers, queue the next, other work?, claim it, its event, the job's row
+
+
+def test_a_verdict_costs_a_fixed_number_of_statements(
+    quiet_client: httpx.Client, db_url: str, ctx: RunnerContext
+) -> None:
+    _start(quiet_client, ctx)
+    run = UnitRun(ctx, _first_check(ctx)).run(follow=True)
+    counts: list[int] = []
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        statements.append(statement.split("\n", 1)[0][:100])
+
+    event.listen(ctx.db.engine, "before_cursor_execute", count)
+    try:
+        while run is not None:
+            statements.clear()
+            run = run.run(follow=True)
+            if run is not None:  # a verdict recorded and the next check claimed (the last one ends the job)
+                counts.append(len(statements))
+                assert len(statements) <= STATEMENTS_PER_VERDICT, statements
+    finally:
+        event.remove(ctx.db.engine, "before_cursor_execute", count)
+    assert len(counts) >= 4 and len(set(counts)) <= 2, counts  # the same for every verdict, however many came before
