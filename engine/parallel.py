@@ -33,14 +33,15 @@ from reducer_core.verdict import Verdict
 
 Outcome = tuple[Answer, str]
 """What a slot's work returns: the answer to deliver and the check's output (may be empty)."""
-Job = Callable[[], Outcome]
+SlotWork = Callable[[], Outcome]
+"""The work ``SlotHooks.prepare`` returns for a slot's thread to run."""
 
 
 class SlotHooks(Protocol):
     """What ``drive_parallel`` needs from its caller. ``prepare`` and ``finish`` run in the main
-    thread (one at a time); the job ``prepare`` returns runs in the slot's thread."""
+    thread (one at a time); the work ``prepare`` returns runs in the slot's thread."""
 
-    def prepare(self, request: Request, slot: int) -> Job:
+    def prepare(self, request: Request, slot: int) -> SlotWork:
         """Get ``request`` ready in ``slot`` (write its candidate) and return the work to run."""
         ...
 
@@ -107,15 +108,15 @@ def _start_work(
     for request in machine.next_requests(len(free), in_flight):
         slot = free.pop()
         entry = _Running(request, slot, time.monotonic())
-        job = hooks.prepare(request, slot)
-        running[pool.submit(_run_job, job, stop, entry)] = entry
+        work = hooks.prepare(request, slot)
+        running[pool.submit(_run_slot_work, work, stop, entry)] = entry
 
 
-def _run_job(job: Job, stop: threading.Event, entry: _Running) -> Outcome:
-    """In the slot's thread: the job inside a stop scope (``checks.cancel``) that ``stop`` ends."""
+def _run_slot_work(work: SlotWork, stop: threading.Event, entry: _Running) -> Outcome:
+    """In the slot's thread: the work inside a stop scope (``checks.cancel``) that ``stop`` ends."""
     try:
         with stop_checks_when(stop.is_set):
-            return job()
+            return work()
     finally:
         entry.ended = time.monotonic()
 

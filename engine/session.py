@@ -25,7 +25,7 @@ from typing import Any
 from checks.interactive import InteractiveCheck
 from checks.spec import CheckSpec, ModelCheck
 from engine.localize import layerwise_run
-from engine.parallel import Job, drive_parallel
+from engine.parallel import SlotWork, drive_parallel
 from engine.workspace import ReduceOptions, Workspace
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
@@ -131,9 +131,9 @@ class SessionHooks(SilentListener):
 class SlotSessionHooks(SessionHooks):
     """The hooks of ``ReductionSession.run_in_slots`` (``engine.parallel.SlotHooks``): ``prepare``
     (main thread) gets a request ready in a slot and returns the work its thread runs (usually
-    ``ReductionSession.job``); ``finish`` (main thread) follows that work, before delivery."""
+    ``ReductionSession.slot_work``); ``finish`` (main thread) follows that work, before delivery."""
 
-    def prepare(self, request: Request, slot: int) -> Job:
+    def prepare(self, request: Request, slot: int) -> SlotWork:
         raise NotImplementedError
 
     def finish(self, request: Request, slot: int, answer: Answer, output: str) -> None:
@@ -245,13 +245,13 @@ class ReductionSession:
             return Verdict(VerdictKind.INFRA_ERROR, "", str(exc))
         return hooks.run_check(request, path)
 
-    def job(
+    def slot_work(
         self,
         request: Request,
         write: Callable[[CheckRequest], Path],
         check: ModelCheck,
         extra_env: Mapping[str, str] | None = None,
-    ) -> Job:
+    ) -> SlotWork:
         """For a parallel driver: write ``request``'s candidate now (``write`` returns the path) and
         return the work that answers it in a slot's thread (``check`` on that path, or the layerwise
         run with ``extra_env``); a candidate that cannot be written is an infrastructure error,

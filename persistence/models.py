@@ -92,9 +92,6 @@ class Job(Base):
     event_seq: Mapped[int] = mapped_column(default=0)
     cache_hits: Mapped[int] = mapped_column(default=0, server_default="0")  # every cached answer
     farm_hits: Mapped[int] = mapped_column(default=0, server_default="0")  # those from the farm's verdicts
-    # no longer read: dispatch is through the database (worker/run_job.py), a message only wakes a
-    # worker. Kept (the time the job was first queued) until a migration drops it.
-    dispatched_at: Mapped[datetime | None] = mapped_column(default=utcnow)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -24,7 +24,7 @@ from checks.memory import parse_size
 from checks.slots import for_slot
 from checks.spec import CheckSpec, ModelCheck, load_check_spec
 from engine.data_loader import parse_val_ranges
-from engine.parallel import Job
+from engine.parallel import SlotWork
 from engine.session import ReductionSession, SessionCheck, SlotSessionHooks
 from engine.workspace import ReduceOptions, Workspace
 from reducer_cli.args import EXIT_OK, EXIT_SUSPECT, EXIT_UNVERIFIED
@@ -251,9 +251,9 @@ class CommandLineRun(SlotSessionHooks):
 
     # -- hooks (slots: engine.parallel) ----------------------------------------------------------
 
-    def prepare(self, request: Request, slot: int) -> Job:
+    def prepare(self, request: Request, slot: int) -> SlotWork:
         write = functools.partial(self._write_in_slot, slot=slot)
-        return self.session.job(request, write, self.slot_checks[slot], self.plan.env(slot))
+        return self.session.slot_work(request, write, self.slot_checks[slot], self.plan.env(slot))
 
     def finish(self, request: Request, slot: int, answer: Answer, output: str) -> None:
         if not isinstance(request, CheckRequest) or not isinstance(answer, Verdict):

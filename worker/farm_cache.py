@@ -62,13 +62,13 @@ def farm_scope(model_sha256: str, cache: VerdictCache, runtime: str) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
 
 
-def job_scope(ctx: RunnerContext, job: Job, session: ReductionSession) -> str | None:
+def job_scope(ctx: RunnerContext, job: Job, reduction: ReductionSession) -> str | None:
     """The farm scope of ``job``'s verdicts; None when they are not shared (farm cache off, an
     unknown runtime, a check without a spec)."""
-    if not ctx.farm_verdict_cache or ctx.runtime is None or session.check.spec is None:
+    if not ctx.farm_verdict_cache or ctx.runtime is None or reduction.check.spec is None:
         return None
     runtime = runtime_identity(ctx.runtime, ctx.check_memory_limit_bytes)
-    return farm_scope(job.model_sha256, session.cache, runtime)
+    return farm_scope(job.model_sha256, reduction.cache, runtime)
 
 
 @dataclass
@@ -84,20 +84,20 @@ class FarmLink:
     layerwise: LayerwiseResult | None = None  # the farm's layerwise result seeded now (its errors: worker.advance)
 
     @classmethod
-    def open(cls, ctx: RunnerContext, db: Session, job: Job, session: ReductionSession) -> FarmLink:
-        return cls(db, job, job_scope(ctx, job, session))
+    def open(cls, ctx: RunnerContext, db: Session, job: Job, reduction: ReductionSession) -> FarmLink:
+        return cls(db, job, job_scope(ctx, job, reduction))
 
-    def seed(self, ctx: RunnerContext, session: ReductionSession) -> int:
-        """Give ``session`` the verdicts (and layerwise result) the farm holds in the job's scope
+    def seed(self, ctx: RunnerContext, reduction: ReductionSession) -> int:
+        """Give ``reduction`` the verdicts (and layerwise result) the farm holds in the job's scope
         (a seeded candidate is answered as a cache hit when the flow reaches it); how many were new."""
         if self.scope is None:
             return 0
         shared = FarmVerdictRepository(self.db).known(self.scope, self.job.team_id, ctx.share_verdicts_across_teams)
         layerwise = next((s.verdict for s in shared if s.fingerprint == LAYERWISE), None)
         verdicts = {s.fingerprint: s.verdict for s in shared if s.fingerprint != LAYERWISE}
-        if layerwise is not None and session.machine.layerwise is None:
+        if layerwise is not None and reduction.machine.layerwise is None:
             self.layerwise = LayerwiseResult.from_json(layerwise)
-        return session.machine.seed(verdicts, self.layerwise.compact() if self.layerwise else None)
+        return reduction.machine.seed(verdicts, self.layerwise.compact() if self.layerwise else None)
 
     def share(self, candidate: Candidate, verdict: Verdict) -> None:
         """Keep a verdict a check of this job gave on this worker, for later jobs (not an

@@ -50,9 +50,9 @@ class LiveSessions:
         self.stats.replays += 1
         return owner.session(job.session_state, listener)
 
-    def keep_after_commit(self, db: Session, owner: PreparedJob, job: Job, session: ReductionSession) -> None:
-        """Keep ``session`` as the state of version ``job.state_version`` once ``db`` commits."""
-        kept = LiveSession(job.state_version, session)
+    def keep_after_commit(self, db: Session, owner: PreparedJob, job: Job, reduction: ReductionSession) -> None:
+        """Keep ``reduction`` as the state of version ``job.state_version`` once ``db`` commits."""
+        kept = LiveSession(job.state_version, reduction)
 
         def keep(_: Session) -> None:
             owner.live = kept

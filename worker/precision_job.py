@@ -41,18 +41,18 @@ def start_precision(
 
 
 def store_precision_results(
-    store: ArtifactStore, session: ReductionSession, result: ReductionResult, work_dir: Path
+    store: ArtifactStore, reduction: ReductionSession, result: ReductionResult, work_dir: Path
 ) -> dict[ArtifactKind, tuple[StoredBlob, dict[str, Any]]]:
     """The mixed-precision model (a tar with its data file beyond protobuf's limit), its meta
     naming the nodes kept fp32."""
-    assert isinstance(session, PrecisionSession)
+    assert isinstance(reduction, PrecisionSession)
     folder = work_dir / "result-mixed"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     model = folder / "mixed.onnx"
-    written = session.save_mixed(result.min_bad, model, verify=session.check.check)  # judged once more
+    written = reduction.save_mixed(result.min_bad, model, verify=reduction.check.check)  # judged once more
     data = written.data
-    keep = session.keep_fp32(result.min_bad)
+    keep = reduction.keep_fp32(result.min_bad)
     meta: dict[str, Any] = {"nodes": len(keep), "bundle": data is not None, **written.mixed.to_json()}
     meta["verified"] = written.verified_json()
     if data is None:
@@ -63,12 +63,12 @@ def store_precision_results(
     return {ArtifactKind.MIXED: (blob, meta)}
 
 
-def precision_payload(session: ReductionSession, result: ReductionResult) -> AnswerPayload:
+def precision_payload(reduction: ReductionSession, result: ReductionResult) -> AnswerPayload:
     """What the success event adds for a precision job."""
-    assert isinstance(session, PrecisionSession)
-    mixed = session.mixed(result.min_bad)
+    assert isinstance(reduction, PrecisionSession)
+    mixed = reduction.mixed(result.min_bad)
     return {
         "task": "precision",
-        "keep_fp32": session.keep_fp32(result.min_bad),
+        "keep_fp32": reduction.keep_fp32(result.min_bad),
         "fp32_tensors": list(mixed.fp32_tensors),
     }

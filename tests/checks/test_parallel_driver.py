@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from checks.command import CommandCheck
-from engine.parallel import Job, drive_parallel
+from engine.parallel import SlotWork, drive_parallel
 from reducer_core.session import Answer, ReductionMachine, Request, SessionConfig
 from reducer_core.strategies import MODES
 from reducer_core.verdict import Verdict, VerdictKind
@@ -29,7 +29,7 @@ class Hooks:
         self.most = 0
         self.lock = threading.Lock()
 
-    def prepare(self, request: Request, slot: int) -> Job:
+    def prepare(self, request: Request, slot: int) -> SlotWork:
         assert slot not in self.running, "a busy slot is never given more work"
         self.running.add(slot)
         self.most = max(self.most, len(self.running))
@@ -87,7 +87,7 @@ class HangingHooks(Hooks):
         """Stops only once a hanging check has recorded its pid (it is surely running then)."""
         return super().should_stop() and any(self.pid_dir.glob("*.pid"))
 
-    def prepare(self, request: Request, slot: int) -> Job:
+    def prepare(self, request: Request, slot: int) -> SlotWork:
         super().prepare(request, slot)
         if getattr(request, "phase", "") == "original":
             return lambda: (Verdict(VerdictKind.FAIL, "exit=1", "", 0.0), "")
@@ -108,8 +108,8 @@ def test_an_error_in_a_slot_stops_the_run_and_kills_the_others(tmp_path: Path) -
     machine = fresh(chain(32), SessionConfig())
 
     class Failing(HangingHooks):
-        def prepare(self, request: Request, slot: int) -> Job:
-            job = super().prepare(request, slot)
+        def prepare(self, request: Request, slot: int) -> SlotWork:
+            work = super().prepare(request, slot)
             if slot == 3:
 
                 def broken() -> tuple[Answer, str]:
@@ -118,7 +118,7 @@ def test_an_error_in_a_slot_stops_the_run_and_kills_the_others(tmp_path: Path) -
                     raise OSError("disk full")
 
                 return broken
-            return job
+            return work
 
     with pytest.raises(OSError, match="disk full"):
         drive_parallel(machine, 4, Failing(machine, tmp_path, stop_after=None))

@@ -1,7 +1,7 @@
 """Fixtures of the service tests: a fresh PostgreSQL database per test (created and dropped here),
-a Redis database flushed around each test, the api as a real HTTP server, and real Celery worker
-processes. ``make test`` starts PostgreSQL and Redis first when they are not running
-(scripts/test-services.sh)."""
+a Redis database flushed around each test, the api as a real HTTP server, real Celery worker
+processes, and for the web page's tests the embedded service and a headless Chromium per module.
+``make test`` starts PostgreSQL and Redis first when they are not running (scripts/test-services.sh)."""
 
 from __future__ import annotations
 
@@ -23,16 +23,19 @@ from sqlalchemy import create_engine, text
 
 from api.app import create_app
 from api.settings import ApiSettings
+from examples.build_example_model import build_example_model
 from persistence.db import Database, normalize_url
 from persistence.migrate import upgrade
 from persistence.repositories import TeamRepository
 from tests.service.commands import WORKER_COMMAND, api_command
-from tests.service.helpers import Proc, free_port, start, wait_http
+from tests.service.helpers import Proc, free_port, start, wait_http, wait_job
+from tests.service.web_harness import Browser, Service, embedded_service, module_browser
 
 ADMIN_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 BASE_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/8")
 METRICS_TOKEN = "test-metrics-scrape-token"  # the apis started here show per-team metrics to it
 BIN = str(Path(sys.executable).parent)
+EXAMPLE = build_example_model().SerializeToString()
 
 
 @pytest.fixture
@@ -212,3 +215,30 @@ def database(db_url: str) -> Iterator[Database]:
     database = Database(db_url)
     yield database
     database.dispose()
+
+
+# -- the web page's tests (and others against the embedded service): one of each per test module --
+
+
+@pytest.fixture(scope="module")
+def service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """The embedded service (SQLite, in-process runner) over real HTTP, in a folder named after the module."""
+    with embedded_service(tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2])) as service:
+        yield service
+
+
+@pytest.fixture(scope="module")
+def browser(service: Service) -> Iterator[Browser]:
+    """Headless Chromium, started after ``service`` and closed before it."""
+    with module_browser() as browser:
+        yield browser
+
+
+def finished_job(service: Service) -> str:
+    """A succeeded job of the reference example (submitted over the API)."""
+    with client_for(service.url, service.token) as client:
+        job_id: str = client.post(
+            "/v1/jobs", files={"model": ("model.onnx", EXAMPLE)}, data={"check_spec": "kind: op-present\nops: [Mul]"}
+        ).json()["id"]
+        assert wait_job(client, job_id)["status"] == "succeeded"
+    return job_id

@@ -1,4 +1,4 @@
-"""Helpers of the service tests: models, bundles, an SSE reader and subprocess management."""
+"""Helpers of the service tests: models, bundles, job rows, an SSE reader and subprocess management."""
 
 from __future__ import annotations
 
@@ -19,6 +19,11 @@ from typing import Any
 import httpx
 import onnx
 from onnx import TensorProto, helper
+from sqlalchemy.orm import Session
+
+from persistence.enums import JobStatus
+from persistence.models import Job
+from persistence.repositories import JobRepository
 
 OP_PRESENT_MUL = "kind: op-present\nops: [Mul]\n"
 
@@ -45,6 +50,30 @@ def chain_model(length: int = 24, mul_at: int = 15) -> onnx.ModelProto:
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+def stored_job(
+    session: Session,
+    team_id: str,
+    status: JobStatus = JobStatus.QUEUED,
+    model_sha256: str = "0" * 64,
+    model_size: int = 1,
+) -> Job:
+    """A job row of team ``team_id``, an op-present check of a model that is nowhere on disk, added
+    to ``session`` and flushed (its id is set)."""
+    job = Job(
+        team_id=team_id,
+        status=status,
+        queue="cpu",
+        mode="auto",
+        check_spec=OP_PRESENT_MUL,
+        check_kind="op-present",
+        model_filename="model.onnx",
+        model_sha256=model_sha256,
+        model_size=model_size,
+        model_path="models/x/model.onnx",
+    )
+    return JobRepository(session).add(job)
 
 
 def tar_bundle(files: dict[str, bytes], links: dict[str, tuple[str, bytes]] | None = None) -> bytes:

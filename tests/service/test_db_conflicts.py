@@ -17,12 +17,11 @@ from sqlalchemy.orm import Session
 
 from persistence.db import Database
 from persistence.enums import EventKind, JobStatus
-from persistence.models import Job
 from persistence.repositories import EventRepository, JobRepository, TeamRepository
 from persistence.repositories.units import NewUnit, UnitRepository
 from persistence.retry import DEADLOCK_DETECTED, is_conflict, sqlstate_of, transaction
 from tests.service.conftest import Processes, client_for
-from tests.service.helpers import chain_model, submit, wait_job
+from tests.service.helpers import chain_model, stored_job, submit, wait_job
 
 BARRIER_S = 30.0
 
@@ -30,21 +29,7 @@ BARRIER_S = 30.0
 def _job(db: Database) -> tuple[str, int]:
     """A queued job with one queued check unit: (job id, unit id)."""
     with db.session() as session:
-        team = TeamRepository(session).get_or_create("team-deadlock")
-        job = Job(
-            team_id=team.id,
-            status=JobStatus.QUEUED.value,
-            queue="default",
-            mode="auto",
-            check_spec="kind: op-present\nops: [Mul]\n",
-            check_kind="op-present",
-            model_filename="model.onnx",
-            model_sha256="0" * 64,
-            model_size=1,
-            model_path="models/x.onnx",
-        )
-        JobRepository(session).add(job)
-        session.flush()
+        job = stored_job(session, TeamRepository(session).get_or_create("team-deadlock").id)
         unit = UnitRepository(session).add(job.id, [NewUnit("r1", "check", 1, "p", 0, False, {}, 1)])[0]
         return job.id, unit.id
 

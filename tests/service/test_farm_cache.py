@@ -7,7 +7,6 @@ page shows a farm-answered job's iterations as cache hits."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from selenium.webdriver.common.by import By
 
 from checks.capabilities import Capabilities
 from persistence.db import Database
-from persistence.models import Job
+from persistence.enums import JobStatus
 from persistence.repositories import (
     CachedAnswer,
     FarmVerdictRepository,
@@ -27,7 +26,7 @@ from persistence.repositories import (
 )
 from reducer_core.cache import VerdictCache
 from tests.service.conftest import Processes, client_for, scrape, start_api
-from tests.service.helpers import OP_PRESENT_MUL, chain_model, submit, wait_job
+from tests.service.helpers import OP_PRESENT_MUL, chain_model, stored_job, submit, wait_job
 from tests.service.web_harness import catalogue, chromium, embedded_service
 from worker.context import context_from_settings
 from worker.farm_cache import farm_scope, runtime_identity
@@ -90,31 +89,10 @@ def test_the_scope_changes_with_the_model_bytes_the_check_and_the_runtime() -> N
 # -- the repositories on PostgreSQL ------------------------------------------------------------------
 
 
-@pytest.fixture
-def database(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
-
-
 def _team_and_job(database: Database, team: str) -> tuple[str, str]:
     with database.session() as session:
         team_id = TeamRepository(session).get_or_create(team).id
-        job = JobRepository(session).add(
-            Job(
-                team_id=team_id,
-                status="running",
-                queue="cpu",
-                mode="auto",
-                check_spec=OP_PRESENT_MUL,
-                check_kind="op-present",
-                model_filename="model.onnx",
-                model_sha256="0" * 64,
-                model_size=1,
-                model_path="models/x/model.onnx",
-            )
-        )
-        return team_id, job.id
+        return team_id, stored_job(session, team_id, JobStatus.RUNNING).id
 
 
 def test_a_team_keeps_one_verdict_per_candidate_and_reads_only_its_own(database: Database) -> None:

@@ -21,12 +21,12 @@ import redis
 from sqlalchemy import create_engine, select
 
 from persistence.db import Database, normalize_url
-from persistence.enums import ArtifactKind
-from persistence.models import Artifact, Job
-from persistence.repositories import ArtifactRepository, JobRepository, TeamRepository
+from persistence.enums import ArtifactKind, JobStatus
+from persistence.models import Artifact
+from persistence.repositories import ArtifactRepository, TeamRepository
 from persistence.store import ArtifactStore
 from tests.service.conftest import Processes, client_for
-from tests.service.helpers import OP_PRESENT_MUL, Proc, chain_model, submit, wait_job
+from tests.service.helpers import OP_PRESENT_MUL, Proc, chain_model, stored_job, submit, wait_job
 from tests.service.tcp_proxy import TcpProxy
 from worker.maintenance import sweep_unreferenced_blobs
 
@@ -265,20 +265,7 @@ def test_the_sweep_keeps_referenced_and_freshly_stored_blobs(db_url: str, tmp_pa
         os.utime(store.path(blob.key), (long_ago, long_ago))
     with database.session() as session:
         team = TeamRepository(session).get_or_create("team-a")
-        job = JobRepository(session).add(
-            Job(
-                team_id=team.id,
-                status="succeeded",
-                queue="cpu",
-                mode="auto",
-                check_spec=OP_PRESENT_MUL,
-                check_kind="op-present",
-                model_filename="m.onnx",
-                model_sha256=kept.sha256,
-                model_size=kept.size,
-                model_path="m.onnx",
-            )
-        )
+        job = stored_job(session, team.id, JobStatus.SUCCEEDED, kept.sha256, kept.size)
         ArtifactRepository(session).put(job.id, ArtifactKind.ORIGINAL, "original", kept)
     assert store.put_stream([b"blob 2"]) == restored  # stored again: young
     assert sweep_unreferenced_blobs(database, store, min_age_s=3600) == 1

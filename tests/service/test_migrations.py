@@ -1,13 +1,16 @@
 """Alembic: upgrade an empty PostgreSQL database to head, down to base, and up again; the
-migration matches the models (autogenerate finds nothing to add); ``onnx-reducer db upgrade``."""
+migration matches the models (autogenerate finds nothing to add); ``onnx-reducer db upgrade``;
+migrations that change the jobs table keep its rows (PostgreSQL, and SQLite where it matters)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
@@ -93,3 +96,45 @@ def test_a_job_stored_before_sessions_keeps_its_verdicts_across_the_migration(pg
     assert "verdict_cache" not in row and "strategy_state" not in row
     downgrade(pg_url, "farm_workers_and_dispatch")
     assert _job_columns(pg_url)["verdict_cache"] == cache
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database of each kind the service runs on."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/db.sqlite"
+    return str(request.getfixturevalue("pg_url"))
+
+
+def _insert_dispatched_job(url: str) -> None:
+    """A job row as revision state_version (0006) stores it, dispatched_at set."""
+    now = datetime.now(UTC)
+    engine = create_engine(normalize_url(url))
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO teams (id, name, created_at) VALUES ('t', 'team', :now)"), {"now": now})
+        conn.execute(
+            text(
+                "INSERT INTO jobs (id, team_id, status, queue, mode, options, check_spec, check_kind, model_filename,"
+                " model_sha256, model_size, model_path, iterations_done, checks_run, check_time_s, attempts,"
+                " cancel_requested, event_seq, created_at, updated_at, dispatched_at) VALUES"
+                " ('j', 't', 'queued', 'cpu', 'auto', '{}', 'kind: op-present', 'op-present', 'm.onnx', 'x', 1,"
+                " 'p', 0, 0, 0.0, 0, :no, 0, :now, :now, :now)"
+            ),
+            {"no": False, "now": now},
+        )
+    engine.dispose()
+
+
+def test_dropping_dispatched_at_keeps_the_jobs_and_a_downgrade_adds_it_back_empty(any_url: str) -> None:
+    upgrade(any_url, "state_version")
+    _insert_dispatched_job(any_url)
+    upgrade(any_url)
+    row = _job_columns(any_url)
+    assert "dispatched_at" not in row
+    assert (row["status"], row["model_filename"]) == ("queued", "m.onnx")
+    downgrade(any_url, "state_version")
+    row = _job_columns(any_url)
+    assert row["dispatched_at"] is None
+    assert (row["status"], row["model_filename"]) == ("queued", "m.onnx")
+    upgrade(any_url)
+    assert "dispatched_at" not in _job_columns(any_url)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,15 +16,9 @@ from examples.build_example_model import build_example_model
 from reducer_cli.main import run
 from tests.service.conftest import client_for
 from tests.service.helpers import chain_model, submit, wait_job
-from tests.service.web_harness import Service, embedded_service
+from tests.service.web_harness import Service
 
 EXAMPLE = build_example_model().SerializeToString()
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    with embedded_service(tmp_path_factory.mktemp("newcomer-api")) as service:
-        yield service
 
 
 def test_refusing_to_retry_a_succeeded_job_says_it_in_words(service: Service) -> None:

@@ -12,8 +12,9 @@ from sqlalchemy import select
 from persistence.db import Database
 from persistence.enums import EventKind, JobStatus
 from persistence.events import PAYLOADS, EventPayloadError, record_event, validate_payload
-from persistence.models import Event, Job
+from persistence.models import Event
 from persistence.repositories import JobRepository, TeamRepository
+from tests.service.helpers import stored_job
 
 _END = {
     "status": JobStatus.FAILED,
@@ -90,22 +91,7 @@ def test_record_event_stores_a_valid_payload_and_nothing_of_an_invalid_one(db_ur
     db = Database(db_url)
     try:
         with db.session() as session:
-            team = TeamRepository(session).get_or_create("team-events")
-            job = Job(
-                team_id=team.id,
-                status=JobStatus.QUEUED,
-                queue="cpu",
-                mode="auto",
-                check_spec="kind: op-present\nops: [Mul]\n",
-                check_kind="op-present",
-                model_filename="model.onnx",
-                model_sha256="0" * 64,
-                model_size=1,
-                model_path="models/x.onnx",
-            )
-            JobRepository(session).add(job)
-            session.flush()
-            job_id = job.id
+            job_id = stored_job(session, TeamRepository(session).get_or_create("team-events").id).id
         with db.session() as session, pytest.raises(EventPayloadError, match="nodes_before"):
             record_event(session, job_id, EventKind.STARTED, {"attempt": 1})  # type: ignore[typeddict-item]
         with db.session() as session:

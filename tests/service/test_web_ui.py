@@ -15,13 +15,11 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import numpy as np
 import onnx
-import pytest
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
 from selenium.webdriver.common.by import By
@@ -32,36 +30,22 @@ from api.graph_view import describe_graph
 from bench.samples_bench import input_overflow_chain
 from examples.build_example_model import build_example_model
 from tests.precision_models import COMPARE_FP16, one_node_overflows
-from tests.service.conftest import client_for
-from tests.service.helpers import chain_model, wait_job
+from tests.service.conftest import EXAMPLE, client_for, finished_job
+from tests.service.helpers import chain_model
 from tests.service.web_harness import (
     Browser,
     CuttableProxy,
     Service,
     catalogue,
     embedded_service,
-    module_browser,
     plain,
     severe,
 )
 
-EXAMPLE = build_example_model().SerializeToString()
 NO_GRAPH = onnx.ModelProto(ir_version=8).SerializeToString()  # parses, but is no model
 EN = catalogue("en")
 ZH = catalogue("zh-CN")
 SLOW_CHECK = ["sh", "-c", 'sleep 0.8; if grep -q Mul "$1"; then exit 1; fi', "sh", "{model}"]
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    with embedded_service(tmp_path_factory.mktemp("web-ui-service"), sse_max_lifetime_s=3600) as service:
-        yield service
-
-
-@pytest.fixture(scope="module")
-def browser(service: Service) -> Iterator[Browser]:
-    with module_browser() as browser:
-        yield browser
 
 
 def _wait_status(browser: Browser, status: str) -> None:
@@ -76,16 +60,6 @@ def _unstaged(detail: str) -> str:
 def _job_id(browser: Browser) -> str:
     browser.wait(lambda d: "#/jobs/" in d.current_url, "the job page")
     return str(browser.driver.current_url.rsplit("/", 1)[1])
-
-
-def _finished_job(service: Service) -> str:
-    """A succeeded job of the reference example (submitted over the API)."""
-    with client_for(service.url, service.token) as client:
-        job_id: str = client.post(
-            "/v1/jobs", files={"model": ("model.onnx", EXAMPLE)}, data={"check_spec": "kind: op-present\nops: [Mul]"}
-        ).json()["id"]
-        assert wait_job(client, job_id)["status"] == "succeeded"
-    return job_id
 
 
 def _use_yaml(browser: Browser, spec: str) -> None:
@@ -387,7 +361,7 @@ def test_the_page_follows_a_chinese_browser(service: Service, browser: Browser) 
         assert browser.js("return document.documentElement.lang") == "zh-CN"
         browser.sign_in(service.token)
         assert browser.text("token-state") == plain(ZH["token.state.ok"], team="default")
-        job_id = _finished_job(service)
+        job_id = finished_job(service)
         english = {v.replace("`", "") for k, v in EN.items() if ZH[k] != v and "{" not in v and len(v) > 3}
         for route in ("#/new", "#/jobs", f"#/jobs/{job_id}"):
             browser.driver.get(f"{service.url}/{route}")
@@ -442,7 +416,7 @@ def test_no_sideways_scroll_at_420_px_and_every_control_is_labelled(service: Ser
                        && !e.getAttribute('aria-labelledby') && !(e.textContent || '').trim())
         .map((e) => e.id || e.outerHTML.slice(0, 80))"""
     try:
-        job_id = _finished_job(service)
+        job_id = finished_job(service)
         browser.open(service.url + "/#/jobs")
         browser.sign_in(service.token)
         browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#jobs-body tr"), "the jobs")
@@ -595,7 +569,7 @@ def test_a_precision_job_from_the_form_shows_the_nodes_to_keep_in_fp32(service: 
 def test_a_finished_job_opened_later_shows_its_iterations(service: Service, browser: Browser) -> None:
     """A job page opened after the job ended reads its event stream once: the iteration table and
     the chart are filled (the stream replays every event, then closes)."""
-    job_id = _finished_job(service)
+    job_id = finished_job(service)
     with client_for(service.url, service.token) as client:
         listed = client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]
     browser.open(f"{service.url}/#/jobs/{job_id}")

@@ -3,44 +3,16 @@ it), then deletes the job and returns to the list; in Chinese too."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from examples.build_example_model import build_example_model
-from tests.service.conftest import client_for
-from tests.service.helpers import wait_job
-from tests.service.web_harness import Browser, Service, catalogue, embedded_service, module_browser, plain
-
-EXAMPLE = build_example_model().SerializeToString()
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    with embedded_service(tmp_path_factory.mktemp("web-ui-delete")) as service:
-        yield service
-
-
-@pytest.fixture(scope="module")
-def browser(service: Service) -> Iterator[Browser]:
-    with module_browser() as browser:
-        yield browser
-        browser.set_language("en-US,en")
-
-
-def _finished_job(service: Service) -> str:
-    with client_for(service.url, service.token) as client:
-        job_id: str = client.post(
-            "/v1/jobs", files={"model": ("model.onnx", EXAMPLE)}, data={"check_spec": "kind: op-present\nops: [Mul]"}
-        ).json()["id"]
-        assert wait_job(client, job_id)["status"] == "succeeded"
-    return job_id
+from tests.service.conftest import client_for, finished_job
+from tests.service.web_harness import Browser, Service, catalogue, plain
 
 
 @pytest.mark.parametrize("lang", ["en", "zh-CN"])
 def test_delete_asks_first_then_deletes_and_returns_to_the_list(service: Service, browser: Browser, lang: str) -> None:
     words = catalogue(lang)
-    job_id = _finished_job(service)
+    job_id = finished_job(service)
     browser.set_language({"en": "en-US,en", "zh-CN": "zh-CN,zh"}[lang])
     browser.open(f"{service.url}/#/jobs/{job_id}")
     browser.js("localStorage.removeItem('onnx-reducer.lang')")  # follow the browser's language

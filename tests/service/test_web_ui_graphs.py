@@ -8,7 +8,6 @@ never asserted: this machine is shared."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,23 +18,11 @@ from api.graph_view import describe_graph
 from tests.service.conftest import client_for
 from tests.service.graph_models import add_chain, transformer_model
 from tests.service.helpers import wait_job
-from tests.service.web_harness import Browser, Service, catalogue, embedded_service, module_browser, plain
+from tests.service.web_harness import Browser, Service, catalogue, plain
 
 EN = catalogue("en")
 ZH = catalogue("zh-CN")
 TRANSFORMER = transformer_model(24)
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    with embedded_service(tmp_path_factory.mktemp("web-ui-graphs"), sse_max_lifetime_s=3600) as service:
-        yield service
-
-
-@pytest.fixture(scope="module")
-def browser(service: Service) -> Iterator[Browser]:
-    with module_browser() as browser:
-        yield browser
 
 
 @pytest.fixture(scope="module")

@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import onnx
-import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
@@ -30,8 +28,6 @@ from tests.service.web_harness import (
     Browser,
     Service,
     catalogue,
-    embedded_service,
-    module_browser,
     plain,
     severe,
 )
@@ -40,18 +36,6 @@ EN = catalogue("en")
 ZH = catalogue("zh-CN")
 LOADED_WAIT_S = 180.0  # a deadline for a broken run only: the waits end as soon as the page shows it
 SLOW_CHECK = ["sh", "-c", 'sleep 1.5; if grep -q Mul "$1"; then exit 1; fi', "sh", "{model}"]
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    with embedded_service(tmp_path_factory.mktemp("web-ui-interactive"), sse_max_lifetime_s=3600) as service:
-        yield service
-
-
-@pytest.fixture(scope="module")
-def browser(service: Service) -> Iterator[Browser]:
-    with module_browser() as browser:
-        yield browser
 
 
 def _status(browser: Browser) -> str:

@@ -1,19 +1,17 @@
 """What a new user trips on in the web page (issue 20), in a real headless Chromium against the
-embedded service (see tests/service/test_web_ui.py for the harness)."""
+embedded service (tests/service/web_harness.py; the fixtures are in conftest.py)."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 
-import pytest
 from selenium.webdriver.common.by import By
 
 from examples.build_example_model import build_example_model
 from tests.service.conftest import client_for
 from tests.service.helpers import chain_model
-from tests.service.web_harness import Browser, Service, catalogue, embedded_service, module_browser, plain, severe
+from tests.service.web_harness import Browser, Service, catalogue, plain, severe
 
 EXAMPLE = build_example_model().SerializeToString()
 EN = catalogue("en")
@@ -22,18 +20,6 @@ SLOW_SPEC = json.dumps(
     {"kind": "command", "command": ["sh", "-c", 'sleep 0.8; if grep -q Mul "$1"; then exit 1; fi', "sh", "{model}"]}
 )
 DANGER = "rgb(179, 38, 30)"  # app.css --danger
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    with embedded_service(tmp_path_factory.mktemp("web-ui-newcomer"), sse_max_lifetime_s=3600) as service:
-        yield service
-
-
-@pytest.fixture(scope="module")
-def browser(service: Service) -> Iterator[Browser]:
-    with module_browser() as browser:
-        yield browser
 
 
 def _sign_out(browser: Browser) -> None:

@@ -9,7 +9,6 @@ Chinese."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from itertools import pairwise
 from typing import Any
 
@@ -23,7 +22,7 @@ from tests.checks.models import chain_model
 from tests.service.conftest import client_for
 from tests.service.graph_models import transformer_model
 from tests.service.helpers import wait_job
-from tests.service.web_harness import Browser, Service, catalogue, embedded_service, module_browser, plain, severe
+from tests.service.web_harness import Browser, Service, catalogue, plain, severe
 
 EN = catalogue("en")
 ZH = catalogue("zh-CN")
@@ -31,18 +30,6 @@ FAULT_AT = 23
 NONFINITE_FILL = "rgb(74, 20, 140)"  # overlay.js NONFINITE_COLOUR
 PLAIN_FILL = "rgb(238, 243, 251)"  # app.css .gnode rect
 ORIGINAL = "#graph-original"
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    with embedded_service(tmp_path_factory.mktemp("web-ui-overlay"), sse_max_lifetime_s=3600) as service:
-        yield service
-
-
-@pytest.fixture(scope="module")
-def browser(service: Service) -> Iterator[Browser]:
-    with module_browser() as browser:
-        yield browser
 
 
 @pytest.fixture(scope="module")
