@@ -29,20 +29,12 @@ from engine.parallel import Job, drive_parallel
 from engine.workspace import ReduceOptions, Workspace
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
 from reducer_core.errors import MissingTypeError
 from reducer_core.localization import LayerwiseResult
 from reducer_core.records import IterationRecord, Localization, ReductionResult
-from reducer_core.session import (
-    Answer,
-    CheckRequest,
-    LayerwiseRequest,
-    ReductionMachine,
-    Request,
-    SessionConfig,
-    SessionListener,
-    SilentListener,
-    drive,
-)
+from reducer_core.requests import Answer, CheckRequest, LayerwiseRequest, Request, SessionListener, SilentListener
+from reducer_core.session import ReductionMachine, drive
 from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 

@@ -19,10 +19,12 @@ from typing import Any
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
 from reducer_core.errors import GoalUnreachableError
 from reducer_core.graph import GraphIndex
 from reducer_core.records import ReductionResult
-from reducer_core.session import ReductionMachine, SessionConfig, SessionListener, _CheckStep, _Flow
+from reducer_core.requests import SessionListener
+from reducer_core.session import ReductionMachine, _CheckStep, _Flow
 from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 FP16_MAX = 65504.0

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Generator, Mapping
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, ClassVar, Protocol
+from dataclasses import dataclass, replace
+from typing import Any
 
 from reducer_core.body_reduction import BodySearch
 from reducer_core.cache import REPLAY_VERSION, VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
 from reducer_core.data_reduction import PHASE as DATA_PHASE
 from reducer_core.data_reduction import DataSearch, WeightSearch, used_candidate
 from reducer_core.errors import CheckInfraError, GoalUnreachableError, OriginalDidNotFailError, ReplayMismatchError
@@ -33,115 +34,23 @@ from reducer_core.flakiness import CONFIRM_LIMIT, PROBE_BUDGET, Evidence, Flakin
 from reducer_core.graph import GraphIndex
 from reducer_core.localization import LayerwiseResult, find_suspect, min_good_probes
 from reducer_core.records import IterationRecord, Localization, ReductionResult
+from reducer_core.requests import (
+    Answer,
+    CheckRequest,
+    LayerwiseRequest,
+    Request,
+    SessionListener,
+    SilentListener,
+    fingerprint_of,
+)
 from reducer_core.strategies import SearchSpace, Strategy
 from reducer_core.strategies.base import Observation
 from reducer_core.strategies.speculation import CulpritModel, gambles_allowed, speculate
-from reducer_core.verdict import Goal, Pinning, Verdict, VerdictKind
+from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 STATE_FORMAT = "onnx-reducer-session"
 STATE_VERSION = 2  # 2: records numbered here (``recorded``), request numbers in flight, farm-seeded verdicts
 STATE_VERSIONS = (1, STATE_VERSION)  # 1 still loads: its records go on after the driver's (``numbered``)
-
-
-@dataclass(frozen=True)
-class SessionConfig:
-    """What a session does. ``localize``: run the accuracy flowchart first (compare/golden checks);
-    ``not_localized``: why not, when a spec check does not (reported as the localisation's reason);
-    ``min_good``: spend up to three checks on a passing model next to the result when none was seen
-    (``reducer_core.localization.min_good_probes``).
-    ``confirm_flaky`` (on by default): an answer of 2 to ``CONFIRM_LIMIT`` nodes that nothing showed
-    inconsistent gets up to ``CONFIRM_LIMIT`` re-checks of the candidates inside it that passed
-    once (what made it look minimal: a flaky single culprit whose one-node candidate happened to
-    pass ends there). A deterministic check pays those re-checks on such answers only: none on a
-    one-node or larger answer. ``Goal.FAILURE`` sessions only.
-    ``goal``: ``Goal.PASS`` looks for the smallest node set with which the check passes (the nodes
-    kept in fp32 of ``onnx-reducer precision``): the empty set is the original (it must not pass),
-    the whole set must pass, and neither localisation nor min-good probes apply."""
-
-    mode: str = "auto"
-    reduce_inputs: bool = True
-    reduce_outputs: bool = True
-    pin_signature: bool | Pinning = True  # True: the default pinning (kind), False: off
-    localize: bool = False
-    min_good: bool = False
-    infra_retries: int = 2
-    not_localized: str = field(default="", compare=False)
-    confirm_flaky: bool = True
-    goal: Goal = Goal.FAILURE
-    reduce_bodies: bool = True
-    """Reduce inside the bodies of the Loop/If nodes left once the outer graph is minimal
-    (``reducer_core.body_reduction``); False keeps them whole, as Polygraphy does."""
-    reduce_data: bool = False
-    """Shrink the min-bad model's input sizes at the end (``reducer_core.data_reduction``); the
-    command line and the service turn it on by default (``--no-reduce-data`` turns it off)."""
-
-    @property
-    def confirms(self) -> bool:
-        """Whether small answers are confirmed (``confirm_flaky`` means nothing to ``Goal.PASS``)."""
-        return self.confirm_flaky and self.goal is Goal.FAILURE
-
-    def space(self, index: GraphIndex) -> SearchSpace:
-        subgraphs = self.goal is Goal.FAILURE
-        return SearchSpace(index, index.all_nodes(), self.reduce_inputs, self.reduce_outputs, subgraphs)
-
-    def to_json(self) -> dict[str, Any]:
-        """The fields that decide which checks run (and so must match on resume); ``goal`` only when
-        not the default and ``confirm_flaky`` only when on (sessions saved before them, and a
-        session saved without confirmation, resume unchanged: ``_check_state``)."""
-        skip = {"infra_retries", "not_localized", "goal", "confirm_flaky"}
-        saved = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
-        if self.confirms:
-            saved["confirm_flaky"] = True
-        saved["pin_signature"] = _pinning_json(Pinning.of(self.pin_signature))
-        if self.goal is not Goal.FAILURE:
-            saved["goal"] = self.goal.value
-        if "reduce_bodies" in saved and self.reduce_bodies:
-            del saved["reduce_bodies"]  # the default: sessions saved before it resume unchanged
-        if not self.reduce_data:
-            del saved["reduce_data"]  # sessions saved before it existed resume unchanged (``_check_state``)
-        return saved
-
-
-def _pinning_json(pinning: Pinning) -> bool | str:
-    """``true``/``false`` for the default and off (as sessions saved before ``strict`` existed),
-    ``"strict"`` for strict pinning."""
-    return pinning.value if pinning is Pinning.STRICT else pinning is Pinning.KIND
-
-
-@dataclass(frozen=True)
-class CheckRequest:
-    """Check ``candidate``. ``attempt`` counts infrastructure-error retries (0 first); ``repeat``
-    numbers the runs of a candidate that a flaky check re-checks (0 first, ``reducer_core.flakiness``);
-    ``number`` is the iteration number (the driver's ``--iter-info``/artifact name), not part of the id.
-    ``speculative``: asked ahead of the flow (a spare slot), not yet needed by it."""
-
-    candidate: Candidate
-    phase: str
-    attempt: int = 0
-    number: int = field(default=0, compare=False)
-    repeat: int = 0
-    speculative: bool = field(default=False, compare=False)
-    kind: ClassVar[str] = "check"
-
-    @property
-    def id(self) -> str:
-        run = f"r{self.repeat}:" if self.repeat else ""
-        return f"check:{self.candidate.fingerprint}:{run}{self.attempt}"
-
-
-@dataclass(frozen=True)
-class LayerwiseRequest:
-    """Run the full model once with every tensor marked as an output (``engine.localize``)."""
-
-    kind: ClassVar[str] = "layerwise"
-
-    @property
-    def id(self) -> str:
-        return "layerwise"
-
-
-Request = CheckRequest | LayerwiseRequest
-Answer = Verdict | LayerwiseResult
 
 
 @dataclass(frozen=True)
@@ -158,31 +67,6 @@ class _LayerwiseStep:
 
 _Step = _CheckStep | _LayerwiseStep
 _Flow = Generator[_Step, Answer, None]
-
-
-class SessionListener(Protocol):
-    """What a driver hears from the machine, as it happens (never during a replay)."""
-
-    def on_record(self, record: IterationRecord) -> None:
-        """Every verdict, cached ones included, in order; a check's record comes after the session
-        took it in (its cache and state include it)."""
-
-    def on_layerwise(self, result: LayerwiseResult) -> None:
-        """The layerwise run's result was taken in (whole: its per-tensor errors included)."""
-
-    def on_localization(self, localization: Localization) -> None:
-        """The flowchart settled: the node it found, or why the strategy reduces instead."""
-
-
-class SilentListener:
-    def on_record(self, record: IterationRecord) -> None:
-        pass
-
-    def on_layerwise(self, result: LayerwiseResult) -> None:
-        pass
-
-    def on_localization(self, localization: Localization) -> None:
-        pass
 
 
 class ReductionMachine:
@@ -685,7 +569,7 @@ class ReductionMachine:
         return step.candidate == self.strategy.propose()
 
     def _speculate(self, k: int, in_flight: Collection[str], wanted: list[Request]) -> list[Request]:
-        busy = {_fingerprint_of(request_id) for request_id in in_flight} | {
+        busy = {fingerprint_of(request_id) for request_id in in_flight} | {
             request.candidate.fingerprint for request in wanted if isinstance(request, CheckRequest)
         }
         model = CulpritModel.start(self.strategy.space.start).learn_all([*self.strategy.facts, *self._ahead_facts])
@@ -772,21 +656,6 @@ class ReductionMachine:
         if self.localization is not None and not self._announced and not self._replaying:
             self._announced = True
             self.listener.on_localization(self.localization)
-
-
-def repeat_of(request_id: str) -> int:
-    """The repeat index of a check request id (``check:{fingerprint}:r{repeat}:{attempt}``; 0
-    for a first run): what a driver that stores only the id needs to rebuild the request."""
-    parts = request_id.split(":")
-    if len(parts) == 4 and parts[0] == CheckRequest.kind and parts[2].startswith("r"):
-        return int(parts[2][1:])
-    return 0
-
-
-def _fingerprint_of(request_id: str) -> str:
-    """The candidate fingerprint of a check request id (``check:{fingerprint}:[r{repeat}:]{attempt}``)."""
-    parts = request_id.split(":")
-    return parts[1] if len(parts) >= 3 and parts[0] == CheckRequest.kind else request_id
 
 
 def _infra_message(request: CheckRequest, verdict: Verdict, retries: int) -> str:

@@ -10,9 +10,11 @@ from collections.abc import Callable
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
 from reducer_core.localization import LayerwiseResult
 from reducer_core.records import IterationRecord, Localization, ReductionResult
-from reducer_core.session import Answer, CheckRequest, ReductionMachine, Request, SessionConfig, drive
+from reducer_core.requests import Answer, CheckRequest, Request
+from reducer_core.session import ReductionMachine, drive
 from reducer_core.strategies.base import Strategy
 from reducer_core.verdict import Pinning, Verdict
 
