@@ -1,5 +1,5 @@
 """What a reduction session does (``SessionConfig``): the options that decide which checks run,
-and their JSON form, which a saved session must match to resume (``reducer_core.session``)."""
+and their JSON form, which a saved session must match to resume (``reducer_core.state``)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class SessionConfig:
     def to_json(self) -> dict[str, Any]:
         """The fields that decide which checks run (and so must match on resume); ``goal`` only when
         not the default and ``confirm_flaky`` only when on (sessions saved before them, and a
-        session saved without confirmation, resume unchanged: ``reducer_core.session._check_state``)."""
+        session saved without confirmation, resume unchanged: ``reducer_core.state.check_state``)."""
         skip = {"infra_retries", "not_localized", "goal", "confirm_flaky"}
         saved = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         if self.confirms:
@@ -66,7 +66,7 @@ class SessionConfig:
         if "reduce_bodies" in saved and self.reduce_bodies:
             del saved["reduce_bodies"]  # the default: sessions saved before it resume unchanged
         if not self.reduce_data:
-            del saved["reduce_data"]  # sessions saved before it existed resume unchanged (``_check_state``)
+            del saved["reduce_data"]  # sessions saved before it existed resume unchanged (``check_state``)
         return saved
 
 

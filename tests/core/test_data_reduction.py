@@ -22,7 +22,7 @@ from reducer_core.data_reduction import DataSearch, WeightSearch, input_sizes, u
 from reducer_core.errors import ReplayMismatchError
 from reducer_core.extract import SerializedPieces, extract, extract_bytes
 from reducer_core.graph import GraphIndex
-from reducer_core.session import ReductionMachine
+from reducer_core.machine import ReductionMachine
 from reducer_core.verdict import Verdict
 from tests.models import FAIL, IR_VERSION, OPSET, PASS, index_of, random_feeds
 

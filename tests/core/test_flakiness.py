@@ -26,9 +26,9 @@ from reducer_core.flakiness import (
     repeats_needed,
 )
 from reducer_core.graph import GraphIndex
+from reducer_core.machine import ReductionMachine
 from reducer_core.records import ReductionResult
 from reducer_core.requests import CheckRequest, Request
-from reducer_core.session import ReductionMachine
 from reducer_core.verdict import Verdict, VerdictKind
 from tests.models import FAIL, PASS, index_of, make_model
 

@@ -10,8 +10,8 @@ import json
 from reducer_core.cache import VerdictCache
 from reducer_core.config import SessionConfig
 from reducer_core.graph import GraphIndex
+from reducer_core.machine import ReductionMachine
 from reducer_core.requests import CheckRequest
-from reducer_core.session import ReductionMachine
 from tests.core.test_session import answers, branchy, fresh, resumed, run
 from tests.core.test_session_parallel import chain
 
