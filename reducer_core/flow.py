@@ -5,10 +5,11 @@ layerwise run) and is sent their answers: check the original; optionally localis
 run, then the suspect node alone); reduce with the strategy (a flaky check's answer confirmed, or
 searched again with every pass verified); reduce inside the Loop/If bodies left; when asked for
 a min-good model and none was seen, probe the candidates next to the minimal failing one; shrink
-the answer's input and weight sizes. The flow keeps what it found (``best_bad``, ``min_good``,
-the localisation, the flakiness evidence) and nothing else: requests, numbers, retries, records
-and the verdict cache are the machine's (``reducer_core.machine``), which replays the flow
-against its cache to rebuild a saved position.
+the answer's input and weight sizes, then slice its weights to the part read. The flow keeps
+what it learnt (the original's verdict, ``best_bad``, ``min_good``, the localisation, the
+flakiness evidence) and nothing else: requests, numbers, retries, records and the verdict cache
+are the machine's (``reducer_core.machine``), which replays the flow against its cache to
+rebuild a saved position.
 """
 
 from __future__ import annotations
