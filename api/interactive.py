@@ -44,7 +44,7 @@ from persistence.reduction import NOT_RECHECKED, job_config, judged_blobs, store
 from persistence.repositories import ArtifactRepository, IterationRepository, JobRepository
 from persistence.repositories.units import ASKED, UnitRepository
 from reducer_core.errors import OriginalDidNotFailError, ReducerError
-from reducer_core.session import CheckRequest
+from reducer_core.requests import CheckRequest
 from reducer_core.verdict import Verdict, VerdictKind
 
 log = logging.getLogger("onnx_reducer.api")

@@ -17,9 +17,11 @@ from onnx import TensorProto, helper
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
+from reducer_core.driver import drive
 from reducer_core.graph import GraphIndex
+from reducer_core.machine import ReductionMachine
 from reducer_core.prepare import prepare
-from reducer_core.session import ReductionMachine, SessionConfig, drive
 from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 SIZES = (32, 128, 512)

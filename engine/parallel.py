@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from checks.cancel import POLL_S, stop_checks_when
-from reducer_core.session import Answer, ReductionMachine, Request
+from reducer_core.machine import ReductionMachine
+from reducer_core.requests import Answer, Request
 from reducer_core.verdict import Verdict
 
 Outcome = tuple[Answer, str]

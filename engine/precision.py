@@ -45,11 +45,12 @@ from engine.workspace import Workspace
 from reducer_core import modelio
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
 from reducer_core.errors import GoalUnreachableError, ReducerError
 from reducer_core.graph import GraphIndex
 from reducer_core.precision import out_of_range, precision_machine, range_superset
 from reducer_core.records import ReductionResult
-from reducer_core.session import Answer, Request, SessionConfig, SessionListener, SilentListener
+from reducer_core.requests import Answer, Request, SessionListener, SilentListener
 from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 TASK = "precision"

@@ -1,7 +1,7 @@
 """The reduction session shared by ``onnx-reducer reduce`` and the service worker.
 
 ``ReductionSession`` puts together, in one place, what both need around the pure step machine
-(``reducer_core.session.ReductionMachine``): the prepared model (``Workspace``), the check and its
+(``reducer_core.machine.ReductionMachine``): the prepared model (``Workspace``), the check and its
 verdict-cache identity (check + workspace options + golden values), whether to localise (the
 accuracy flowchart for compare/golden specs), the layerwise run, and writing candidates (the
 pre-serialised fast path). A driver either runs it to the end with ``run(hooks)``, or asks for
@@ -29,20 +29,13 @@ from engine.parallel import SlotWork, drive_parallel
 from engine.workspace import ReduceOptions, Workspace
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
+from reducer_core.driver import drive
 from reducer_core.errors import MissingTypeError
 from reducer_core.localization import LayerwiseResult
+from reducer_core.machine import ReductionMachine
 from reducer_core.records import IterationRecord, Localization, ReductionResult
-from reducer_core.session import (
-    Answer,
-    CheckRequest,
-    LayerwiseRequest,
-    ReductionMachine,
-    Request,
-    SessionConfig,
-    SessionListener,
-    SilentListener,
-    drive,
-)
+from reducer_core.requests import Answer, CheckRequest, LayerwiseRequest, Request, SessionListener, SilentListener
 from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 

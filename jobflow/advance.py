@@ -18,7 +18,7 @@ from persistence.models import Job
 from persistence.repositories import IterationRepository
 from reducer_core.errors import CheckInfraError, OriginalDidNotFailError
 from reducer_core.records import IterationRecord, Localization
-from reducer_core.session import Answer, Request, SilentListener
+from reducer_core.requests import Answer, Request, SilentListener
 
 log = logging.getLogger("onnx_reducer.jobflow")
 

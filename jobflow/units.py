@@ -6,7 +6,7 @@ from __future__ import annotations
 from persistence.models import CheckUnit
 from persistence.repositories.units import NewUnit
 from reducer_core.candidate import Candidate
-from reducer_core.session import CheckRequest, LayerwiseRequest, Request, repeat_of
+from reducer_core.requests import CheckRequest, LayerwiseRequest, Request, repeat_of
 
 
 def request_of(unit: CheckUnit) -> Request:

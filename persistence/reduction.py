@@ -17,8 +17,8 @@ from persistence.enums import ArtifactKind
 from persistence.repositories import IterationRepository
 from persistence.store import ArtifactStore, StoredBlob
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
 from reducer_core.records import ReductionResult
-from reducer_core.session import SessionConfig
 from reducer_core.verdict import Pinning, Verdict, VerdictKind
 from reducer_core.verification import JUDGED, MIN_BAD, MIN_GOOD, Verified, agrees
 

@@ -36,14 +36,15 @@ from reducer_core import modelio
 from reducer_core.bodies import describe
 from reducer_core.cache import cache_key
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
 from reducer_core.data_reduction import input_sizes
 from reducer_core.errors import UsageError
 from reducer_core.graph import GraphIndex
 from reducer_core.localization import LayerwiseResult, TensorErrors
 from reducer_core.prepare import parse_shape_arg
 from reducer_core.records import IterationRecord, Localization, ReductionResult
+from reducer_core.requests import Answer, CheckRequest, Request
 from reducer_core.samples import samples_summary
-from reducer_core.session import Answer, CheckRequest, Request, SessionConfig
 from reducer_core.verdict import Verdict, VerdictKind
 from reducer_core.verification import (
     DISAGREES,

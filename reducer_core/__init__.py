@@ -1,9 +1,9 @@
 """onnx-reducer's pure engine: graph indexing, extraction, strategies and the reduction loop.
 
 Imports only the standard library, numpy and onnx. Checks, files and processes are supplied by
-the shell (``engine``, ``reducer_cli``, ``worker``); see ``session.ReductionMachine`` (the
-reduction session as a step machine over work requests) and ``reducer.Reduction`` (the same
-session driven by an oracle).
+the shell (``engine``, ``reducer_cli``, ``worker``); see ``machine.ReductionMachine`` (the
+reduction session as a step machine over work requests, running ``flow.ReductionFlow``) and
+``driver.drive`` (the same session run one request at a time).
 """
 
 from reducer_core.candidate import Candidate

@@ -8,8 +8,8 @@ set right after the plain fp16 model; when it passes, it tries each of its nodes
 answer is 1-minimal; when it does not pass (a failure that is no overflow: rounding beyond
 tolerance), the strategy searches from every node, as before.
 
-``precision_machine(superset)`` is the machine class for one superset (``from_state`` builds
-its machines with the class it is called on)."""
+``PrecisionFlow`` is that flow; ``precision_machine(superset)`` is the machine class that runs it
+for one superset (``from_state`` builds its machines with the class it is called on)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,14 @@ from typing import Any
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
 from reducer_core.errors import GoalUnreachableError
+from reducer_core.flow import CheckStep, ReductionFlow, Steps
 from reducer_core.graph import GraphIndex
+from reducer_core.machine import ReductionMachine
 from reducer_core.records import ReductionResult
-from reducer_core.session import ReductionMachine, SessionConfig, SessionListener, _CheckStep, _Flow
+from reducer_core.requests import SessionListener
+from reducer_core.strategies import Strategy
 from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 FP16_MAX = 65504.0
@@ -46,29 +50,31 @@ def range_superset(index: GraphIndex, ranges: Mapping[str, float], limit: float 
     return frozenset(nodes)
 
 
-class PrecisionMachine(ReductionMachine):
-    """A ``Goal.PASS`` machine that tries ``superset`` (a class attribute: ``precision_machine``)
-    after the plain fp16 model, and minimises inside it when it passes."""
+class PrecisionFlow(ReductionFlow):
+    """A ``Goal.PASS`` flow that tries ``superset`` after the plain fp16 model, and minimises
+    inside it when it passes."""
 
-    superset: frozenset[int] = frozenset()
+    def __init__(self, index: GraphIndex, config: SessionConfig, strategy: Strategy, superset: frozenset[int]) -> None:
+        super().__init__(index, config, strategy)
+        self.superset = superset
 
-    def _run_to_pass(self) -> _Flow:
+    def _run_to_pass(self) -> Steps:
         assert self.config.goal is Goal.PASS
         nothing = Candidate(frozenset())
-        original = yield _CheckStep(nothing, "original")
+        original = yield CheckStep(nothing, "original")
         assert isinstance(original, Verdict)
         self.original = original
         if original.kind is VerdictKind.PASS:
-            self._found = nothing
+            self.found = nothing
             return
         everything = self.strategy.space.start
         if self.superset and self.superset != everything:
-            verdict = yield _CheckStep(Candidate(self.superset), RANGE_PHASE)
+            verdict = yield CheckStep(Candidate(self.superset), RANGE_PHASE)
             assert isinstance(verdict, Verdict)
             if verdict.kind is VerdictKind.PASS:
                 yield from self._minimise_superset()
                 return
-        verdict = yield _CheckStep(Candidate(everything), "all-kept")
+        verdict = yield CheckStep(Candidate(everything), "all-kept")
         assert isinstance(verdict, Verdict)
         if verdict.kind is not VerdictKind.PASS:
             raise GoalUnreachableError(
@@ -77,17 +83,27 @@ class PrecisionMachine(ReductionMachine):
             )
         yield from self._reduce(original)
 
-    def _minimise_superset(self) -> _Flow:
+    def _minimise_superset(self) -> Steps:
         """Drop the superset's nodes one at a time, each kept out while the check still passes:
         one check per node of the superset, and the answer is 1-minimal (removing any node fails)."""
         kept = set(self.superset)
-        self._found = Candidate(frozenset(kept))
+        self.found = Candidate(frozenset(kept))
         for node in sorted(self.superset):
             trial = Candidate(frozenset(kept - {node}))
             passes, _ = yield from self._observe(trial, MINIMISE_PHASE)
             if passes:
                 kept.discard(node)
-                self._found = trial
+                self.found = trial
+
+
+class PrecisionMachine(ReductionMachine):
+    """A ``Goal.PASS`` machine that runs the ``PrecisionFlow`` of ``superset`` (a class attribute:
+    ``precision_machine``)."""
+
+    superset: frozenset[int] = frozenset()
+
+    def _new_flow(self, strategy: Strategy) -> ReductionFlow:
+        return PrecisionFlow(self.index, self.config, strategy, self.superset)
 
     def state(self) -> dict[str, Any]:
         """The session's state with the superset it started from: a resumed session (another

@@ -1,5 +1,5 @@
 """The reduction loop with an injected oracle, for tests: the session's step machine
-(``reducer_core.session``) driven one check at a time by a function answering "does this
+(``reducer_core.machine``) driven one check at a time by a function answering "does this
 candidate fail?". The command line and the worker drive the same machine through
 ``engine.session.ReductionSession``."""
 
@@ -10,9 +10,12 @@ from collections.abc import Callable
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
+from reducer_core.driver import drive
 from reducer_core.localization import LayerwiseResult
+from reducer_core.machine import ReductionMachine
 from reducer_core.records import IterationRecord, Localization, ReductionResult
-from reducer_core.session import Answer, CheckRequest, ReductionMachine, Request, SessionConfig, drive
+from reducer_core.requests import Answer, CheckRequest, Request
 from reducer_core.strategies.base import Strategy
 from reducer_core.verdict import Pinning, Verdict
 

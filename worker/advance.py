@@ -40,7 +40,7 @@ from persistence.repositories import ArtifactRepository
 from persistence.repositories.units import UnitRepository
 from persistence.store import StoredBlob
 from reducer_core.localization import LayerwiseResult
-from reducer_core.session import Answer, CheckRequest, Request
+from reducer_core.requests import Answer, CheckRequest, Request
 from worker.context import RunnerContext
 from worker.endings import ending_of
 from worker.farm_cache import FarmLink

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from engine.session import ReductionSession
 from persistence.models import Job
-from reducer_core.session import SessionListener
+from reducer_core.requests import SessionListener
 from worker.prepared import LiveSession, PreparedJob
 
 

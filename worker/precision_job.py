@@ -20,7 +20,7 @@ from persistence.enums import ArtifactKind
 from persistence.events import AnswerPayload
 from persistence.store import ArtifactStore, StoredBlob
 from reducer_core.records import ReductionResult
-from reducer_core.session import SessionListener
+from reducer_core.requests import SessionListener
 
 
 def precision_plan(workspace: Workspace, check: SessionCheck, build: Build, work_dir: Path) -> PrecisionPlan:

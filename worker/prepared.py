@@ -36,7 +36,8 @@ from persistence.reduction import job_config
 from persistence.repositories import ArtifactRepository
 from persistence.store import ArtifactStore
 from reducer_core.candidate import Candidate
-from reducer_core.session import SessionConfig, SessionListener
+from reducer_core.config import SessionConfig
+from reducer_core.requests import SessionListener
 from worker.checking import job_check
 from worker.context import RunnerContext
 from worker.precision_job import precision_plan, start_precision

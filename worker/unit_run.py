@@ -27,7 +27,7 @@ from persistence.repositories import JobRepository
 from persistence.repositories.units import UnitRepository
 from persistence.retry import sqlstate_of, transaction
 from reducer_core.errors import MissingTypeError
-from reducer_core.session import CheckRequest, Request
+from reducer_core.requests import CheckRequest, Request
 from reducer_core.verdict import Verdict, VerdictKind
 from worker.advance import Advanced, Delivery, advance
 from worker.claims import claim_follow_up

@@ -10,7 +10,9 @@ import pytest
 
 from checks.command import CommandCheck
 from engine.parallel import SlotWork, drive_parallel
-from reducer_core.session import Answer, ReductionMachine, Request, SessionConfig
+from reducer_core.config import SessionConfig
+from reducer_core.machine import ReductionMachine
+from reducer_core.requests import Answer, Request
 from reducer_core.strategies import MODES
 from reducer_core.verdict import Verdict, VerdictKind
 from tests.core.test_session import Answerer, answers, fresh, run

@@ -20,9 +20,11 @@ from reducer_core import bodies
 from reducer_core.bodies import body_size
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
 from reducer_core.extract import SerializedPieces, extract, extract_bytes
 from reducer_core.graph import GraphIndex
-from reducer_core.session import CheckRequest, ReductionMachine, Request, SessionConfig
+from reducer_core.machine import ReductionMachine
+from reducer_core.requests import CheckRequest, Request
 from reducer_core.strategies import MODES, SearchSpace, Strategy
 from reducer_core.verdict import Verdict
 from tests.core.test_control_flow import exported_if_model, exported_loop_model

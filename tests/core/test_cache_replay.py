@@ -8,9 +8,9 @@ import pytest
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
 from reducer_core.errors import CheckInfraError, OriginalDidNotFailError, ReplayMismatchError
 from reducer_core.graph import GraphIndex
-from reducer_core.session import SessionConfig
 from reducer_core.strategies import MODES, SearchSpace, Strategy
 from reducer_core.verdict import MEMORY_LIMIT_SIGNATURE, Pinning, Verdict, VerdictKind
 from tests.models import FAIL, PASS, FakeChecker, branchy_model, fails_with_all, index_of, names_in, reduce_with

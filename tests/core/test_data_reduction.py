@@ -17,11 +17,12 @@ from onnx import TensorProto, helper, numpy_helper
 from reducer_core import data_edits, modelio, weight_edits
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
 from reducer_core.data_reduction import DataSearch, WeightSearch, input_sizes, used_candidate
 from reducer_core.errors import ReplayMismatchError
 from reducer_core.extract import SerializedPieces, extract, extract_bytes
 from reducer_core.graph import GraphIndex
-from reducer_core.session import ReductionMachine, SessionConfig
+from reducer_core.machine import ReductionMachine
 from reducer_core.verdict import Verdict
 from tests.models import FAIL, IR_VERSION, OPSET, PASS, index_of, random_feeds
 

@@ -13,6 +13,7 @@ from onnx import helper
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
 from reducer_core.errors import ReplayMismatchError
 from reducer_core.flakiness import (
     CONFIRM_LIMIT,
@@ -25,8 +26,9 @@ from reducer_core.flakiness import (
     repeats_needed,
 )
 from reducer_core.graph import GraphIndex
+from reducer_core.machine import ReductionMachine
 from reducer_core.records import ReductionResult
-from reducer_core.session import CheckRequest, ReductionMachine, Request, SessionConfig
+from reducer_core.requests import CheckRequest, Request
 from reducer_core.verdict import Verdict, VerdictKind
 from tests.models import FAIL, PASS, index_of, make_model
 

@@ -10,9 +10,11 @@ import pytest
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
+from reducer_core.driver import drive
 from reducer_core.errors import GoalUnreachableError
 from reducer_core.graph import GraphIndex
-from reducer_core.session import ReductionMachine, SessionConfig, drive
+from reducer_core.machine import ReductionMachine
 from reducer_core.strategies import MODES, SearchSpace
 from reducer_core.verdict import Goal, Verdict, VerdictKind
 from tests.models import branchy_model, index_of, names_in

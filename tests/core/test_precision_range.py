@@ -11,9 +11,10 @@ import pytest
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
+from reducer_core.driver import drive
 from reducer_core.graph import GraphIndex
 from reducer_core.precision import PrecisionMachine, precision_machine, range_superset
-from reducer_core.session import SessionConfig, drive
 from reducer_core.verdict import Goal, Verdict, VerdictKind
 from tests.models import branchy_model, index_of, names_in
 

@@ -1,4 +1,4 @@
-"""The session's step machine (``reducer_core.session``): requests, delivery in any order, the
+"""The session's step machine (``reducer_core.machine``): requests, delivery in any order, the
 localisation flow, the min-good probe and resuming from JSON state (pure: no files, no checks)."""
 
 from __future__ import annotations
@@ -10,17 +10,13 @@ import pytest
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
+from reducer_core.config import SessionConfig
 from reducer_core.errors import CheckInfraError, ReplayMismatchError
 from reducer_core.graph import GraphIndex
 from reducer_core.localization import LayerwiseResult, min_good_probes
+from reducer_core.machine import ReductionMachine
 from reducer_core.records import IterationRecord, Localization
-from reducer_core.session import (
-    CheckRequest,
-    LayerwiseRequest,
-    ReductionMachine,
-    Request,
-    SessionConfig,
-)
+from reducer_core.requests import CheckRequest, LayerwiseRequest, Request
 from reducer_core.strategies import MODES, SearchSpace
 from reducer_core.verdict import Verdict, VerdictKind
 from tests.models import FAIL, PASS, branchy_model, index_of, names_in

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 
 from reducer_core.cache import VerdictCache
+from reducer_core.config import SessionConfig
 from reducer_core.graph import GraphIndex
-from reducer_core.session import CheckRequest, ReductionMachine, SessionConfig
+from reducer_core.machine import ReductionMachine
+from reducer_core.requests import CheckRequest
 from tests.core.test_session import answers, branchy, fresh, resumed, run
 from tests.core.test_session_parallel import chain
 

@@ -10,8 +10,10 @@ import pytest
 from onnx import helper
 
 from reducer_core.cache import VerdictCache
+from reducer_core.config import SessionConfig
 from reducer_core.graph import GraphIndex
-from reducer_core.session import CheckRequest, ReductionMachine, Request, SessionConfig
+from reducer_core.machine import ReductionMachine
+from reducer_core.requests import CheckRequest, Request
 from reducer_core.strategies import MODES
 from tests.core.test_session import LOCALIZING, Answerer, answers, fresh, run
 from tests.models import branchy_model, index_of, make_model, names_in

@@ -7,9 +7,11 @@ from __future__ import annotations
 import pytest
 
 from reducer_core.cache import VerdictCache
+from reducer_core.config import SessionConfig
 from reducer_core.errors import CheckInfraError
 from reducer_core.graph import GraphIndex
-from reducer_core.session import CheckRequest, ReductionMachine, SessionConfig
+from reducer_core.machine import ReductionMachine
+from reducer_core.requests import CheckRequest
 from reducer_core.verdict import Verdict, VerdictKind
 from tests.models import branchy_model, index_of
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from reducer_core.session import Request, SessionConfig
+from reducer_core.config import SessionConfig
+from reducer_core.requests import Request
 from reducer_core.strategies.base import Strategy
 from tests.core.test_session import answers, fresh
 from tests.core.test_session_parallel import chain

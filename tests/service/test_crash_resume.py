@@ -16,7 +16,9 @@ from engine.session import resolve_config
 from engine.workspace import ReduceOptions, load_workspace
 from persistence.reduction import job_config
 from reducer_core.cache import VerdictCache
-from reducer_core.session import CheckRequest, ReductionMachine, Request, drive
+from reducer_core.driver import drive
+from reducer_core.machine import ReductionMachine
+from reducer_core.requests import CheckRequest, Request
 from reducer_core.verdict import Verdict, VerdictKind
 from tests.service.conftest import Processes, client_for
 from tests.service.helpers import OP_PRESENT_MUL, SseEvent, chain_model, read_sse, submit, wait_job

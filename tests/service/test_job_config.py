@@ -5,7 +5,7 @@ asked (as for jobs stored before the option existed, whose saved sessions resume
 from __future__ import annotations
 
 from persistence.reduction import job_config
-from reducer_core.session import SessionConfig
+from reducer_core.config import SessionConfig
 
 
 def test_confirm_flaky_reaches_the_session_config_and_is_off_by_default() -> None:

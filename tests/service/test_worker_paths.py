@@ -15,7 +15,7 @@ import onnx
 from persistence.db import Database
 from persistence.layout import DataLayout
 from reducer_core.candidate import Candidate
-from reducer_core.session import SessionConfig
+from reducer_core.config import SessionConfig
 from reducer_core.verdict import Verdict, VerdictKind
 from tests.service.helpers import chain_model
 from worker.context import RunnerContext
