@@ -87,7 +87,8 @@ class Job(Base):
     attempts: Mapped[int] = mapped_column(default=0)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
-    session_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # ReductionSession.state()
+    # ReductionSession.state(): bulky, so loaded only when read (a worker with the session live never reads it)
+    session_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None, deferred=True)
     state_version: Mapped[int] = mapped_column(default=0, server_default="0")  # bumped with each session_state write
     event_seq: Mapped[int] = mapped_column(default=0)
     cache_hits: Mapped[int] = mapped_column(default=0, server_default="0")  # every cached answer

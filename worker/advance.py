@@ -141,8 +141,9 @@ def keep_node_errors(ctx: RunnerContext, session: Any, job: Job, result: Layerwi
 
 def _queue_next(ctx: RunnerContext, session: Any, job: Job, reduction: ReductionSession) -> int:
     units = UnitRepository(session)
-    active = units.active_request_ids(job.id)
-    slots = min(ctx.max_workers_per_job, max(1, units.live_workers(job.queue, ctx.worker_seen_s)))
+    with session.no_autoflush:  # the units' rows are current (each change a statement); the job's wait for the commit
+        active = units.active_request_ids(job.id)
+        slots = min(ctx.max_workers_per_job, max(1, units.live_workers(job.queue, ctx.worker_seen_s)))
     wanted = slots - len(active)
     if wanted < 1:
         return 0

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, exists, func, or_, select, update
-from sqlalchemy.orm import Session, defer
+from sqlalchemy.orm import Session
 
 from persistence.enums import TERMINAL_STATUSES, ErrorCode, JobStatus
 from persistence.models import CheckUnit, Job, Team, utcnow
@@ -72,9 +72,9 @@ class JobRepository:
         return self.session.get(Job, job_id)
 
     def for_team(self, team_id: str, job_id: str) -> Job | None:
-        """The only way the api looks a job up: another team's job is simply not found. The
-        worker's bulky session state is loaded only if it is read."""
-        query = select(Job).where(Job.id == job_id, Job.team_id == team_id).options(*_LIGHT)
+        """The only way the api looks a job up: another team's job is simply not found (the
+        worker's bulky session state is loaded only if it is read: ``Job.session_state``)."""
+        query = select(Job).where(Job.id == job_id, Job.team_id == team_id)
         return self.session.scalar(query)
 
     def flakiness(self, job_id: str) -> dict[str, Any] | None:
@@ -87,7 +87,7 @@ class JobRepository:
         return self.session.scalar(select(Job).where(Job.team_id == team_id, Job.idempotency_key == key))
 
     def page(self, team_id: str, status: JobStatus | None, limit: int, after: tuple[datetime, str] | None) -> JobPage:
-        query = select(Job).where(Job.team_id == team_id).options(*_LIGHT)
+        query = select(Job).where(Job.team_id == team_id)
         if status is not None:
             query = query.where(Job.status == status)
         if after is not None:
@@ -291,9 +291,6 @@ class JobRepository:
     def counts_by_status(self) -> dict[str, int]:
         rows = self.session.execute(select(Job.status, func.count()).group_by(Job.status)).all()
         return {str(status): int(count) for status, count in rows}
-
-
-_LIGHT = (defer(Job.session_state),)
 
 
 def claimable(job: Job, max_attempts: int) -> bool:

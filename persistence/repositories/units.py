@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, exists, func, or_, select, update
+from sqlalchemy import and_, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from persistence.enums import JobStatus
@@ -73,25 +73,27 @@ class UnitRepository:
         self.session = session
 
     def add(self, job_id: str, units: Sequence[NewUnit], status: str = QUEUED) -> list[CheckUnit]:
-        """The units, ``queued`` for a worker (or ``asked`` of a person: an interactive job's)."""
-        rows = [
-            CheckUnit(
-                job_id=job_id,
-                request_id=u.request_id,
-                kind=u.kind,
-                number=u.number,
-                phase=u.phase,
-                attempt=u.attempt,
-                speculative=u.speculative,
-                candidate=dict(u.candidate),
-                node_count=u.node_count,
-                status=status,
-            )
+        """The units, ``queued`` for a worker (or ``asked`` of a person: an interactive job's),
+        inserted at once in one statement (the session's other pending changes wait for its flush)."""
+        if not units:
+            return []
+        values = [
+            {
+                "job_id": job_id,
+                "request_id": u.request_id,
+                "kind": u.kind,
+                "number": u.number,
+                "phase": u.phase,
+                "attempt": u.attempt,
+                "speculative": u.speculative,
+                "candidate": dict(u.candidate),
+                "node_count": u.node_count,
+                "status": status,
+            }
             for u in units
         ]
-        self.session.add_all(rows)
-        self.session.flush()
-        return rows
+        with self.session.no_autoflush:
+            return list(self.session.scalars(insert(CheckUnit).returning(CheckUnit), values).all())
 
     def get(self, unit_id: int) -> CheckUnit | None:
         return self.session.get(CheckUnit, unit_id, populate_existing=True)
