@@ -36,6 +36,7 @@ from engine.workspace import ReduceOptions, Workspace, load_workspace
 from jobflow import advance as flow
 from jobflow.ending import end, succeed
 from jobflow.recording import CheckRun
+from jobflow.stored_state import load_state
 from jobflow.units import new_unit, request_of
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
 from persistence.events import VerdictNeededPayload, record_event
@@ -147,7 +148,7 @@ class _Step:
         try:
             check = SessionCheck(InteractiveCheck("the iteration model"))
             config = job_config(self.job.mode, dict(self.job.options))
-            state = self.job.session_state
+            state = load_state(self.session, self.job)
             self.reduction = ReductionSession.start(self.workspace, check, config, state, self.collector)
         except BaseException:
             self.workspace.close()
@@ -203,7 +204,7 @@ class _Step:
     def advance(self) -> list[int]:
         request = self._request()
         self._announce(flow.record(self.session, self.job, self.collector))  # answers from the cache, if any
-        flow.save(self.job, self.reduction)
+        flow.save(self.session, self.job, self.reduction)
         if request is None:
             return self._succeed() if self.reduction.done else self.events
         path = self.work_dir / ITERATION_MODEL

@@ -208,8 +208,8 @@ class ReductionSession:
     def cache(self) -> VerdictCache:
         return self.machine.cache
 
-    def state(self) -> dict[str, Any]:
-        return self.machine.state()
+    def state(self, verdicts: bool = True) -> dict[str, Any]:
+        return self.machine.state(verdicts)
 
     def load_replay(self, data: dict[str, Any]) -> int:
         """Verdicts of a debug replay (``--load-debug-replay``): they answer their candidates as

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from engine.session import ReductionSession
 from jobflow.recording import CheckRun, record_cached, record_iteration
+from jobflow.stored_state import save_state
 from persistence.models import Job
 from persistence.repositories import IterationRepository
 from reducer_core.errors import CheckInfraError, OriginalDidNotFailError
@@ -65,7 +66,7 @@ def advance(
     """Deliver ``delivery`` to ``job``'s session (``reduction``, whose listener is ``collector``),
     record what it took in and save its state (``take_in``, then ``save``)."""
     step = take_in(db, job, reduction, collector, delivery)
-    save(job, reduction)
+    save(db, job, reduction)
     return step
 
 
@@ -111,11 +112,11 @@ def record(
     return seq
 
 
-def save(job: Job, reduction: ReductionSession) -> None:
-    """The session's state and checks count, kept with the job (under its row lock), once per
-    step; the state's version is bumped, so a worker keeping the session live knows it is current
-    (``worker.live_session``)."""
-    job.session_state = reduction.state()
+def save(db: Session, job: Job, reduction: ReductionSession) -> None:
+    """The session's state (``jobflow.stored_state``) and checks count, kept with the job (under
+    its row lock), once per step; the state's version is bumped, so a worker keeping the session
+    live knows it is current (``worker.live_session``)."""
+    save_state(db, job, reduction)
     job.checks_run = reduction.machine.checks_run
     job.state_version = (job.state_version or 0) + 1
 

@@ -209,3 +209,17 @@ class FarmVerdict(Base):
     verdict: Mapped[dict[str, Any]] = mapped_column()
     job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SessionVerdict(Base):
+    """One entry of a job's verdict cache (``reducer_core.cache``: the key is the candidate's
+    fingerprint, with ``~<repeat>`` for a re-check), kept beside ``jobs.session_state`` rather than
+    inside it: a verdict is written once, when the session learns it, so saving the state after
+    each verdict costs the same at check 2,000 as at check 10 (``jobflow.stored_state``)."""
+
+    __tablename__ = "session_verdicts"
+    __table_args__ = (Unique("job_id", "key", name="uq_session_verdicts_job_key"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(80))
+    verdict: Mapped[dict[str, Any]] = mapped_column()

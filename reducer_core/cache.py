@@ -27,6 +27,7 @@ class VerdictCache:
         self.graph = graph
         self.check = check
         self._verdicts: dict[str, Verdict] = {}
+        self._changes: list[str] = []  # the keys ``put`` added or changed, in order (``changed_since``)
         self.hits = 0
 
     def __len__(self) -> int:
@@ -53,20 +54,36 @@ class VerdictCache:
     def put(self, candidate: Candidate, verdict: Verdict, repeat: int = 0) -> None:
         """Remember a verdict about the model; infrastructure errors are not such verdicts.
         ``repeat`` numbers the runs of a candidate a flaky check re-checks (0: the first)."""
-        if verdict.kind is not VerdictKind.INFRA_ERROR:
-            self._verdicts[cache_key(candidate, repeat)] = verdict
+        if verdict.kind is VerdictKind.INFRA_ERROR:
+            return
+        key = cache_key(candidate, repeat)
+        if self._verdicts.get(key) != verdict:
+            self._verdicts[key] = verdict
+            self._changes.append(key)
+
+    @property
+    def mark(self) -> int:
+        """Where the log of added or changed verdicts stands now (for ``changed_since``)."""
+        return len(self._changes)
+
+    def changed_since(self, mark: int) -> dict[str, Any]:
+        """The verdicts ``put`` added or changed since ``mark``, as ``to_json`` writes them: what a
+        store that keeps the entries apart (the service) writes after each step, whatever the
+        cache's size."""
+        return {key: self._verdicts[key].to_json() for key in dict.fromkeys(self._changes[mark:])}
 
     def fingerprints(self) -> set[str]:
         """The keys of the verdicts held (``cache_key``: a re-check's key names its repeat)."""
         return set(self._verdicts)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, verdicts: bool = True) -> dict[str, Any]:
+        """The cache as JSON; without ``verdicts``, its identity only (the entries kept apart)."""
         return {
             "version": REPLAY_VERSION,
             "tool": "onnx-reducer",
             "graph": self.graph,
             "check": self.check,
-            "verdicts": {fp: v.to_json() for fp, v in self._verdicts.items()},
+            "verdicts": {fp: v.to_json() for fp, v in self._verdicts.items()} if verdicts else {},
         }
 
     def dumps(self) -> str:

@@ -163,12 +163,14 @@ class ReductionMachine:
 
     # -- state -----------------------------------------------------------------------------------
 
-    def state(self) -> dict[str, Any]:
+    def state(self, verdicts: bool = True) -> dict[str, Any]:
+        """The state to resume from (``reducer_core.state``); without ``verdicts`` the cache's
+        entries are left out, for a store that keeps them apart (``VerdictCache.changed_since``)."""
         report = self.flow.flakiness.report()
         return SessionState(
             graph=self.index.fingerprint,
             config=self.config,
-            cache=self.cache.to_json(),
+            cache=self.cache.to_json(verdicts),
             layerwise=self.flow.layerwise,
             checks_run=self.checks_run,
             cache_hits=self.cache.hits,

@@ -105,10 +105,10 @@ class PrecisionMachine(ReductionMachine):
     def _new_flow(self, strategy: Strategy) -> ReductionFlow:
         return PrecisionFlow(self.index, self.config, strategy, self.superset)
 
-    def state(self) -> dict[str, Any]:
+    def state(self, verdicts: bool = True) -> dict[str, Any]:
         """The session's state with the superset it started from: a resumed session (another
         process, another host whose fp32 run rounds differently) replays the same flow."""
-        return {**super().state(), SUPERSET_KEY: sorted(self.superset)}
+        return {**super().state(verdicts), SUPERSET_KEY: sorted(self.superset)}
 
     @classmethod
     def from_state(

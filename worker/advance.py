@@ -84,7 +84,7 @@ def advance(
 ) -> Advanced:
     """One step of the job's session (``job`` row-locked by the caller's transaction)."""
     collector = flow.Collector(job.id)
-    reduction = LIVE.take(prepared, job, collector)
+    reduction = LIVE.take(session, prepared, job, collector)
     farm = FarmLink.open(ctx, session, job, reduction)
     seed = None if delivery is not None else (lambda live: farm.seed(ctx, live))  # once, at the start
     step = flow.take_in(session, job, reduction, collector, _delivered(delivery), seed)
@@ -97,10 +97,10 @@ def advance(
     seq = step.seq
     if step.failure is None and not reduction.done:
         queued = _queue_next(ctx, session, job, reduction)
-        flow.save(job, reduction)
+        flow.save(session, job, reduction)
         LIVE.keep_after_commit(session, prepared, job, reduction)
         return Advanced(seq, queued)
-    flow.save(job, reduction)
+    flow.save(session, job, reduction)
     if step.failure is not None:
         status, code, message = ending_of(step.failure, ctx, job.id)
         return Advanced(end(session, job, status, code, message), ended=True)

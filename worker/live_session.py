@@ -19,6 +19,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from engine.session import ReductionSession
+from jobflow.stored_state import load_state
 from persistence.models import Job
 from reducer_core.requests import SessionListener
 from worker.prepared import LiveSession, PreparedJob
@@ -39,16 +40,16 @@ class LiveSessions:
     def __init__(self) -> None:
         self.stats = SessionStats()
 
-    def take(self, owner: PreparedJob, job: Job, listener: SessionListener) -> ReductionSession:
-        """The session of ``job`` (row-locked by the caller) as its ``session_state`` is: the kept
-        one when its version is the row's, else rebuilt from the state."""
+    def take(self, db: Session, owner: PreparedJob, job: Job, listener: SessionListener) -> ReductionSession:
+        """The session of ``job`` (row-locked by the caller) as its stored state is: the kept
+        one when its version is the row's, else rebuilt from the state (``jobflow.stored_state``)."""
         kept, owner.live = owner.live, None
         if kept is not None and kept.version == job.state_version:
             self.stats.reused += 1
             kept.session.listen(listener)
             return kept.session
         self.stats.replays += 1
-        return owner.session(job.session_state, listener)
+        return owner.session(load_state(db, job), listener)
 
     def keep_after_commit(self, db: Session, owner: PreparedJob, job: Job, reduction: ReductionSession) -> None:
         """Keep ``reduction`` as the state of version ``job.state_version`` once ``db`` commits."""

@@ -332,3 +332,19 @@ def test_session_state_records_the_pinning_level() -> None:
     assert SessionConfig(pin_signature=True).to_json() == SessionConfig(pin_signature=Pinning.KIND).to_json()
     assert SessionConfig(pin_signature=Pinning.OFF).to_json()["pin_signature"] is False
     assert SessionConfig(pin_signature=Pinning.STRICT).to_json()["pin_signature"] == "strict"
+
+
+def test_the_cache_says_which_verdicts_changed_since_a_mark() -> None:
+    cache = VerdictCache("g", "check")
+    a, b = Candidate(frozenset([1])), Candidate(frozenset([1, 2]))
+    cache.put(a, FAIL)
+    mark = cache.mark
+    assert cache.changed_since(mark) == {}
+    cache.put(b, PASS)
+    cache.put(a, FAIL)  # the same verdict again: no change
+    cache.put(b, Verdict(VerdictKind.INFRA_ERROR, "", "gone"))  # not a verdict about the model
+    cache.put(b, PASS, repeat=1)
+    assert cache.changed_since(mark) == {b.fingerprint: PASS.to_json(), f"{b.fingerprint}~1": PASS.to_json()}
+    assert set(cache.changed_since(0)) == {a.fingerprint, b.fingerprint, f"{b.fingerprint}~1"}
+    assert cache.to_json(verdicts=False)["verdicts"] == {}
+    assert len(cache.to_json()["verdicts"]) == 3

@@ -99,9 +99,9 @@ def test_another_jobs_work_sends_the_worker_back_to_fair_share(
     assert taken is not None and taken.job_id in (first, second)
 
 
-STATEMENTS_PER_VERDICT = 11  # lock the job, finish the unit, its model's row, the checks in flight,
+STATEMENTS_PER_VERDICT = 12  # lock the job, finish the unit, its model's row, the checks in flight,
 # the live workers, queue the next, other work?, claim it, then at the commit: the events, the
-# iteration, the job's row (its state, counters and lease) once
+# iteration, the new verdict cache entry, the job's row (its state, counters and lease) once
 
 
 def test_a_verdict_costs_a_fixed_number_of_statements(

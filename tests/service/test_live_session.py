@@ -14,9 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import delete
 
 from persistence.db import Database
+from persistence.models import SessionVerdict
 from persistence.repositories import JobRepository
+from persistence.repositories.session_verdicts import SessionVerdictRepository
 from tests.service.helpers import chain_model, read_sse, submit
 from worker.context import RunnerContext, context_from_settings
 from worker.job_start import start_job
@@ -137,3 +140,46 @@ def test_a_takeover_by_another_worker_replays_and_ends_with_the_same_answer(
     assert _answer(client, job_id) == expected
     numbers = [int(item["number"]) for item in client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]]
     assert numbers == list(range(1, len(numbers) + 1))
+
+
+def _stored(db_url: str, job_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job's saved state and its verdict cache's rows."""
+    database = Database(db_url)
+    with database.session() as session:
+        job = JobRepository(session).get(job_id)
+        assert job is not None and job.session_state is not None
+        state, rows = job.session_state, SessionVerdictRepository(session).of_job(job_id)
+    database.dispose()
+    return state, rows
+
+
+def test_the_state_is_saved_without_its_verdicts_and_a_state_holding_them_resumes(
+    client: httpx.Client, db_url: str, ctx: RunnerContext
+) -> None:
+    alone = _start(client, ctx)
+    while (ticket := _next_check(ctx)) is not None:
+        UnitRun(ctx, ticket).run()
+    expected = _answer(client, alone)
+
+    job_id = _start(client, ctx)
+    for _ in range(3):
+        ticket = _next_check(ctx)
+        assert ticket is not None
+        UnitRun(ctx, ticket).run()
+    state, rows = _stored(db_url, job_id)
+    assert state["cache"]["verdicts"] == {} and len(rows) >= 3  # one row a verdict, none inline
+    database = Database(db_url)  # as a state saved before the rows existed: the verdicts inline
+    with database.session() as session:
+        job = JobRepository(session).get(job_id)
+        assert job is not None
+        job.session_state = {**state, "cache": {**state["cache"], "verdicts": rows}}
+        job.state_version += 1  # written by "another worker": this one rebuilds the session
+        session.execute(delete(SessionVerdict).where(SessionVerdict.job_id == job_id))
+    database.dispose()
+    while (ticket := _next_check(ctx)) is not None:
+        UnitRun(ctx, ticket).run()
+    assert _answer(client, job_id) == expected
+    checks = [client.get(f"/v1/jobs/{j}").json()["progress"]["checks_run"] for j in (alone, job_id)]
+    assert checks[0] == checks[1], "the resumed session knew every verdict: no check ran twice"
+    state, rows = _stored(db_url, job_id)
+    assert state["cache"]["verdicts"] == {} and len(rows) > 3  # the inline ones moved to rows

@@ -24,6 +24,7 @@ TABLES = {
     *("alembic_version", "teams", "api_tokens", "jobs", "iterations", "events", "artifacts", "workers"),
     "check_units",
     "farm_verdicts",
+    "session_verdicts",
 }
 
 

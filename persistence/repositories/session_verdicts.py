@@ -1,0 +1,36 @@
+"""A job's verdict cache, one row an entry (``persistence.models.SessionVerdict``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from persistence.models import SessionVerdict
+
+
+class SessionVerdictRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def of_job(self, job_id: str) -> dict[str, dict[str, Any]]:
+        """The job's cache entries: key -> the verdict's JSON."""
+        query = select(SessionVerdict.key, SessionVerdict.verdict).where(SessionVerdict.job_id == job_id)
+        return {key: verdict for key, verdict in self.session.execute(query).all()}
+
+    def put(self, job_id: str, verdicts: Mapping[str, dict[str, Any]]) -> None:
+        """Store entries (one statement); an entry stored before under the same key is replaced."""
+        if not verdicts:
+            return
+        insert = postgresql_insert if self.session.get_bind().dialect.name == "postgresql" else sqlite_insert
+        rows = [{"job_id": job_id, "key": key, "verdict": verdict} for key, verdict in verdicts.items()]
+        statement = insert(SessionVerdict).values(rows)
+        statement = statement.on_conflict_do_update(
+            index_elements=["job_id", "key"], set_={"verdict": statement.excluded.verdict}
+        )
+        with self.session.no_autoflush:
+            self.session.execute(statement)
