@@ -93,8 +93,8 @@ def test_a_running_job_in_the_list_shows_its_best_as_so_far(service: Service, br
 
         browser.wait(lambda d: smaller(), "a smaller failing model", timeout=90)
         browser.find("jobs-refresh").click()
-        browser.wait(lambda d: "(so far" in nodes_cell(), "the best so far in the row")
-        shown = nodes_cell()
+        # read inside the wait: the live list may redraw the row between two reads
+        shown = browser.wait(lambda d: c if "(so far" in (c := nodes_cell()) else "", "the best so far in the row")
         best = client.get(f"/v1/jobs/{job_id}").json()["progress"]["best_size"]  # read after: only smaller
         assert shown.startswith("24 → – (so far ")
         assert best <= int(shown.removeprefix("24 → – (so far ").rstrip(")")) < 24
@@ -106,8 +106,8 @@ def test_a_running_job_in_the_list_shows_its_best_as_so_far(service: Service, br
             items = browser.driver.find_elements(By.CSS_SELECTOR, "#job-flight-list li")
             return [str(item.text).split(" · ")[3] for item in items if item.text.count(" · ") >= 3]
 
-        browser.wait(lambda d: flight_workers(), "a check in flight")
-        assert all(re.search(r"/slot-[12]$", worker) for worker in flight_workers()), flight_workers()
+        workers = browser.wait(lambda d: flight_workers(), "a check in flight")  # (read once: the list redraws)
+        assert all(re.search(r"/slot-[12]$", worker) for worker in workers), workers
         client.post(f"/v1/jobs/{job_id}/cancel")
 
 
