@@ -18,10 +18,9 @@ from persistence.db import Database
 from persistence.models import CheckUnit, Event
 from persistence.repositories.units import RUNNING
 from tests.service.helpers import chain_model, submit
-from worker.context import RunnerContext, context_from_settings
-from worker.job_start import start_job
+from tests.service.in_process import one_check_context, start_here
+from worker.context import RunnerContext
 from worker.run_job import take_next
-from worker.settings import WorkerSettings
 from worker.unit_run import UnitRun, UnitTicket
 
 MODEL = chain_model(12, 7).SerializeToString()
@@ -29,18 +28,11 @@ MODEL = chain_model(12, 7).SerializeToString()
 
 @pytest.fixture
 def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
-    settings: dict[str, Any] = {"job_lease_s": 60.0, "max_workers_per_job": 1, "farm_verdict_cache": False}
-    ctx = context_from_settings(WorkerSettings(database_url=db_url, data_dir=data_dir, **settings))
-    yield ctx
-    ctx.db.dispose()
+    yield from one_check_context(db_url, data_dir)
 
 
 def _start(client: httpx.Client, ctx: RunnerContext) -> str:
-    job_id = str(submit(client, MODEL).json()["id"])
-    started = take_next(ctx)
-    assert started is not None and started.unit is None and started.job_id == job_id
-    start_job(ctx, job_id)
-    return job_id
+    return start_here(client, ctx, MODEL)
 
 
 def _first_check(ctx: RunnerContext) -> UnitTicket:

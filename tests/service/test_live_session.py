@@ -20,12 +20,11 @@ from persistence.db import Database
 from persistence.models import SessionVerdict
 from persistence.repositories import JobRepository
 from persistence.repositories.session_verdicts import SessionVerdictRepository
-from tests.service.helpers import chain_model, read_sse, submit
-from worker.context import RunnerContext, context_from_settings
-from worker.job_start import start_job
+from tests.service.helpers import chain_model, read_sse
+from tests.service.in_process import one_check_context, start_here
+from worker.context import RunnerContext
 from worker.live_session import LIVE
 from worker.run_job import take_next
-from worker.settings import WorkerSettings
 from worker.unit_run import UnitRun, UnitTicket
 
 MODEL = chain_model(12, 7).SerializeToString()
@@ -38,19 +37,11 @@ def client(quiet_client: httpx.Client) -> httpx.Client:
 
 @pytest.fixture
 def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
-    # one check at a time; no farm cache: the second job of a test runs its checks (same model)
-    settings: dict[str, Any] = {"job_lease_s": 60.0, "max_workers_per_job": 1, "farm_verdict_cache": False}
-    ctx = context_from_settings(WorkerSettings(database_url=db_url, data_dir=data_dir, **settings))
-    yield ctx
-    ctx.db.dispose()
+    yield from one_check_context(db_url, data_dir)
 
 
 def _start(client: httpx.Client, ctx: RunnerContext) -> str:
-    job_id = str(submit(client, MODEL).json()["id"])
-    started = take_next(ctx)
-    assert started is not None and started.unit is None and started.job_id == job_id
-    start_job(ctx, job_id)
-    return job_id
+    return start_here(client, ctx, MODEL)
 
 
 def _next_check(ctx: RunnerContext) -> UnitTicket | None:
