@@ -26,10 +26,9 @@ def claim_unit(ctx: RunnerContext, session: Any, item: Work) -> tuple[CheckUnit,
     if cap and units.team_running_locked(item.team) >= cap:
         return None
     job = JobRepository(session).lock_running(item.job_id)
-    if job is None or not units.claim(int(item.id), ctx.worker, ctx.lease_s):
+    unit = units.claim(int(item.id), ctx.worker, ctx.lease_s) if job is not None else None
+    if job is None or unit is None:
         return None
-    unit = units.get(int(item.id))
-    assert unit is not None
     return unit, _started(ctx, session, job, unit)
 
 

@@ -95,28 +95,18 @@ class UnitRepository:
         with self.session.no_autoflush:
             return list(self.session.scalars(insert(CheckUnit).returning(CheckUnit), values).all())
 
-    def get(self, unit_id: int) -> CheckUnit | None:
-        return self.session.get(CheckUnit, unit_id, populate_existing=True)
-
     def active_request_ids(self, job_id: str) -> list[str]:
         """The request ids of the job's queued and running units (the session's ``in_flight``)."""
         query = select(CheckUnit.request_id).where(CheckUnit.job_id == job_id, CheckUnit.status.in_(ACTIVE))
         return list(self.session.scalars(query).all())
 
-    def claim(self, unit_id: int, worker: str, lease_s: float) -> bool:
-        now = utcnow()
-        result = self.session.execute(
-            update(CheckUnit)
-            .where(CheckUnit.id == unit_id, CheckUnit.status == QUEUED)
-            .values(status=RUNNING, worker=worker, claimed_at=now, lease_expires_at=now + timedelta(seconds=lease_s))
-            .returning(CheckUnit.id)
-        ).first()
-        return result is not None
+    def claim(self, unit_id: int, worker: str, lease_s: float) -> CheckUnit | None:
+        """The queued unit ``unit_id``, claimed in one statement; None when another worker took it."""
+        return self._claim(CheckUnit.id == unit_id, worker, lease_s)
 
     def claim_first(self, job_id: str, worker: str, lease_s: float) -> CheckUnit | None:
         """The job's first queued unit (lowest number, the one fair share would pick within the
         job), claimed in one statement; None when none is queued."""
-        now = utcnow()
         first = (
             select(CheckUnit.id)
             .where(CheckUnit.job_id == job_id, CheckUnit.status == QUEUED)
@@ -124,9 +114,15 @@ class UnitRepository:
             .limit(1)
             .scalar_subquery()
         )
+        return self._claim(CheckUnit.id == first, worker, lease_s)
+
+    def _claim(self, which: Any, worker: str, lease_s: float) -> CheckUnit | None:
+        """The queued unit ``which`` selects, running under ``worker``'s lease (a conditional
+        UPDATE: exactly one worker wins it), read back by the same statement."""
+        now = utcnow()
         claim = (
             update(CheckUnit)
-            .where(CheckUnit.id == first, CheckUnit.status == QUEUED)
+            .where(which, CheckUnit.status == QUEUED)
             .values(status=RUNNING, worker=worker, claimed_at=now, lease_expires_at=now + timedelta(seconds=lease_s))
             .returning(CheckUnit)
         )
