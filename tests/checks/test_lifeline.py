@@ -90,7 +90,7 @@ def test_processes_marked_by_a_dead_owner_are_killed_and_others_spared() -> None
         assert orphan.poll() is None  # its owner still runs
         owner.kill()
         owner.wait()
-        assert kill_orphaned_checks() >= 1
+        kill_orphaned_checks()  # (a service worker of a test running beside this one may be first)
         orphan.wait(5)
         assert orphan.returncode == -signal.SIGKILL
         assert kept.poll() is None and unmarked.poll() is None

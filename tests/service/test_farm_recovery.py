@@ -184,7 +184,11 @@ def test_a_check_dies_with_its_worker_and_what_it_left_dies_before_the_rerun(
     command_api_url: str, processes: Processes, tokens: dict[str, str]
 ) -> None:
     """SIGKILL the worker mid-check: the check process dies within seconds; a process the check
-    started in a session of its own is killed by the next worker before it runs anything."""
+    started in a session of its own is killed by the next worker before it runs anything.
+
+    Every worker on this machine kills such leftovers at its heartbeat, also the workers of tests
+    running beside this one, so whether the leftover still runs between the kill and the next
+    worker's start is not asserted: that it is gone once the next worker has started is."""
     worker = processes.worker()
     marker = f"check-{uuid.uuid4().hex}"
     script = (
@@ -200,8 +204,6 @@ def test_a_check_dies_with_its_worker_and_what_it_left_dies_before_the_rerun(
         eventually(lambda: bool(processes_with(marker) and processes_with(marker + "-left")), 60, "the check runs")
         worker.kill()
         eventually(lambda: not processes_with(marker), 5, "the check process is gone")
-        left_behind = processes_with(marker + "-left")
-        assert left_behind, "the check's own child is in a session of its own: only the next worker can kill it"
         processes.worker()
         assert not processes_with(marker + "-left")
         eventually(lambda: bool(processes_with(marker)), 60, "the job's check runs again on the new worker")
