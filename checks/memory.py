@@ -6,7 +6,9 @@ the process it started, every descendant (also one that started a session of its
 process still in the check's process group (also an orphan whose parent exited). ``pump`` samples
 it every ``POLL_S`` while it waits on the check's output; above the limit, all of those processes
 are killed (their process groups too) and the verdict is ``crash`` with signature
-``memory-limit``. Linux only: where ``/proc`` is missing, there is no limit.
+``memory-limit``. The first sample comes one ``POLL_S`` after the start (a sample reads every
+process's ``/proc/<pid>/stat``, a few milliseconds of CPU: a check shorter than that is not
+sampled). Linux only: where ``/proc`` is missing, there is no limit.
 
 It is a sampled limit, not a hard cap: a check that allocates faster than the limit in one
 ``POLL_S`` can exceed it briefly. RSS counts pages shared between processes (libraries, fork
@@ -146,7 +148,7 @@ class MemoryWatch:
         self.used = 0
         self.peak = 0
         self.pids: set[int] = set()
-        self._due = time.monotonic()
+        self._due = time.monotonic() + poll_s  # at the start the check has allocated nothing yet
 
     @classmethod
     def create(cls, root: int, limit: int | None) -> MemoryWatch | None:
