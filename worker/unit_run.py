@@ -1,8 +1,8 @@
 """Running one claimed check unit: write the candidate from this process's prepared job, run the
 check (in its own child process, inside a stop scope that polls the job row, so a cancel or the
 time limit stops it within about a second), store the model it checked, then record the verdict
-and advance the job's session (``worker.advance``). A lease, renewed while the check runs, keeps
-the unit this worker's; a worker that dies lets it run out and the unit is queued again
+and advance the job's session (``worker.advance``). A lease, renewed while the check runs (``worker.unit_lease``),
+keeps the unit this worker's; a worker that dies lets it run out and the unit is queued again
 (``UnitRepository.requeue_expired``): the check runs again, and whichever verdict lands first is
 the one recorded."""
 
@@ -25,7 +25,7 @@ from persistence.jsonlog import bind_job
 from persistence.models import CheckUnit, utcnow
 from persistence.repositories import JobRepository
 from persistence.repositories.units import UnitRepository
-from persistence.retry import sqlstate_of, transaction
+from persistence.retry import transaction
 from reducer_core.errors import MissingTypeError
 from reducer_core.requests import CheckRequest, Request
 from reducer_core.verdict import Verdict, VerdictKind
@@ -35,6 +35,7 @@ from worker.context import RunnerContext
 from worker.endings import JobTimedOutError, deadline_of, end_job, ending_errors, time_limit_message
 from worker.final_checks import run_finals
 from worker.prepared import PREPARED, JobInput, PreparedJob
+from worker.unit_lease import LEASES
 
 log = logging.getLogger("onnx_reducer.worker")
 ITERATION_MODEL = "iteration.onnx"
@@ -55,41 +56,6 @@ class UnitTicket:
         return cls(unit.id, unit.job_id, request)
 
 
-class _UnitLease:
-    """Renews the unit's lease (and keeps its job alive) every third of the lease while it runs."""
-
-    def __init__(self, ctx: RunnerContext, ticket: UnitTicket) -> None:
-        self.ctx, self.ticket = ctx, ticket
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"unit-{ticket.id}", daemon=True)
-
-    def __enter__(self) -> _UnitLease:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(max(self.ctx.lease_s / 3, 0.05)):
-            try:
-                with self.ctx.db.session() as session:  # the job's row before its unit's (retry.py)
-                    JobRepository(session).keep_alive(self.ticket.job_id, self.ctx.lease_s)
-                    held = UnitRepository(session).renew(self.ticket.id, self.ctx.worker, self.ctx.lease_s)
-            except Exception as exc:  # noqa: BLE001 - the database is down or a conflict: retried, the lease may run out
-                state = sqlstate_of(exc)
-                log.warning(
-                    "job %s: renewing the lease of a check failed (%s%s); retrying",
-                    *(self.ticket.job_id, type(exc).__name__, f", SQLSTATE {state}" if state else ""),
-                )
-                continue
-            if not held:
-                self.lost.set()
-                return
-
-
 @dataclass(frozen=True)
 class KnownJob:
     """What a unit's run reads from its job's row: a follow-up check of the same job has it already."""
@@ -105,7 +71,7 @@ class UnitRun:
         self.job_id = ticket.job_id
         self.last_poll = known.polled if known is not None else 0.0
         self.deadline: datetime | None = known.deadline if known is not None else None
-        self.lease: _UnitLease | None = None
+        self.lost: threading.Event | None = None  # set when this worker lost the unit's lease
 
     def run(self, follow: bool = False) -> UnitRun | None:
         """Run the check and record its verdict. With ``follow``, the job's next check is claimed
@@ -116,14 +82,15 @@ class UnitRun:
             if job is None:
                 return None
             prepared = PREPARED.get(job, self.ctx)
-            with _UnitLease(self.ctx, self.ticket) as lease:
-                self.lease = lease
-                try:
-                    with stop_checks_when(self._should_stop):
-                        delivery = self._execute(prepared, self.ticket.request)
-                except CheckStoppedError:
-                    self._stopped()
-                    return None
+            self.lost = LEASES.hold(self.ctx, self.ticket.id, self.job_id)
+            try:
+                with stop_checks_when(self._should_stop):
+                    delivery = self._execute(prepared, self.ticket.request)
+            except CheckStoppedError:
+                self._stopped()
+                return None
+            finally:
+                LEASES.release(self.ticket.id)
             next_ticket = self._record(prepared, delivery, follow)
             if next_ticket is None:
                 return None
@@ -157,7 +124,7 @@ class UnitRun:
 
     def _should_stop(self) -> bool:
         """The stop scope's question (the job row at most every CANCEL_POLL_S)."""
-        if self.lease is not None and self.lease.lost.is_set():
+        if self.lost is not None and self.lost.is_set():
             return True
         now = time.monotonic()
         if now - self.last_poll < CANCEL_POLL_S:
@@ -185,12 +152,13 @@ class UnitRun:
 
         def record(session: Session) -> tuple[str, Advanced | None, UnitTicket | None]:
             job = JobRepository(session).lock_running(self.job_id)
-            if job is None or UnitRepository(session).finish_open(self.ticket.id, self.duration_s) is None:
+            if job is None or not UnitRepository(session).finish_open(self.ticket.id, self.duration_s):
                 return "", None, None  # the job ended, or another worker recorded this check first
             if self.deadline is not None and utcnow() > self.deadline:
                 raise JobTimedOutError()  # (the unit's finish is rolled back with the transaction)
-            advanced = advance(self.ctx, session, job, prepared, delivery)
-            claimed = claim_follow_up(self.ctx, session, job) if follow and advanced.goes_on else None
+            advanced = advance(self.ctx, session, job, prepared, delivery, follow)
+            waiting = advanced.others_waiting is not False
+            claimed = claim_follow_up(self.ctx, session, job, waiting) if follow and advanced.goes_on else None
             if claimed is None:
                 return job.queue, advanced, None
             next_unit, advanced.seq = claimed

@@ -1,0 +1,98 @@
+"""The leases of running check units, renewed from one thread per process (``worker.unit_lease``),
+against PostgreSQL: a held unit's lease and its job's run on, a unit another worker took is lost
+(its event set, no longer renewed), a released one is left alone, and the thread ends once nothing
+is held."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from persistence.db import Database
+from persistence.enums import JobStatus
+from persistence.layout import DataLayout
+from persistence.models import CheckUnit, Job, utcnow
+from persistence.repositories import TeamRepository
+from persistence.repositories.units import NewUnit, UnitRepository
+from tests.service.helpers import stored_job
+from worker.context import RunnerContext
+from worker.unit_lease import LeaseKeeper
+
+LEASE_S = 0.6  # renewed every 0.2 s
+WAIT_S = 30.0
+
+
+@pytest.fixture
+def ctx(db_url: str, tmp_path: Path) -> Iterator[RunnerContext]:
+    db = Database(db_url)
+    layout = DataLayout(tmp_path)
+    yield RunnerContext(
+        db=db, layout=layout, lease_s=LEASE_S, max_attempts=3, time_limit_s=60, allow_command=True, worker="me"
+    )
+    db.dispose()
+
+
+def _running_units(db: Database, count: int) -> tuple[str, list[int]]:
+    """A running job (its lease running) with ``count`` units claimed by worker "me": (job id, unit ids)."""
+    with db.session() as session:
+        job = stored_job(session, TeamRepository(session).get_or_create("team-lease").id, JobStatus.RUNNING)
+        job.lease_expires_at = utcnow()
+        units = UnitRepository(session)
+        new = [NewUnit(f"r{n}", "check", n, "p", 0, False, {}, 1) for n in range(count)]
+        ids = units.add(job.id, new)
+        for unit_id in ids:
+            assert units.claim(unit_id, "me", LEASE_S) is not None
+        return job.id, ids
+
+
+def _lease_of(db: Database, model: type[Job] | type[CheckUnit], key: str | int) -> datetime:
+    with db.session() as session:
+        row = session.get(model, key)
+        assert row is not None and row.lease_expires_at is not None
+        return row.lease_expires_at
+
+
+def _eventually(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _renewed(ctx: RunnerContext, unit: int, times: int = 1) -> None:
+    """Wait until the unit's lease was renewed ``times`` more times."""
+    for _ in range(times):
+        before = _lease_of(ctx.db, CheckUnit, unit)
+        _eventually(lambda b=before: _lease_of(ctx.db, CheckUnit, unit) > b, "the held unit's lease runs on")
+
+
+def test_held_leases_run_on_a_unit_taken_away_is_lost_and_the_thread_ends(ctx: RunnerContext) -> None:
+    keeper = LeaseKeeper()
+    job_id, (kept, taken, released) = _running_units(ctx.db, 3)
+    taken_lease, job_lease = _lease_of(ctx.db, CheckUnit, taken), _lease_of(ctx.db, Job, job_id)
+    with ctx.db.session() as session:  # another worker has taken this one (its lease ran out)
+        unit = session.get(CheckUnit, taken)
+        assert unit is not None
+        unit.worker = "someone-else"
+    lost = {unit: keeper.hold(ctx, unit, job_id) for unit in (kept, taken, released)}
+    assert lost[taken].wait(WAIT_S), "the unit another worker holds is lost"
+    _renewed(ctx, released)
+    assert _lease_of(ctx.db, Job, job_id) > job_lease  # the job's lease runs on too
+    keeper.release(released)
+    _renewed(ctx, kept, 2)  # a round that began before the release is over
+    after_release = _lease_of(ctx.db, CheckUnit, released)
+    _renewed(ctx, kept)
+    assert _lease_of(ctx.db, CheckUnit, released) == after_release  # released: left alone
+    assert _lease_of(ctx.db, CheckUnit, taken) == taken_lease  # another worker's: left alone
+    assert not lost[kept].is_set() and not lost[released].is_set()
+    assert keeper.renewing
+    keeper.release(kept)
+    _eventually(lambda: not keeper.renewing, "the thread ends once nothing is held")
+    again = keeper.hold(ctx, kept, job_id)  # and starts again with the next unit held
+    _renewed(ctx, kept)
+    keeper.release(kept)
+    assert not again.is_set()

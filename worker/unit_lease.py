@@ -1,0 +1,105 @@
+"""The leases of the check units this process runs, renewed from one thread.
+
+A unit is this worker's while its lease runs (``UnitRepository.claim``); while its check runs the
+lease is renewed, and its job kept alive, every third of the lease. One thread per process does it
+for every unit held (an embedded server runs several at once): it starts with the first unit held
+and ends at a renewal that finds none, so a worker running checks one after another keeps one
+thread instead of starting and joining one per check. A renewal that finds the unit no longer this
+worker's (its lease ran out and another worker took it, or its job ended) sets the unit's ``lost``
+event: the check is stopped."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+from persistence.repositories import JobRepository
+from persistence.repositories.units import UnitRepository
+from persistence.retry import sqlstate_of
+from worker.context import RunnerContext
+
+log = logging.getLogger("onnx_reducer.worker")
+MIN_INTERVAL_S = 0.05
+
+
+@dataclass(frozen=True)
+class HeldUnit:
+    ctx: RunnerContext
+    unit_id: int
+    job_id: str
+    lost: threading.Event
+
+
+class LeaseKeeper:
+    """The process's held units and the thread renewing their leases (module doc)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[int, HeldUnit] = {}
+        self._changed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, ctx: RunnerContext, unit_id: int, job_id: str) -> threading.Event:
+        """Renew the unit's lease until ``release``; the returned event is set if it is lost."""
+        held = HeldUnit(ctx, unit_id, job_id, threading.Event())
+        with self._lock:
+            self._held[unit_id] = held
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="unit-leases", daemon=True)
+                self._thread.start()
+        self._changed.set()  # a shorter lease than the others': the thread waits less
+        return held.lost
+
+    @property
+    def renewing(self) -> bool:
+        """Whether the renewal thread runs (it ends once no unit is held)."""
+        with self._lock:
+            return self._thread is not None
+
+    def release(self, unit_id: int) -> None:
+        with self._lock:
+            self._held.pop(unit_id, None)
+
+    def _loop(self) -> None:
+        due_at = math.inf  # the next round of renewals
+        while True:
+            with self._lock:
+                if not self._held:
+                    self._thread = None
+                    return
+                interval = max(min(h.ctx.lease_s for h in self._held.values()) / 3, MIN_INTERVAL_S)
+                self._changed.clear()
+            due_at = min(due_at, time.monotonic() + interval)  # a unit held since: no later than its lease asks
+            if self._changed.wait(max(due_at - time.monotonic(), 0.0)):
+                continue
+            with self._lock:
+                held_now = list(self._held.values())
+            for held in held_now:
+                if not _renew(held):
+                    held.lost.set()
+                    self.release(held.unit_id)
+            due_at = math.inf
+
+
+def _renew(held: HeldUnit) -> bool:
+    """One renewal of the unit's lease (its job's row before its unit's: ``persistence/retry.py``);
+    False when this worker no longer holds it. A failed renewal is logged and tried again at the
+    next round (the lease may run out meanwhile)."""
+    ctx = held.ctx
+    try:
+        with ctx.db.session() as session:
+            JobRepository(session).keep_alive(held.job_id, ctx.lease_s)
+            return UnitRepository(session).renew(held.unit_id, ctx.worker, ctx.lease_s)
+    except Exception as exc:  # noqa: BLE001 - the database is down or a conflict: retried, the lease may run out
+        state = sqlstate_of(exc)
+        log.warning(
+            "job %s: renewing the lease of a check failed (%s%s); retrying",
+            *(held.job_id, type(exc).__name__, f", SQLSTATE {state}" if state else ""),
+        )
+        return True
+
+
+LEASES = LeaseKeeper()
