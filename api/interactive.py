@@ -173,8 +173,7 @@ class _Step:
             )
         signature = "interactive" if kind is VerdictKind.FAIL else ""
         verdict = Verdict(kind, signature, "answered on the job's page", awaited.took_s)
-        request_id = awaited.unit.request_id if awaited.unit is not None else None
-        delivery = flow.Delivery(request, verdict, CheckRun(request_id, asked=awaited.number))
+        delivery = flow.Delivery(request, verdict, CheckRun(asked=awaited.number))
         step = flow.advance(self.session, self.job, self.reduction, self.collector, delivery)
         self._announce(step.seq)
         if isinstance(step.failure, OriginalDidNotFailError):

@@ -4,9 +4,10 @@ counters and an ``iteration`` event here, under the job's row lock.
 
 An iteration takes the number the session gave its record (``IterationRecord.iteration``: 1, 2,
 3... in recording order, cached records included), so the numbers have no gap: a check cancelled
-before its verdict (a speculative one the search no longer needs) takes none. A person's answer
-fills the pending row its question was asked with (numbered when asked: nothing else runs for an
-interactive job meanwhile)."""
+before its verdict (a speculative one the search no longer needs) takes none. The check unit
+keeps the number it ran under (the event's ``started_as``; the in-flight number, which the page
+shows while it runs). A person's answer fills the pending row its question was asked with
+(numbered when asked: nothing else runs for an interactive job meanwhile)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from persistence.enums import ArtifactKind, EventKind
 from persistence.events import IterationPayload, record_event
 from persistence.models import Iteration, Job
 from persistence.repositories import ArtifactRepository, CachedAnswer, IterationRepository
-from persistence.repositories.units import UnitRepository
 from persistence.store import StoredBlob
 from reducer_core.records import IterationRecord
 
@@ -27,11 +27,9 @@ OUTPUT_TAIL = 4000  # the characters of a check's output kept with its iteration
 
 @dataclass(frozen=True)
 class CheckRun:
-    """Where a verdict came from: the check unit's request (a worker's check: the unit takes the
-    iteration's number), the model it judged (stored) and its output, or the pending iteration a
-    person answered (``asked``: its number)."""
+    """Where a verdict came from: a worker's check (the model it judged, stored, its output and the
+    worker), or the pending iteration a person answered (``asked``: its number)."""
 
-    request_id: str | None = None
     blob: StoredBlob | None = None
     locations: list[str] = field(default_factory=list)
     output: str = ""
@@ -52,13 +50,11 @@ def record_iteration(db: Session, job: Job, record: IterationRecord, run: CheckR
     if run.blob is not None:  # a new number: its model's row is new too (inserted before the iteration's)
         meta = {"weights": run.locations, "nodes": len(record.candidate)}
         name = f"iteration-{row.number}"
-        row.artifact_id = ArtifactRepository(db).add(job.id, ArtifactKind.ITERATION, name, run.blob, meta).id
+        row.artifact_id = ArtifactRepository(db).add(job.id, ArtifactKind.ITERATION, name, run.blob, meta)
     if asked is None:
         db.add(row)
     _count(job, row.number, record.best_size)
     job.check_time_s += verdict.duration_s
-    if run.request_id is not None and row.number != record.number:  # it ran under another number
-        UnitRepository(db).renumber(job.id, run.request_id, row.number)
     payload = _payload(row.number, record)
     if run.asked is None:  # a worker's check: the number it ran as and who ran it
         payload |= {"started_as": record.number, "worker": run.worker}

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, make_url, text
-from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy import Dialect, Engine, create_engine, event, make_url, text
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 CONNECT_TIMEOUT_S = 5
+PING_AFTER_IDLE_S = 2.0  # a pooled connection idle longer is pinged before use
 
 
 def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
@@ -36,9 +39,29 @@ def make_engine(url: str) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     # connect_timeout: an unreachable host fails within seconds instead of the TCP default (minutes)
-    return create_engine(
-        url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args={"connect_timeout": CONNECT_TIMEOUT_S}
-    )
+    engine = create_engine(url, pool_size=10, max_overflow=20, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+    event.listen(engine, "checkin", _checked_in)
+    event.listen(engine, "checkout", functools.partial(_ping_if_idle, engine.dialect))
+    return engine
+
+
+def _checked_in(dbapi_connection: Any, record: Any) -> None:
+    record.info["idle_since"] = time.monotonic()
+
+
+def _ping_if_idle(dialect: Dialect, dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    """A pooled connection that sat idle for ``PING_AFTER_IDLE_S`` is pinged before it is handed
+    out; a dead one is replaced (the pool connects anew: a database restarted meanwhile is no
+    error). One in steady use is not: a worker records a verdict every few milliseconds, and a
+    ping each time (``pool_pre_ping``) was a round trip more per transaction; should the database
+    go away between two such uses, the statement fails and the pool starts over."""
+    idle_since = record.info.get("idle_since")
+    if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_S:
+        return
+    try:
+        dialect.do_ping(dbapi_connection)  # (outside a transaction, as ``pool_pre_ping`` does)
+    except Exception as exc:  # whatever the driver raises for a dead connection
+        raise DisconnectionError(str(exc)) from exc
 
 
 def describe_url(url: str) -> str:

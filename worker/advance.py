@@ -41,6 +41,7 @@ from persistence.repositories.units import UnitRepository
 from persistence.store import StoredBlob
 from reducer_core.localization import LayerwiseResult
 from reducer_core.requests import Answer, CheckRequest, Request
+from worker.claims import may_follow_up
 from worker.context import RunnerContext
 from worker.endings import ending_of
 from worker.farm_cache import FarmLink
@@ -72,6 +73,7 @@ class Advanced:
     queued: int = 0
     ended: bool = False
     finals: Finals | None = None  # final checks to run after the commit (worker.final_checks.run_finals)
+    others_waiting: bool | None = None  # other work for this worker's queues (asked with ``follow``)
 
     @property
     def goes_on(self) -> bool:
@@ -80,9 +82,16 @@ class Advanced:
 
 
 def advance(
-    ctx: RunnerContext, session: Any, job: Job, prepared: PreparedJob, delivery: Delivery | None = None
+    ctx: RunnerContext,
+    session: Any,
+    job: Job,
+    prepared: PreparedJob,
+    delivery: Delivery | None = None,
+    follow: bool = False,
 ) -> Advanced:
-    """One step of the job's session (``job`` row-locked by the caller's transaction)."""
+    """One step of the job's session (``job`` row-locked by the caller's transaction); with
+    ``follow``, it also reads whether other work waits (``Advanced.others_waiting``: the caller
+    may claim the job's next check, ``worker.claims.claim_follow_up``)."""
     collector = flow.Collector(job.id)
     reduction = LIVE.take(session, prepared, job, collector)
     farm = FarmLink.open(ctx, session, job, reduction)
@@ -96,10 +105,10 @@ def advance(
         keep_node_errors(ctx, session, job, farm.layerwise)  # seeded from the farm: no run of its own
     seq = step.seq
     if step.failure is None and not reduction.done:
-        queued = _queue_next(ctx, session, job, reduction)
+        queued, others_waiting = _queue_next(ctx, session, job, reduction, follow and may_follow_up(ctx, job))
         flow.save(session, job, reduction)
         LIVE.keep_after_commit(session, prepared, job, reduction)
-        return Advanced(seq, queued)
+        return Advanced(seq, queued, others_waiting=others_waiting)
     flow.save(session, job, reduction)
     if step.failure is not None:
         status, code, message = ending_of(step.failure, ctx, job.id)
@@ -113,10 +122,10 @@ def advance(
 
 
 def _delivered(delivery: Delivery | None) -> flow.Delivery | None:
-    """The worker's finished check as ``jobflow`` records it (its unit takes the iteration's number)."""
+    """The worker's finished check as ``jobflow`` records it."""
     if delivery is None:
         return None
-    run = CheckRun(delivery.request.id, delivery.blob, delivery.locations, delivery.output, delivery.worker)
+    run = CheckRun(delivery.blob, delivery.locations, delivery.output, delivery.worker)
     return flow.Delivery(delivery.request, delivery.answer, run)
 
 
@@ -139,17 +148,22 @@ def keep_node_errors(ctx: RunnerContext, session: Any, job: Job, result: Layerwi
     ArtifactRepository(session).put(job.id, ArtifactKind.NODE_ERRORS, ArtifactKind.NODE_ERRORS.value, blob, meta)
 
 
-def _queue_next(ctx: RunnerContext, session: Any, job: Job, reduction: ReductionSession) -> int:
+def _queue_next(
+    ctx: RunnerContext, session: Any, job: Job, reduction: ReductionSession, ask_others: bool
+) -> tuple[int, bool | None]:
+    """Queue the session's next requests, one unit each, up to the job's free slots (its farm's
+    live workers, at most ``max_workers_per_job``, less its units in flight); how many, and with
+    ``ask_others`` whether other work waits for this worker's queues."""
     units = UnitRepository(session)
     with session.no_autoflush:  # the units' rows are current (each change a statement); the job's wait for the commit
-        active = units.active_request_ids(job.id)
-        slots = min(ctx.max_workers_per_job, max(1, units.live_workers(job.queue, ctx.worker_seen_s)))
-    wanted = slots - len(active)
+        survey = units.survey(job.id, ctx.queues if ask_others else None, ctx.max_attempts)
+        live = ctx.farm_size.workers(job.queue, lambda: units.live_workers(job.queue, ctx.worker_seen_s))
+    wanted = min(ctx.max_workers_per_job, max(1, live)) - len(survey.in_flight)
     if wanted < 1:
-        return 0
-    requests = reduction.next_requests(wanted, active)  # numbered by the session (in flight: the same number)
+        return 0, survey.others_waiting
+    requests = reduction.next_requests(wanted, survey.in_flight)  # numbered by the session (in flight: the same number)
     units.add(job.id, [new_unit(r) for r in requests])
-    return len(requests)
+    return len(requests), survey.others_waiting
 
 
 def _succeed(

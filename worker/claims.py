@@ -32,18 +32,23 @@ def claim_unit(ctx: RunnerContext, session: Any, item: Work) -> tuple[CheckUnit,
     return unit, _started(ctx, session, job, unit)
 
 
-def claim_follow_up(ctx: RunnerContext, session: Any, job: Job) -> tuple[CheckUnit, int] | None:
+def may_follow_up(ctx: RunnerContext, job: Job) -> bool:
+    """Whether the worker that records one of ``job``'s verdicts may claim its next check straight
+    away (``claim_follow_up``): not for a job being cancelled, nor where a team cap counts checks
+    (fair share then decides)."""
+    return not job.cancel_requested and not ctx.team_max_running_checks
+
+
+def claim_follow_up(ctx: RunnerContext, session: Any, job: Job, others_waiting: bool) -> tuple[CheckUnit, int] | None:
     """The row-locked running ``job``'s next queued check, claimed by the worker that has just
     recorded one of its verdicts, when nothing else waits for a worker of its queues (other jobs'
-    checks or starts, jobs to take again or to end) and its team has no cap to count against:
-    then fair share would hand it this very check. None otherwise (the worker asks fair share)."""
-    if job.cancel_requested or ctx.team_max_running_checks:
+    checks or starts, jobs to take again or to end: ``others_waiting``, read in this transaction
+    by ``UnitRepository.survey``) and ``may_follow_up``: then fair share would hand it this very
+    check. None otherwise (the worker asks fair share)."""
+    if others_waiting or not may_follow_up(ctx, job):
         return None
-    units = UnitRepository(session)
     with session.no_autoflush:  # the job's pending changes are written once, with the commit
-        if units.other_work_waiting(ctx.queues, job.id, ctx.max_attempts):
-            return None
-        unit = units.claim_first(job.id, ctx.worker, ctx.lease_s)
+        unit = UnitRepository(session).claim_first(job.id, ctx.worker, ctx.lease_s)
     if unit is None:
         return None
     return unit, _started(ctx, session, job, unit)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,6 +18,23 @@ from worker.settings import WorkerSettings
 
 def no_wake(job_id: str, queue: str) -> None:
     """No messages to send: the embedded runner's slots look for work in the database."""
+
+
+class FarmSize:
+    """How many workers serve each queue, as this process read it at most ``ttl_s`` ago: a job's
+    slots are counted at every verdict, and the farm changes only when a worker starts or stops."""
+
+    def __init__(self, ttl_s: float = 1.0) -> None:
+        self.ttl_s = ttl_s
+        self._read: dict[str, tuple[float, int]] = {}
+
+    def workers(self, queue: str, read: Callable[[], int]) -> int:
+        """The count for ``queue``: the last one read, or ``read()`` once that is older than ``ttl_s``."""
+        now = time.monotonic()
+        last = self._read.get(queue)
+        if last is None or now - last[0] > self.ttl_s:
+            last = self._read[queue] = (now, read())
+        return last[1]
 
 
 def process_name() -> str:
@@ -40,6 +58,7 @@ class RunnerContext:
     team_max_running_checks: int = 0
     team_shares: dict[str, float] = field(default_factory=dict)
     worker_seen_s: float = 60.0  # a worker with a heartbeat this recent counts as a free slot
+    farm_size: FarmSize = field(default_factory=FarmSize)  # those workers, counted at most once a second
     worker: str = field(default_factory=process_name)
     queues: tuple[str, ...] = QUEUES  # the queues whose work this process takes
     capabilities: Capabilities | None = None  # what this worker offers (None: it takes any job)

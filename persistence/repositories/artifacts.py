@@ -32,12 +32,13 @@ class ArtifactRepository:
 
     def add(
         self, job_id: str, kind: ArtifactKind, name: str, blob: StoredBlob, meta: Mapping[str, Any] | None = None
-    ) -> Artifact:
+    ) -> str:
         """Insert a (job, kind, name) artifact the job does not hold yet, at once (one statement:
-        a row inserted next may refer to its id)."""
+        a row inserted next may refer to its id); its id."""
         values: dict[str, Any] = {"id": new_id(), "job_id": job_id, "kind": kind.value, "name": name}
         values |= {"size": blob.size, "sha256": blob.sha256, "storage_key": blob.key, "meta": dict(meta or {})}
-        return self.session.scalars(insert(Artifact).values(values).returning(Artifact)).one()
+        self.session.connection().execute(_ADD, values)
+        return str(values["id"])
 
     def get(self, job_id: str, kind: ArtifactKind, name: str) -> Artifact | None:
         query = select(Artifact).where(Artifact.job_id == job_id, Artifact.kind == kind.value, Artifact.name == name)
@@ -85,3 +86,6 @@ class ArtifactRepository:
         """Those of ``storage_keys`` that some artifact row refers to."""
         query = select(Artifact.storage_key).where(Artifact.storage_key.in_(list(storage_keys))).distinct()
         return set(self.session.scalars(query).all())
+
+
+_ADD = insert(Artifact)  # (built once: a worker stores a model at every check)

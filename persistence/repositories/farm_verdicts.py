@@ -26,21 +26,11 @@ class FarmVerdictRepository:
 
     def add(self, team_id: str, scope: str, fingerprint: str, verdict: dict[str, Any], job_id: str | None) -> bool:
         """Keep a verdict for the team; one already kept for the same candidate stays (the first
-        verdict wins, as in a job's own cache). True when this one was added."""
-        values = {
-            "team_id": team_id,
-            "scope": scope,
-            "fingerprint": fingerprint,
-            "verdict": verdict,
-            "job_id": job_id,
-        }
-        insert = postgresql_insert if self.session.get_bind().dialect.name == "postgresql" else sqlite_insert
-        statement = (
-            insert(FarmVerdict)
-            .values(**values)
-            .on_conflict_do_nothing(index_elements=["team_id", "scope", "fingerprint"])
-        )
-        return bool(self.session.execute(statement.returning(FarmVerdict.id)).first())
+        verdict wins, as in a job's own cache). True when this one was added. (One statement,
+        built once per dialect: a worker shares a verdict at every check.)"""
+        values = {"team_id": team_id, "scope": scope, "fingerprint": fingerprint, "verdict": verdict, "job_id": job_id}
+        connection = self.session.connection()
+        return connection.execute(_ADD[connection.dialect.name], values).first() is not None
 
     def known(self, scope: str, team_id: str, every_team: bool = False) -> list[SharedVerdict]:
         """The verdicts kept under ``scope``: the team's, or (``every_team``) every team's, one per
@@ -64,3 +54,11 @@ class FarmVerdictRepository:
             .group_by(Team.name)
         )
         return {str(name): int(n) for name, n in self.session.execute(query).all()}
+
+
+def _add(insert: Any) -> Any:
+    added = insert(FarmVerdict).on_conflict_do_nothing(index_elements=["team_id", "scope", "fingerprint"])
+    return added.returning(FarmVerdict.id)
+
+
+_ADD = {"postgresql": _add(postgresql_insert), "sqlite": _add(sqlite_insert)}

@@ -174,7 +174,8 @@ class JobRepository:
             .values(event_seq=Job.event_seq)
             .returning(Job)
         )
-        return self.session.scalars(touch, execution_options={"populate_existing": True}).first()
+        options = {"populate_existing": True, "synchronize_session": False}  # the returned row refreshes the job
+        return self.session.scalars(touch, execution_options=options).first()
 
     def keep_alive(self, job_id: str, lease_s: float) -> None:
         """A worker runs a check of the job: its lease runs on (a job nobody keeps alive is taken again)."""

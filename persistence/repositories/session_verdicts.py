@@ -23,14 +23,20 @@ class SessionVerdictRepository:
         return {key: verdict for key, verdict in self.session.execute(query).all()}
 
     def put(self, job_id: str, verdicts: Mapping[str, dict[str, Any]]) -> None:
-        """Store entries (one statement); an entry stored before under the same key is replaced."""
+        """Store entries (one statement, built once per dialect); an entry stored before under the
+        same key is replaced."""
         if not verdicts:
             return
-        insert = postgresql_insert if self.session.get_bind().dialect.name == "postgresql" else sqlite_insert
         rows = [{"job_id": job_id, "key": key, "verdict": verdict} for key, verdict in verdicts.items()]
-        statement = insert(SessionVerdict).values(rows)
-        statement = statement.on_conflict_do_update(
-            index_elements=["job_id", "key"], set_={"verdict": statement.excluded.verdict}
-        )
-        with self.session.no_autoflush:
-            self.session.execute(statement)
+        connection = self.session.connection()
+        connection.execute(_PUT[connection.dialect.name], rows)
+
+
+def _put(insert: Any) -> Any:
+    statement = insert(SessionVerdict)
+    return statement.on_conflict_do_update(
+        index_elements=["job_id", "key"], set_={"verdict": statement.excluded.verdict}
+    )
+
+
+_PUT = {"postgresql": _put(postgresql_insert), "sqlite": _put(sqlite_insert)}

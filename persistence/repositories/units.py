@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, exists, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, exists, func, insert, null, or_, select, update
 from sqlalchemy.orm import Session
 
 from persistence.enums import JobStatus
@@ -63,6 +63,15 @@ class Work:
 
 
 @dataclass(frozen=True)
+class JobSurvey:
+    """What a worker that has just recorded one of a job's verdicts reads before it queues the
+    job's next checks (one statement: ``UnitRepository.survey``)."""
+
+    in_flight: list[str]  # the request ids of the job's queued, running and asked units
+    others_waiting: bool | None  # other work for a worker of the queues asked about (None: not asked)
+
+
+@dataclass(frozen=True)
 class TeamLoad:
     running: int  # checks of the team running now
     last_served: datetime | None  # when a check or job of the team was last taken
@@ -72,9 +81,10 @@ class UnitRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def add(self, job_id: str, units: Sequence[NewUnit], status: str = QUEUED) -> list[CheckUnit]:
+    def add(self, job_id: str, units: Sequence[NewUnit], status: str = QUEUED) -> list[int]:
         """The units, ``queued`` for a worker (or ``asked`` of a person: an interactive job's),
-        inserted at once in one statement (the session's other pending changes wait for its flush)."""
+        inserted at once in one statement (the session's other pending changes wait for its
+        flush); their ids, in order."""
         if not units:
             return []
         values = [
@@ -92,13 +102,23 @@ class UnitRepository:
             }
             for u in units
         ]
-        with self.session.no_autoflush:
-            return list(self.session.scalars(insert(CheckUnit).returning(CheckUnit), values).all())
+        statement = insert(CheckUnit).returning(CheckUnit.id, sort_by_parameter_order=True)
+        return list(self.session.connection().execute(statement, values).scalars())
 
     def active_request_ids(self, job_id: str) -> list[str]:
         """The request ids of the job's queued and running units (the session's ``in_flight``)."""
         query = select(CheckUnit.request_id).where(CheckUnit.job_id == job_id, CheckUnit.status.in_(ACTIVE))
         return list(self.session.scalars(query).all())
+
+    def survey(self, job_id: str, queues: Sequence[str] | None = None, max_attempts: int = 0) -> JobSurvey:
+        """The job's units in flight and, with ``queues``, whether anything else waits for a worker
+        of them (``_SURVEY_OTHERS``), in one statement (built once). (Request ids hold no space.)"""
+        params: dict[str, Any] = {"job_id": job_id}
+        if queues is not None:
+            params |= {"queues": list(queues), "max_attempts": max_attempts, "now": utcnow()}
+        statement = _SURVEY if queues is None else _SURVEY_OTHERS
+        in_flight, waiting = self.session.connection().execute(statement, params).one()
+        return JobSurvey(in_flight.split(" ") if in_flight else [], None if queues is None else bool(waiting))
 
     def claim(self, unit_id: int, worker: str, lease_s: float) -> CheckUnit | None:
         """The queued unit ``unit_id``, claimed in one statement; None when another worker took it."""
@@ -126,7 +146,8 @@ class UnitRepository:
             .values(status=RUNNING, worker=worker, claimed_at=now, lease_expires_at=now + timedelta(seconds=lease_s))
             .returning(CheckUnit)
         )
-        return self.session.scalars(claim, execution_options={"populate_existing": True}).first()
+        options = {"populate_existing": True, "synchronize_session": False}  # the returned row refreshes the unit
+        return self.session.scalars(claim, execution_options=options).first()
 
     def renew(self, unit_id: int, worker: str, lease_s: float) -> bool:
         """Extend a running unit's lease; False when this worker no longer holds it."""
@@ -139,16 +160,11 @@ class UnitRepository:
         ).first()
         return result is not None
 
-    def finish_open(self, unit_id: int, duration_s: float) -> CheckUnit | None:
-        """The unit, done now (one statement), unless it is done or cancelled already (another
-        worker recorded it first, or its job ended): then None."""
-        done = (
-            update(CheckUnit)
-            .where(CheckUnit.id == unit_id, CheckUnit.status.not_in([DONE, CANCELLED]))
-            .values(status=DONE, finished_at=utcnow(), duration_s=duration_s, lease_expires_at=None)
-            .returning(CheckUnit)
-        )
-        return self.session.scalars(done, execution_options={"populate_existing": True}).first()
+    def finish_open(self, unit_id: int, duration_s: float) -> bool:
+        """The unit, done now (one statement, built once), unless it is done or cancelled already
+        (another worker recorded it first, or its job ended): then False."""
+        params = {"unit_id": unit_id, "finished_at": utcnow(), "duration_s": duration_s}
+        return self.session.connection().execute(_FINISH_OPEN, params).first() is not None
 
     def finish(self, unit: CheckUnit, duration_s: float) -> None:
         unit.status, unit.finished_at, unit.duration_s, unit.lease_expires_at = DONE, utcnow(), duration_s, None
@@ -161,14 +177,6 @@ class UnitRepository:
         if unit is not None:
             self.finish(unit, duration_s)
         return unit
-
-    def renumber(self, job_id: str, request_id: str, number: int) -> None:
-        """A finished unit takes the number its iteration was recorded with."""
-        self.session.execute(
-            update(CheckUnit)
-            .where(CheckUnit.job_id == job_id, CheckUnit.request_id == request_id)
-            .values(number=number)
-        )
 
     def cancel_active(self, job_id: str) -> int:
         """Every queued or running unit of an ended job: cancelled (a running one's worker stops)."""
@@ -298,35 +306,6 @@ class UnitRepository:
         work += [Work("resume", jid, jid, str(team), created, 0, spec) for jid, team, created, spec in unheld]
         return work
 
-    def other_work_waiting(self, queues: Sequence[str], job_id: str, max_attempts: int) -> bool:
-        """Whether a worker of ``queues`` has anything to take besides ``job_id``'s checks (what
-        ``available_work`` would list for another job, or a cancelled job to end), in one query:
-        while nothing is, the worker that recorded one of the job's verdicts goes straight on with
-        its next check (fair share would pick it anyway)."""
-        in_queues = Job.queue.in_(list(queues))
-        other_units = exists().where(
-            CheckUnit.job_id == Job.id,
-            CheckUnit.status == QUEUED,
-            Job.id != job_id,
-            Job.status == JobStatus.RUNNING,
-            Job.cancel_requested.is_(False),
-            in_queues,
-        )
-        queued_jobs = exists().where(
-            Job.status == JobStatus.QUEUED, Job.cancel_requested.is_(False), Job.attempts < max_attempts, in_queues
-        )
-        waiting = exists().where(CheckUnit.job_id == Job.id, CheckUnit.status.in_([QUEUED, ASKED]))
-        unheld_or_cancelled = exists().where(
-            Job.id != job_id,
-            Job.status == JobStatus.RUNNING,
-            in_queues,
-            or_(
-                Job.cancel_requested.is_(True),
-                and_(or_(Job.lease_expires_at.is_(None), Job.lease_expires_at < utcnow()), ~waiting),
-            ),
-        )
-        return bool(self.session.scalar(select(or_(other_units, queued_jobs, unheld_or_cancelled))))
-
     def team_loads(self, window_s: float = 86400.0) -> dict[str, TeamLoad]:
         """Per team: its running checks and when it was last served (a check or a job taken) within
         ``window_s`` (a team not served since counts as never served)."""
@@ -388,3 +367,53 @@ class UnitRepository:
 def _aware(moment: datetime) -> datetime:
     """SQLite hands back naive datetimes (stored as UTC)."""
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _others_waiting() -> Any:
+    """Whether a worker of ``:queues`` has anything to take besides ``:job_id``'s checks (what
+    ``available_work`` would list for another job, or a cancelled job to end), as an expression:
+    while nothing is, the worker that recorded one of the job's verdicts goes straight on with its
+    next check (fair share would pick it anyway)."""
+    job_id: Any = bindparam("job_id")
+    in_queues = Job.queue.in_(bindparam("queues", expanding=True))
+    other_units = exists().where(
+        CheckUnit.job_id == Job.id,
+        CheckUnit.status == QUEUED,
+        Job.id != job_id,
+        Job.status == JobStatus.RUNNING,
+        Job.cancel_requested.is_(False),
+        in_queues,
+    )
+    queued_jobs = exists().where(
+        Job.status == JobStatus.QUEUED,
+        Job.cancel_requested.is_(False),
+        Job.attempts < bindparam("max_attempts"),
+        in_queues,
+    )
+    waiting = exists().where(CheckUnit.job_id == Job.id, CheckUnit.status.in_([QUEUED, ASKED]))
+    lease_out = or_(Job.lease_expires_at.is_(None), Job.lease_expires_at < bindparam("now"))
+    unheld_or_cancelled = exists().where(
+        Job.id != job_id,
+        Job.status == JobStatus.RUNNING,
+        in_queues,
+        or_(Job.cancel_requested.is_(True), and_(lease_out, ~waiting)),
+    )
+    return or_(other_units, queued_jobs, unheld_or_cancelled)
+
+
+# Statements a worker runs at every verdict, built once (``UnitRepository.survey``, ``finish_open``).
+_IN_FLIGHT = (
+    select(func.aggregate_strings(CheckUnit.request_id, " "))
+    .where(CheckUnit.job_id == bindparam("job_id"), CheckUnit.status.in_(ACTIVE))
+    .scalar_subquery()
+)
+_SURVEY = select(_IN_FLIGHT, null())
+_SURVEY_OTHERS = select(_IN_FLIGHT, _others_waiting())
+_FINISH_OPEN = (
+    update(CheckUnit)
+    .where(CheckUnit.id == bindparam("unit_id"), CheckUnit.status.not_in([DONE, CANCELLED]))
+    .values(
+        status=DONE, finished_at=bindparam("finished_at"), duration_s=bindparam("duration_s"), lease_expires_at=None
+    )
+    .returning(CheckUnit.id)
+)

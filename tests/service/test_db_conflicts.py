@@ -30,8 +30,8 @@ def _job(db: Database) -> tuple[str, int]:
     """A queued job with one queued check unit: (job id, unit id)."""
     with db.session() as session:
         job = stored_job(session, TeamRepository(session).get_or_create("team-deadlock").id)
-        unit = UnitRepository(session).add(job.id, [NewUnit("r1", "check", 1, "p", 0, False, {}, 1)])[0]
-        return job.id, unit.id
+        unit_id = UnitRepository(session).add(job.id, [NewUnit("r1", "check", 1, "p", 0, False, {}, 1)])[0]
+        return job.id, unit_id
 
 
 def test_a_real_deadlock_is_retried_in_place_and_the_claim_counts_one_attempt(

@@ -119,7 +119,7 @@ def test_one_job_over_three_workers_gives_the_answer_of_one_worker_and_of_the_co
     numbers = [it["number"] for it in iterations]
     assert len(numbers) == len(set(numbers))
     done = [u for u in _units(db_url, spread) if u[0] == "done"]
-    assert sorted(u[2] for u in done) == sorted(numbers)  # each finished check recorded once
+    assert sorted(u[2] for u in done) == _ran_as(events, len(iterations))  # each finished check recorded once
 
 
 def test_a_worker_killed_mid_check_loses_and_duplicates_nothing(
@@ -141,11 +141,20 @@ def test_a_worker_killed_mid_check_loses_and_duplicates_nothing(
         assert job["status"] == "succeeded", job
         _, ops = _min_bad_ops(client, job_id)
         iterations = _iterations(client, job_id)
+        events = list(read_sse(client, f"/v1/jobs/{job_id}/events"))
     assert ops == ["Mul"]
     fingerprints = [it["fingerprint"] for it in iterations]
     assert len(fingerprints) == len(set(fingerprints)), "a candidate's verdict was recorded twice"
     done = sorted(n for s, _, n in _units(db_url, job_id) if s == "done")
-    assert done == sorted(it["number"] for it in iterations)
+    assert done == _ran_as(events, len(iterations))
+
+
+def _ran_as(events: list[Any], recorded: int) -> list[int]:
+    """The numbers the recorded checks ran under (a unit keeps its number; the iteration's event
+    says it as ``started_as``), sorted; one per recorded iteration, none of them cached."""
+    ran_as = sorted(e.data["started_as"] for e in events if e.kind == "iteration")
+    assert len(ran_as) == recorded
+    return ran_as
 
 
 def test_cancel_stops_every_running_check_of_the_job_within_seconds(

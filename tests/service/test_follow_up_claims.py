@@ -91,9 +91,10 @@ def test_another_jobs_work_sends_the_worker_back_to_fair_share(
     assert taken is not None and taken.job_id in (first, second)
 
 
-STATEMENTS_PER_VERDICT = 12  # lock the job, finish the unit, its model's row, the checks in flight,
-# the live workers, queue the next, other work?, claim it, then at the commit: the events, the
-# iteration, the new verdict cache entry, the job's row (its state, counters and lease) once
+STATEMENTS_PER_VERDICT = 10  # lock the job, finish the unit, its model's row, one survey (the checks
+# in flight, other work?), queue the next, claim it, then at the commit: the new verdict cache
+# entry, the events, the iteration, the job's row (its state, counters and lease) once; besides,
+# the farm's live workers are read at most once a second (``worker.context.FarmSize``)
 
 
 def test_a_verdict_costs_a_fixed_number_of_statements(
@@ -113,8 +114,8 @@ def test_a_verdict_costs_a_fixed_number_of_statements(
             statements.clear()
             run = run.run(follow=True)
             if run is not None:  # a verdict recorded and the next check claimed (the last one ends the job)
-                counts.append(len(statements))
-                assert len(statements) <= STATEMENTS_PER_VERDICT, statements
+                counts.append(len([s for s in statements if not s.startswith("SELECT workers.")]))
+                assert counts[-1] == STATEMENTS_PER_VERDICT, statements
     finally:
         event.remove(ctx.db.engine, "before_cursor_execute", count)
-    assert len(counts) >= 4 and len(set(counts)) <= 2, counts  # the same for every verdict, however many came before
+    assert len(counts) >= 4, counts  # the same for every verdict, however many came before
