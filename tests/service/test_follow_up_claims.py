@@ -6,7 +6,7 @@ steps run in this process against PostgreSQL (the ``db_url`` fixture)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from persistence.models import CheckUnit, Event
 from persistence.repositories.units import RUNNING
 from tests.service.helpers import chain_model, submit
 from tests.service.in_process import one_check_context, start_here
-from worker.context import RunnerContext
+from worker.context import FarmSize, RunnerContext
 from worker.run_job import take_next
 from worker.unit_run import UnitRun, UnitTicket
 
@@ -119,3 +119,18 @@ def test_a_verdict_costs_a_fixed_number_of_statements(
     finally:
         event.remove(ctx.db.engine, "before_cursor_execute", count)
     assert len(counts) >= 4, counts  # the same for every verdict, however many came before
+
+
+def test_the_farms_size_is_read_at_most_once_a_ttl() -> None:
+    reads: list[str] = []
+
+    def read(queue: str, count: int) -> Callable[[], int]:
+        return lambda: reads.append(queue) or count
+
+    size = FarmSize(ttl_s=3600)
+    assert size.workers("cpu", read("cpu", 3)) == 3
+    assert size.workers("cpu", read("cpu", 5)) == 3  # read a moment ago: kept
+    assert size.workers("gpu", read("gpu", 1)) == 1  # each queue its own
+    assert reads == ["cpu", "gpu"]
+    fresh = FarmSize(ttl_s=0)
+    assert fresh.workers("cpu", read("cpu", 3)) == 3 and fresh.workers("cpu", read("cpu", 5)) == 5
