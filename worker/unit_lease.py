@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -37,6 +38,11 @@ class LeaseKeeper:
     """The process's held units and the thread renewing their leases (module doc)."""
 
     def __init__(self) -> None:
+        self.start_afresh()
+
+    def start_afresh(self) -> None:
+        """No unit held, no thread (also what a forked child does: it has none of its parent's
+        threads, and perhaps a lock one of them held)."""
         self._lock = threading.Lock()
         self._held: dict[int, HeldUnit] = {}
         self._changed = threading.Event()
@@ -103,3 +109,6 @@ def _renew(held: HeldUnit) -> bool:
 
 
 LEASES = LeaseKeeper()
+
+
+os.register_at_fork(after_in_child=LEASES.start_afresh)

@@ -4,16 +4,13 @@ exits, freeing the model's memory; a Celery worker ends it and goes on (``worker
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from pathlib import Path
 
 from examples.build_example_model import build_example_model
-from tests.service.commands import EMBEDDED_COMMAND
-from tests.service.conftest import BIN, Processes, client_for, start_api
-from tests.service.helpers import chain_model, free_port, start, submit, wait_http, wait_job
-from tests.service.test_embedded import _wait_for_child
+from tests.service.conftest import Processes, client_for, start_api
+from tests.service.embedded import embedded_server, wait_for_child
+from tests.service.helpers import chain_model, submit, wait_job
 
 
 def _alive(pid: int) -> bool:
@@ -24,28 +21,13 @@ def _alive(pid: int) -> bool:
 
 
 def test_cancel_reaches_a_job_in_preparation_within_2_s(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DATA_DIR")}
-    env.update(PATH=BIN + os.pathsep + env.get("PATH", ""), ONNX_REDUCER_HOME=str(tmp_path / "data"))
-    port = free_port()
-    server = start([*EMBEDDED_COMMAND, "--port", str(port)], env, tmp_path, tmp_path / "serve.log")
     model = chain_model(60_000, 30_000).SerializeToString()
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(url + "/healthz")
-        server.wait_for("token create --team default", timeout=30)
-        token = subprocess.run(
-            ["onnx-reducer", "token", "create", "--team", "default"],
-            cwd=tmp_path,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        with client_for(url, token) as client:
+    with embedded_server(tmp_path) as server:
+        with client_for(server.url, server.token) as client:
             response = submit(client, model)
             assert response.status_code == 202, response.text
             job_id = response.json()["id"]
-            child = _wait_for_child(server.popen.pid, "worker.local_child", timeout=60)
+            child = wait_for_child(server.proc.popen.pid, "worker.local_child", timeout=60)
             assert child is not None
             work = tmp_path / "data" / "jobs" / job_id / "work"
             deadline = time.monotonic() + 60
@@ -68,8 +50,6 @@ def test_cancel_reaches_a_job_in_preparation_within_2_s(tmp_path: Path) -> None:
         while _alive(child) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _alive(child), "the job process (holding the model) did not exit"
-    finally:
-        server.stop()
 
 
 def test_cancel_reaches_a_celery_workers_preparation_within_2_s(

@@ -7,7 +7,6 @@ rest of a busy team's queue."""
 from __future__ import annotations
 
 import io
-import os
 import socket
 import subprocess
 import sys
@@ -22,9 +21,9 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from persistence.db import normalize_url
-from tests.service.commands import EMBEDDED_COMMAND
-from tests.service.conftest import BIN, Processes, client_for
-from tests.service.helpers import chain_model, free_port, read_sse, start, submit, wait_http, wait_job
+from tests.service.conftest import Processes, client_for
+from tests.service.embedded import embedded_server
+from tests.service.helpers import chain_model, read_sse, submit, wait_job
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "reducer_cli.main"]
@@ -221,28 +220,12 @@ def test_another_teams_job_starts_before_the_rest_of_a_busy_teams_queue(
 
 def test_the_embedded_server_runs_a_job_on_its_local_worker_slots(tmp_path: Path) -> None:
     """``onnx-reducer serve`` (SQLite, no broker) with LOCAL_WORKERS=2: two checks of one job at once."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DATA_DIR")}
-    env |= {"PATH": BIN + os.pathsep + env.get("PATH", ""), "ONNX_REDUCER_HOME": str(tmp_path / "data")}
-    env |= {"LOCAL_WORKERS": "2", "ALLOW_COMMAND_CHECKS": "true"}
-    port = free_port()
-    server = start([*EMBEDDED_COMMAND, "--port", str(port)], env, tmp_path, tmp_path / "serve.log")
-    try:
-        wait_http(f"http://127.0.0.1:{port}/healthz")
-        token = subprocess.run(
-            ["onnx-reducer", "token", "create", "--team", "default"],
-            cwd=tmp_path,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        with client_for(f"http://127.0.0.1:{port}", token) as client:
-            assert client.get("/v1/workers").json()["online"] == 2
-            job_id = submit(client, MODEL, CHECK).json()["id"]
-            job, most, workers = _watch(client, job_id)
-            _, ops = _min_bad_ops(client, job_id)
-    finally:
-        server.stop()
+    settings = {"LOCAL_WORKERS": "2", "ALLOW_COMMAND_CHECKS": "true"}
+    with embedded_server(tmp_path, settings) as server, client_for(server.url, server.token) as client:
+        assert client.get("/v1/workers").json()["online"] == 2
+        job_id = submit(client, MODEL, CHECK).json()["id"]
+        job, most, workers = _watch(client, job_id)
+        _, ops = _min_bad_ops(client, job_id)
     assert job["status"] == "succeeded", job
     assert ops == ["Mul"]
     assert most == 2 and len(workers) == 2, (most, workers)
