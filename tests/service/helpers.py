@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from sqlalchemy.orm import Session
 
 from persistence.enums import JobStatus
@@ -74,6 +75,34 @@ def stored_job(
         model_path="models/x/model.onnx",
     )
     return JobRepository(session).add(job)
+
+
+def model_with_weights_next_to_it(
+    folder: Path, shape: tuple[int, int] = (16, 16), values: tuple[float, float] = (1, 2)
+) -> Path:
+    """x -> Add(w1) -> Mul(w2) -> Relu -> y, its weights (``values``) in weights.bin beside
+    ``folder/model.onnx``."""
+    weights = [
+        numpy_helper.from_array(np.full(shape, v, np.float32), name)
+        for v, name in zip(values, ("w1", "w2"), strict=True)
+    ]
+    nodes = [
+        helper.make_node("Add", ["x", "w1"], ["a"], name="add"),
+        helper.make_node("Mul", ["a", "w2"], ["m"], name="mul"),
+        helper.make_node("Relu", ["m"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "weights",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = folder / "model.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="weights.bin", size_threshold=0)
+    return path
 
 
 def tar_bundle(files: dict[str, bytes], links: dict[str, tuple[str, bytes]] | None = None) -> bytes:

@@ -16,12 +16,18 @@ from worker.run_job import take_next
 from worker.settings import WorkerSettings
 
 
-def one_check_context(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
-    """One check at a time; no farm cache: a test's second job of the same model runs its checks."""
-    settings: dict[str, Any] = {"job_lease_s": 60.0, "max_workers_per_job": 1, "farm_verdict_cache": False}
-    ctx = context_from_settings(WorkerSettings(database_url=db_url, data_dir=data_dir, **settings))
+def in_process_context(db_url: str, data_dir: Path, **settings: Any) -> Iterator[RunnerContext]:
+    """A worker's context for ``run_job``'s steps run in this process (leases of 60 s unless
+    ``settings`` say otherwise)."""
+    values: dict[str, Any] = {"job_lease_s": 60.0} | settings
+    ctx = context_from_settings(WorkerSettings(database_url=db_url, data_dir=data_dir, **values))
     yield ctx
     ctx.db.dispose()
+
+
+def one_check_context(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
+    """One check at a time; no farm cache: a test's second job of the same model runs its checks."""
+    yield from in_process_context(db_url, data_dir, max_workers_per_job=1, farm_verdict_cache=False)
 
 
 def start_here(client: httpx.Client, ctx: RunnerContext, model: bytes) -> str:

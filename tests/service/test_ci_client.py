@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from examples.build_example_model import build_example_model
 from tests.service.conftest import Processes, client_for
-from tests.service.helpers import OP_PRESENT_MUL, chain_model, free_port, wait_http
+from tests.service.helpers import OP_PRESENT_MUL, chain_model, free_port, model_with_weights_next_to_it, wait_http
 from tests.service.proxy import breaking_proxy
 
 pytestmark = pytest.mark.slow
@@ -157,29 +156,6 @@ def test_no_reduce_data_keeps_the_answers_input_sizes(cli: Cli, processes: Proce
     )
     assert np.prod(full[0]) > np.prod(shrunk[0])  # the default shrank what --no-reduce-data kept
     assert kept.json()["checks_run"] < plain.json()["checks_run"]
-
-
-def model_with_weights_next_to_it(folder: Path) -> Path:
-    """x -> Add(w1) -> Mul(w2) -> Relu -> y, its weights in weights.bin beside model.onnx."""
-    shape = [16, 16]
-    weights = [numpy_helper.from_array(np.full(shape, v, np.float32), name) for v, name in ((1, "w1"), (2, "w2"))]
-    nodes = [
-        helper.make_node("Add", ["x", "w1"], ["a"], name="add"),
-        helper.make_node("Mul", ["a", "w2"], ["m"], name="mul"),
-        helper.make_node("Relu", ["m"], ["y"], name="relu"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "weights",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
-        weights,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = folder / "model.onnx"
-    onnx.save(model, str(path), save_as_external_data=True, location="weights.bin", size_threshold=0)
-    return path
 
 
 def test_external_data_is_bundled_and_a_model_that_does_not_fail_exits_3(cli: Cli, processes: Processes) -> None:

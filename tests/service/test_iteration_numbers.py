@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -18,11 +17,11 @@ from persistence.enums import JobStatus
 from persistence.models import utcnow
 from persistence.repositories import WorkerRepository, WorkerStatus
 from tests.service.helpers import chain_model, read_sse, submit
-from worker.context import RunnerContext, context_from_settings
+from tests.service.in_process import in_process_context
+from worker.context import RunnerContext
 from worker.endings import end_job
 from worker.job_start import start_job
 from worker.run_job import take_next
-from worker.settings import WorkerSettings
 from worker.unit_run import UnitRun, UnitTicket
 
 MODEL = chain_model(12, 7).SerializeToString()
@@ -35,10 +34,7 @@ def client(quiet_client: httpx.Client) -> httpx.Client:
 
 @pytest.fixture
 def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
-    settings: dict[str, Any] = {"job_lease_s": 60.0, "max_workers_per_job": 3}
-    ctx = context_from_settings(WorkerSettings(database_url=db_url, data_dir=data_dir, **settings))
-    yield ctx
-    ctx.db.dispose()
+    yield from in_process_context(db_url, data_dir, max_workers_per_job=3)
 
 
 def _three_live_workers(db_url: str, queue: str) -> None:

@@ -13,15 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from persistence.store import ArtifactStore
 from reducer_client import ReducerClient
 from tests.service.conftest import Processes, client_for, start_api
-from tests.service.helpers import chain_model, submit, wait_job
+from tests.service.helpers import chain_model, model_with_weights_next_to_it, submit, tar_bundle, wait_job
 from tests.service.s3_server import S3Server, moto_server
 
 pytestmark = pytest.mark.slow
@@ -36,32 +34,9 @@ def s3(tmp_path: Path) -> Iterator[S3Server]:
 
 def _bundle_with_weights(folder: Path) -> bytes:
     """A tar of a model whose weights live in an external-data file beside it."""
-    shape = [2, 3]
-    weights = [
-        numpy_helper.from_array(np.full(shape, 2.0, np.float32), "w1"),
-        numpy_helper.from_array(np.full(shape, 3.0, np.float32), "w2"),
-    ]
-    nodes = [
-        helper.make_node("Add", ["x", "w1"], ["a"], name="add"),
-        helper.make_node("Mul", ["a", "w2"], ["m"], name="mul"),
-        helper.make_node("Relu", ["m"], ["y"], name="relu"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "weights",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
-        weights,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
     folder.mkdir()
-    onnx.save(model, str(folder / "model.onnx"), save_as_external_data=True, location="weights.bin", size_threshold=0)
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name in ("model.onnx", "weights.bin"):
-            archive.add(folder / name, arcname=name)
-    return buffer.getvalue()
+    model_with_weights_next_to_it(folder, (2, 3), (2.0, 3.0))
+    return tar_bundle({name: (folder / name).read_bytes() for name in ("model.onnx", "weights.bin")})
 
 
 def _key(data: bytes) -> str:
