@@ -59,7 +59,7 @@ def _ping_if_idle(dialect: Dialect, dbapi_connection: Any, record: Any, proxy: A
     if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_S:
         return
     try:
-        dialect.do_ping(dbapi_connection)  # (outside a transaction, as ``pool_pre_ping`` does)
+        dialect.do_ping(dbapi_connection)  # what ``pool_pre_ping`` runs (psycopg's: outside a transaction)
     except Exception as exc:  # whatever the driver raises for a dead connection
         raise DisconnectionError(str(exc)) from exc
 

@@ -160,7 +160,7 @@ class CheckUnit(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     request_id: Mapped[str] = mapped_column(String(120))
     kind: Mapped[str] = mapped_column(String(16))  # check | layerwise
-    number: Mapped[int] = mapped_column(default=0)  # the iteration number
+    number: Mapped[int] = mapped_column(default=0)  # the number it runs under (its event's started_as)
     phase: Mapped[str] = mapped_column(String(32))
     attempt: Mapped[int] = mapped_column(default=0)
     speculative: Mapped[bool] = mapped_column(Boolean, default=False)

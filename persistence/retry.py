@@ -53,13 +53,25 @@ def is_conflict(exc: BaseException) -> bool:
 
 def retry_conflicts(work: Callable[[], T], what: str, tries: int = MAX_TRIES) -> T:
     """``work()`` (one whole transaction), run again when PostgreSQL aborts it as a deadlock or a
-    serialisation failure, up to ``tries`` times; the last conflict, and any other error, is raised."""
-    for attempt in range(1, tries + 1):
+    serialisation failure, up to ``tries`` times; the last conflict, and any other error, is raised.
+    Once, too, when its connection turned out dead (the database restarted since it was last used:
+    the pool pings only connections that sat idle, ``persistence.db``); the pool has started over
+    then, and the second run gets a new connection."""
+    reconnected = False
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return work()
         except DBAPIError as exc:
+            if exc.connection_invalidated and not reconnected:
+                reconnected, attempt = True, attempt - 1
+                log.warning(
+                    "%s: the database connection was lost (%s); running it again", what, type(exc.orig).__name__
+                )
+                continue
             state = sqlstate_of(exc)
-            if state not in CONFLICTS or attempt == tries:
+            if state not in CONFLICTS or attempt >= tries:
                 raise
             pause = FIRST_PAUSE_S * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
             log.warning(
@@ -68,13 +80,13 @@ def retry_conflicts(work: Callable[[], T], what: str, tries: int = MAX_TRIES) ->
                 *(what, CONFLICTS[state], state, pause * 1000, attempt + 1, tries),
             )
             time.sleep(pause)
-    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 def transaction(db: Database, work: Callable[[Session], T], what: str, tries: int = MAX_TRIES) -> T:
     """``work(session)`` in one transaction (committed at the end), run again from the start in a
-    fresh transaction when it is aborted as a deadlock or serialisation failure. ``work`` must not
-    change anything outside the database that a second run would do twice."""
+    fresh transaction when it is aborted as a deadlock or serialisation failure, or once when its
+    connection was dead (``retry_conflicts``). ``work`` must not change anything outside the
+    database that a second run would do twice."""
 
     def once() -> T:
         with db.session() as session:

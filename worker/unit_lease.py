@@ -26,8 +26,11 @@ log = logging.getLogger("onnx_reducer.worker")
 MIN_INTERVAL_S = 0.05
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class HeldUnit:
+    """One hold of a unit (a process may hold the same unit twice: two slots, after its first
+    lease ran out and it was queued again; each releases its own)."""
+
     ctx: RunnerContext
     unit_id: int
     job_id: str
@@ -44,20 +47,20 @@ class LeaseKeeper:
         """No unit held, no thread (also what a forked child does: it has none of its parent's
         threads, and perhaps a lock one of them held)."""
         self._lock = threading.Lock()
-        self._held: dict[int, HeldUnit] = {}
+        self._held: set[HeldUnit] = set()
         self._changed = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def hold(self, ctx: RunnerContext, unit_id: int, job_id: str) -> threading.Event:
-        """Renew the unit's lease until ``release``; the returned event is set if it is lost."""
+    def hold(self, ctx: RunnerContext, unit_id: int, job_id: str) -> HeldUnit:
+        """Renew the unit's lease until ``release``; its ``lost`` event is set if it is lost."""
         held = HeldUnit(ctx, unit_id, job_id, threading.Event())
         with self._lock:
-            self._held[unit_id] = held
+            self._held.add(held)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="unit-leases", daemon=True)
+                self._thread = threading.Thread(target=self._run, name="unit-leases", daemon=True)
                 self._thread.start()
         self._changed.set()  # a shorter lease than the others': the thread waits less
-        return held.lost
+        return held
 
     @property
     def renewing(self) -> bool:
@@ -65,28 +68,38 @@ class LeaseKeeper:
         with self._lock:
             return self._thread is not None
 
-    def release(self, unit_id: int) -> None:
+    def release(self, held: HeldUnit) -> None:
         with self._lock:
-            self._held.pop(unit_id, None)
+            self._held.discard(held)
 
-    def _loop(self) -> None:
+    def _run(self) -> None:
+        try:
+            self._renew_while_held()
+        except Exception:
+            log.exception("renewing the leases of running checks stopped; the next check starts it again")
+        finally:
+            with self._lock:
+                if self._thread is threading.current_thread():  # (a normal end let go under the lock already)
+                    self._thread = None
+
+    def _renew_while_held(self) -> None:
         due_at = math.inf  # the next round of renewals
         while True:
             with self._lock:
                 if not self._held:
                     self._thread = None
                     return
-                interval = max(min(h.ctx.lease_s for h in self._held.values()) / 3, MIN_INTERVAL_S)
+                interval = max(min(h.ctx.lease_s for h in self._held) / 3, MIN_INTERVAL_S)
                 self._changed.clear()
             due_at = min(due_at, time.monotonic() + interval)  # a unit held since: no later than its lease asks
             if self._changed.wait(max(due_at - time.monotonic(), 0.0)):
                 continue
             with self._lock:
-                held_now = list(self._held.values())
+                held_now = list(self._held)
             for held in held_now:
                 if not _renew(held):
                     held.lost.set()
-                    self.release(held.unit_id)
+                    self.release(held)
             due_at = math.inf
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,7 +34,7 @@ from worker.context import RunnerContext
 from worker.endings import JobTimedOutError, deadline_of, end_job, ending_errors, time_limit_message
 from worker.final_checks import run_finals
 from worker.prepared import PREPARED, JobInput, PreparedJob
-from worker.unit_lease import LEASES
+from worker.unit_lease import LEASES, HeldUnit
 
 log = logging.getLogger("onnx_reducer.worker")
 ITERATION_MODEL = "iteration.onnx"
@@ -71,7 +70,7 @@ class UnitRun:
         self.job_id = ticket.job_id
         self.last_poll = known.polled if known is not None else 0.0
         self.deadline: datetime | None = known.deadline if known is not None else None
-        self.lost: threading.Event | None = None  # set when this worker lost the unit's lease
+        self.lease: HeldUnit | None = None  # its ``lost`` event is set when another worker took the unit
 
     def run(self, follow: bool = False) -> UnitRun | None:
         """Run the check and record its verdict. With ``follow``, the job's next check is claimed
@@ -82,7 +81,7 @@ class UnitRun:
             if job is None:
                 return None
             prepared = PREPARED.get(job, self.ctx)
-            self.lost = LEASES.hold(self.ctx, self.ticket.id, self.job_id)
+            self.lease = LEASES.hold(self.ctx, self.ticket.id, self.job_id)
             try:
                 with stop_checks_when(self._should_stop):
                     delivery = self._execute(prepared, self.ticket.request)
@@ -90,7 +89,7 @@ class UnitRun:
                 self._stopped()
                 return None
             finally:
-                LEASES.release(self.ticket.id)
+                LEASES.release(self.lease)
             next_ticket = self._record(prepared, delivery, follow)
             if next_ticket is None:
                 return None
@@ -124,7 +123,7 @@ class UnitRun:
 
     def _should_stop(self) -> bool:
         """The stop scope's question (the job row at most every CANCEL_POLL_S)."""
-        if self.lost is not None and self.lost.is_set():
+        if self.lease is not None and self.lease.lost.is_set():
             return True
         now = time.monotonic()
         if now - self.last_poll < CANCEL_POLL_S:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -148,3 +149,29 @@ def test_fast_check_jobs_on_three_workers_all_succeed_at_their_first_attempt(
 def _numbers(client: httpx.Client, job_id: str) -> list[int]:
     items = client.get(f"/v1/jobs/{job_id}/iterations", params={"limit": 1000}).json()["items"]
     return sorted(int(item["number"]) for item in items)
+
+
+def test_a_transaction_on_a_connection_the_database_dropped_runs_again_on_a_new_one(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pooled connection in steady use is not pinged before use (``persistence.db``): when the
+    database dropped it (a restart, a failover), the transaction's first statement fails, the pool
+    starts over, and ``transaction`` runs the work once more on a new connection."""
+    db = Database(db_url)
+    with db.session() as session:
+        dropped = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    other = Database(db_url)
+    with other.session() as session:  # the database ends that connection's backend
+        assert session.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dropped}).scalar_one()
+    other.dispose()
+    runs: list[int] = []
+
+    def work(session: Session) -> int:
+        runs.append(1)
+        return int(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+    caplog.set_level(logging.WARNING, logger="onnx_reducer.db")
+    assert transaction(db, work, "test reconnect") != dropped
+    assert len(runs) == 2  # the first run met the dead connection
+    assert any("the database connection was lost" in r.getMessage() for r in caplog.records)
+    db.dispose()

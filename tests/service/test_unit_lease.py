@@ -19,8 +19,9 @@ from persistence.models import CheckUnit, Job, utcnow
 from persistence.repositories import TeamRepository
 from persistence.repositories.units import NewUnit, UnitRepository
 from tests.service.helpers import stored_job
+from worker import unit_lease
 from worker.context import RunnerContext
-from worker.unit_lease import LeaseKeeper
+from worker.unit_lease import HeldUnit, LeaseKeeper
 
 LEASE_S = 0.6  # renewed every 0.2 s
 WAIT_S = 30.0
@@ -78,21 +79,43 @@ def test_held_leases_run_on_a_unit_taken_away_is_lost_and_the_thread_ends(ctx: R
         unit = session.get(CheckUnit, taken)
         assert unit is not None
         unit.worker = "someone-else"
-    lost = {unit: keeper.hold(ctx, unit, job_id) for unit in (kept, taken, released)}
-    assert lost[taken].wait(WAIT_S), "the unit another worker holds is lost"
+    held = {unit: keeper.hold(ctx, unit, job_id) for unit in (kept, taken, released)}
+    assert held[taken].lost.wait(WAIT_S), "the unit another worker holds is lost"
     _renewed(ctx, released)
     assert _lease_of(ctx.db, Job, job_id) > job_lease  # the job's lease runs on too
-    keeper.release(released)
+    keeper.release(held[released])
     _renewed(ctx, kept, 2)  # a round that began before the release is over
     after_release = _lease_of(ctx.db, CheckUnit, released)
-    _renewed(ctx, kept)
+    _renewed(ctx, kept, 2)  # a whole round since (a round renews ``kept`` before ``released``)
     assert _lease_of(ctx.db, CheckUnit, released) == after_release  # released: left alone
     assert _lease_of(ctx.db, CheckUnit, taken) == taken_lease  # another worker's: left alone
-    assert not lost[kept].is_set() and not lost[released].is_set()
+    assert not held[kept].lost.is_set() and not held[released].lost.is_set()
     assert keeper.renewing
-    keeper.release(kept)
+    keeper.release(held[kept])
     _eventually(lambda: not keeper.renewing, "the thread ends once nothing is held")
     again = keeper.hold(ctx, kept, job_id)  # and starts again with the next unit held
+    twice = keeper.hold(ctx, kept, job_id)  # a second hold of the same unit (another slot's)
+    keeper.release(again)  # releases only its own hold
     _renewed(ctx, kept)
-    keeper.release(kept)
-    assert not again.is_set()
+    keeper.release(twice)
+    assert not again.lost.is_set() and not twice.lost.is_set()
+
+
+def test_a_renewal_thread_that_died_is_started_again_by_the_next_hold(
+    ctx: RunnerContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keeper = LeaseKeeper()
+    job_id, (unit,) = _running_units(ctx.db, 1)
+
+    def broken(held: HeldUnit) -> bool:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(unit_lease, "_renew", broken)
+    first = keeper.hold(ctx, unit, job_id)
+    _eventually(lambda: not keeper.renewing, "the thread that met the bug has ended")
+    monkeypatch.undo()
+    second = keeper.hold(ctx, unit, job_id)
+    assert keeper.renewing
+    _renewed(ctx, unit)
+    keeper.release(first)
+    keeper.release(second)
