@@ -16,8 +16,7 @@ def test_delete_asks_first_then_deletes_and_returns_to_the_list(service: Service
     browser.set_language({"en": "en-US,en", "zh-CN": "zh-CN,zh"}[lang])
     browser.open(f"{service.url}/#/jobs/{job_id}")
     browser.js("localStorage.removeItem('onnx-reducer.lang')")  # follow the browser's language
-    browser.driver.refresh()  # a new document reads the new navigator.languages
-    browser.wait(lambda d: browser.js("return document.body.dataset.ready === 'true'"), "the page")
+    browser.reload()  # a new document reads the new navigator.languages
     assert browser.js("return document.documentElement.lang") == lang
     browser.sign_in(service.token)
     browser.wait(lambda d: browser.find("job-status").get_attribute("data-status") == "succeeded", "the job")

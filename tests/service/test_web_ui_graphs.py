@@ -212,8 +212,7 @@ def test_the_graph_tools_speak_chinese(service: Service, browser: Browser, trans
     try:
         browser.open(f"{service.url}/#/jobs/{transformer_job['id']}")
         browser.js("localStorage.removeItem('onnx-reducer.lang')")
-        browser.driver.refresh()  # a new document: the browser's languages and a fresh drawing
-        browser.wait(lambda d: browser.js("return document.body.dataset.ready === 'true'"), "the page")
+        browser.reload()  # a new document: the browser's languages and a fresh drawing
         browser.sign_in(service.token)
         browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#graph-original g.gnode.focus"), "the original graph")
         assert browser.js("return document.documentElement.lang") == "zh-CN"

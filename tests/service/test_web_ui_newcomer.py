@@ -167,8 +167,8 @@ def test_the_charts_best_line_never_rises(service: Service, browser: Browser) ->
     their time: 50, 38, 50, 44 in iteration order is drawn 50, 38, 38, 38."""
     browser.open(service.url + "/#/jobs")
     browser.js("localStorage.setItem('onnx-reducer.lang', 'en')")
-    browser.driver.refresh()  # an earlier test may have left the page in another language
-    browser.wait(lambda d: browser.js("return document.documentElement.lang") == "en", "the page in English")
+    browser.reload()  # an earlier test may have left the page in another language
+    assert browser.js("return document.documentElement.lang") == "en"
     rows = [
         {"number": 1, "nodes": 50, "verdict": "fail", "best_size": 50},
         {"number": 2, "nodes": 38, "verdict": "fail", "best_size": 38},

@@ -155,8 +155,7 @@ def test_the_overlay_speaks_chinese(service: Service, browser: Browser, jobs: di
     try:
         browser.open(f"{service.url}/#/jobs/{jobs['compare']}")
         browser.js("localStorage.removeItem('onnx-reducer.lang')")
-        browser.driver.refresh()
-        browser.wait(lambda d: browser.js("return document.body.dataset.ready === 'true'"), "the page")
+        browser.reload()
         browser.sign_in(service.token)
         browser.wait(lambda d: browser.find("error-overlay").is_displayed(), "the overlay switch")
         assert browser.js("return document.documentElement.lang") == "zh-CN"
@@ -175,8 +174,8 @@ def test_the_overlay_speaks_chinese(service: Service, browser: Browser, jobs: di
     finally:
         browser.set_language("en-US,en")
         browser.js("localStorage.removeItem('onnx-reducer.lang')")
-        browser.driver.refresh()  # English again for the tests after this one (a new document)
-        browser.wait(lambda d: browser.js("return document.documentElement.lang") == "en", "the page in English")
+        browser.reload()  # English again for the tests after this one (a new document)
+        assert browser.js("return document.documentElement.lang") == "en"
 
 
 def test_a_closed_name_scope_takes_the_colour_of_its_worst_node(

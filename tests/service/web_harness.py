@@ -258,6 +258,13 @@ class Browser:
         self.driver.get(url)
         self.wait(lambda d: self.js("return document.body.dataset.ready === 'true'"), "the page to start")
 
+    def reload(self) -> None:
+        """The page again, a new document (it reads the browser's languages and the stored one
+        anew), once it has started: its language's catalogue loaded. (Its ``lang`` attribute says
+        "en" before any script runs: no sign that the page speaks English yet.)"""
+        self.driver.refresh()
+        self.wait(lambda d: self.js("return document.body.dataset.ready === 'true'"), "the page to start again")
+
     def sign_in(self, token: str) -> None:
         if self.js("return document.body.classList.contains('signed-in')"):
             return
