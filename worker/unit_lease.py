@@ -47,6 +47,7 @@ class LeaseKeeper:
         """No unit held, no thread (also what a forked child does: it has none of its parent's
         threads, and perhaps a lock one of them held)."""
         self._lock = threading.Lock()
+        self._renewing = threading.Lock()  # held while one unit's lease is renewed
         self._held: set[HeldUnit] = set()
         self._changed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -69,7 +70,9 @@ class LeaseKeeper:
             return self._thread is not None
 
     def release(self, held: HeldUnit) -> None:
-        with self._lock:
+        """No renewal of ``held`` starts after this returns, and none is under way (so nothing
+        touches its database once its check is over: a test may dispose of it)."""
+        with self._renewing, self._lock:
             self._held.discard(held)
 
     def _run(self) -> None:
@@ -97,10 +100,19 @@ class LeaseKeeper:
             with self._lock:
                 held_now = list(self._held)
             for held in held_now:
-                if not _renew(held):
-                    held.lost.set()
-                    self.release(held)
+                self._renew_if_held(held)
             due_at = math.inf
+
+    def _renew_if_held(self, held: HeldUnit) -> None:
+        with self._renewing:
+            with self._lock:
+                if held not in self._held:
+                    return  # released since the round began
+            if _renew(held):
+                return
+            held.lost.set()
+            with self._lock:
+                self._held.discard(held)
 
 
 def _renew(held: HeldUnit) -> bool:
