@@ -15,7 +15,6 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import onnx
 from selenium.webdriver.common.by import By
@@ -43,6 +42,11 @@ def _status(browser: Browser) -> str:
     return str(browser.find("job-status").get_attribute("data-status"))
 
 
+def _ended(browser: Browser) -> bool:
+    """The job's page shows it ended (before its first answer, the page shows no status yet)."""
+    return _status(browser) in ("succeeded", "failed", "cancelled")
+
+
 def _downloaded_model(browser: Browser, job_id: str, number: int) -> onnx.ModelProto:
     path: Path = browser.downloads / f"{job_id}-iteration-{number}.onnx"
     browser.wait(lambda d: path.is_file() and path.stat().st_size > 0, f"the download of iteration {number}", 20)
@@ -62,10 +66,8 @@ def test_the_interactive_flow_completes_a_reduction_by_clicking_verdicts(service
 
     answers: list[tuple[int, str]] = []
     for _ in range(40):
-        browser.wait(
-            lambda d: browser.find("verdict-panel").is_displayed() or _status(browser) != "running", "a question"
-        )
-        if _status(browser) != "running":
+        browser.wait(lambda d: browser.find("verdict-panel").is_displayed() or _ended(browser), "a question")
+        if _ended(browser):
             break
         heading = browser.text("verdict-heading")
         found = re.search(r"iteration (\d+) ", heading)
@@ -95,15 +97,16 @@ def test_the_interactive_flow_completes_a_reduction_by_clicking_verdicts(service
     with client_for(service.url, service.token) as client:
         iterations = client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]
     assert [(i["number"], i["verdict"]) for i in iterations] == answers
-    rows = browser.driver.find_elements(By.CSS_SELECTOR, "#iterations-body tr[data-number]")
-    assert [int(r.get_attribute("data-number")) for r in rows] == [n for n, _ in answers]
+    # the last rows come with the event stream (polled), maybe after the answer's reply said succeeded
+    numbers = "return [...document.querySelectorAll('#iterations-body tr[data-number]')].map((r) => +r.dataset.number)"
+    browser.wait(lambda d: browser.js(numbers) == [n for n, _ in answers], "every answered iteration in the list")
     assert severe(browser) == []
 
 
 def _wait_past(browser: Browser, number: int) -> None:
     """Until the page asks about another iteration, or the job ended."""
     browser.wait(
-        lambda d: _status(browser) != "running" or f"iteration {number} " not in browser.text("verdict-heading"),
+        lambda d: _ended(browser) or f"iteration {number} " not in browser.text("verdict-heading"),
         "the next question",
     )
 
@@ -155,40 +158,39 @@ def test_the_workers_page_shows_the_farm_live(service: Service, browser: Browser
         slow = chain_model(8, mul_at=5).SerializeToString()
         spec = json.dumps({"kind": "command", "command": SLOW_CHECK})
         job_id = client.post("/v1/jobs", files={"model": ("m.onnx", slow)}, data={"check_spec": spec}).json()["id"]
-        # either of the embedded server's slots may take the job (and then goes on with its checks)
-        busy = browser.wait(_busy_worker, "a worker busy, live", LOADED_WAIT_S)
-        row = f'#workers-body tr[data-worker="{busy}"]'
-        state = f"{row} [data-state]"
+        # either of the embedded server's slots may take the job's checks, and hand them to the other
         browser.wait(
-            lambda d: "iteration" in d.find_element(By.CSS_SELECTOR, row).text, "the check it runs", LOADED_WAIT_S
+            lambda d: _busy_row_text(browser, job_id, "iteration"), "a worker busy with the job, live", LOADED_WAIT_S
         )
-        link = browser.driver.find_element(By.CSS_SELECTOR, f'{row} a[href="#/jobs/{job_id}"]')
-        assert link.text == job_id
+        link = f'#workers-body tr[data-worker] a[href="#/jobs/{job_id}"]'
+        browser.wait(lambda d: any(a.text == job_id for a in d.find_elements(By.CSS_SELECTOR, link)), "its link")
         assert browser.text("nav-workers") == EN["nav.workers"]
         assert browser.find("nav-workers").get_attribute("aria-current") == "page"
 
         Select(browser.find("lang")).select_by_value("zh-CN")
         browser.wait(lambda d: browser.text("workers-heading") == ZH["workers.heading"], "the Chinese page")
-        browser.wait(lambda d: ZH["workers.state.busy"] in d.find_element(By.CSS_SELECTOR, row).text, "Chinese rows")
+        browser.wait(lambda d: _busy_row_text(browser, job_id, ZH["workers.state.busy"]), "Chinese rows", LOADED_WAIT_S)
         Select(browser.find("lang")).select_by_value("en")
         client.post(f"/v1/jobs/{job_id}/cancel")
         deadline = time.monotonic() + LOADED_WAIT_S
         while client.get(f"/v1/jobs/{job_id}").json()["status"] != "cancelled" and time.monotonic() < deadline:
             time.sleep(0.3)
-        browser.wait(
-            lambda d: d.find_element(By.CSS_SELECTOR, state).get_attribute("data-state") == "idle",
-            "idle again",
-            LOADED_WAIT_S,
-        )
+        states = "return [...document.querySelectorAll('#workers-body [data-state]')].map((e) => e.dataset.state)"
+        browser.wait(lambda d: set(browser.js(states)) == {"idle"}, "every worker idle again", LOADED_WAIT_S)
     assert severe(browser) == []
 
 
-def _busy_worker(driver: Any) -> str | None:
-    """The name of a worker the page shows busy, if any."""
-    for row in driver.find_elements(By.CSS_SELECTOR, "#workers-body tr[data-worker]"):
-        if row.find_elements(By.CSS_SELECTOR, '[data-state="busy"]'):
-            return str(row.get_attribute("data-worker"))
-    return None
+def _busy_row_text(browser: Browser, job_id: str, words: str) -> bool:
+    """Whether a worker row the page shows busy with ``job_id`` holds ``words`` (read in one go:
+    the list is redrawn live)."""
+    texts = browser.js(
+        """return [...document.querySelectorAll('#workers-body tr[data-worker]')]
+          .filter((row) => row.querySelector('[data-state="busy"]'))
+          .filter((row) => row.querySelector(`a[href="#/jobs/${arguments[0]}"]`))
+          .map((row) => row.innerText)""",
+        job_id,
+    )
+    return any(words in text for text in texts)
 
 
 OVERFLOW = """const width = document.documentElement.clientWidth;
