@@ -44,6 +44,9 @@ MAX_PROBES = 2
 CONFIRM_LIMIT = 3
 """Answers of 2 to this many nodes with no inconsistency seen get each passing candidate inside
 them (what made them look minimal) re-checked once: a flaky single culprit often ends there."""
+ORIGINAL_REPEATS = 3
+"""Runs of a passing original beyond its first (with ``confirm_flaky``), before the session gives
+up on it: a check failing 70 % of the time passes all four with a chance of 0.8 %."""
 MIN_RATE = 0.1
 """The lowest rate repeats are sized for (a lower estimate would ask for dozens of repeats)."""
 

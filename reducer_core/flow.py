@@ -23,7 +23,14 @@ from reducer_core.config import SessionConfig
 from reducer_core.data_reduction import PHASE as DATA_PHASE
 from reducer_core.data_reduction import DataSearch, WeightSearch, used_candidate
 from reducer_core.errors import GoalUnreachableError, OriginalDidNotFailError
-from reducer_core.flakiness import CONFIRM_LIMIT, PROBE_BUDGET, Evidence, FlakinessTracker, Status
+from reducer_core.flakiness import (
+    CONFIRM_LIMIT,
+    ORIGINAL_REPEATS,
+    PROBE_BUDGET,
+    Evidence,
+    FlakinessTracker,
+    Status,
+)
 from reducer_core.graph import GraphIndex
 from reducer_core.localization import LayerwiseResult, find_suspect, min_good_probes
 from reducer_core.records import Localization
@@ -115,15 +122,8 @@ class ReductionFlow:
         if self.config.goal is Goal.PASS:
             yield from self._run_to_pass()
             return
-        start = Candidate(self.strategy.space.start)
-        original = yield CheckStep(start, "original")
-        assert isinstance(original, Verdict)
+        original = yield from self._check_original(Candidate(self.strategy.space.start))
         self.original = original
-        if not original.is_failure:
-            raise OriginalDidNotFailError(
-                f"The original model did not fail the check (verdict: {original.kind.value}"
-                f"{', ' + original.detail if original.detail else ''}). There is nothing to reduce."
-            )  # the callers (command line, service) say what to change, in their own words
         if self.config.localize:
             self.found = yield from self._localize(original)
         if self.found is None:
@@ -132,6 +132,34 @@ class ReductionFlow:
         if self.config.min_good and self.min_good is None:
             self._probed_good = yield from self._probe_min_good()
         yield from self._reduce_data()
+
+    def _check_original(self, start: Candidate) -> Generator[Step, Answer, Verdict]:
+        """The original's failing verdict. A passing original is run again (runs ``repeat`` 1 to
+        ``ORIGINAL_REPEATS``, only with ``confirm_flaky``: a person is not asked again) before the
+        session gives up on it: a flaky check fails the original only some of the time. A failure
+        among them is evidence (the original both passed and failed: the check is flaky), and the
+        reduction starts as the flaky search. Only when every run passes is it refused."""
+        verdict = yield CheckStep(start, "original")
+        assert isinstance(verdict, Verdict)
+        runs = [verdict]
+        again = ORIGINAL_REPEATS if self.config.confirms else 0
+        for repeat in range(1, again + 1):
+            if verdict.is_failure:
+                break
+            verdict = yield CheckStep(start, "original", repeat)
+            assert isinstance(verdict, Verdict)
+            runs.append(verdict)
+        if not verdict.is_failure:
+            first = runs[0]
+            times = f" in {len(runs)} runs" if len(runs) > 1 else ""
+            raise OriginalDidNotFailError(
+                f"The original model did not fail the check{times} (verdict: {first.kind.value}"
+                f"{', ' + first.detail if first.detail else ''}). There is nothing to reduce."
+            )  # the callers (command line, service) say what to change, in their own words
+        if len(runs) > 1:  # the evidence: every run of the original, in order (the last one failed)
+            for repeat, run in enumerate(runs):
+                self.flakiness.record(start, repeat, run.is_failure, run.kind is VerdictKind.PASS)
+        return verdict
 
     def _run_to_pass(self) -> Steps:
         """``Goal.PASS``: the empty set (the original: every node converted) must not pass, the
@@ -174,7 +202,7 @@ class ReductionFlow:
 
     def _reduce(self, original: Verdict) -> Steps:
         strategy = self.strategy
-        while (candidate := strategy.propose()) is not None:
+        while not self.flakiness.flaky and (candidate := strategy.propose()) is not None:
             failed, passed = yield from self._observe(candidate, strategy.phase)
             strategy.observe(candidate, failed, passed)
             if self.flakiness.flaky:

@@ -63,3 +63,33 @@ def test_no_confirm_flaky_takes_a_small_answer_as_it_is(in_tmp: Path) -> None:
     assert summary["flaky"] is None
     runs = Path("runs.log").read_text().split()
     assert len(runs) == len(set(runs)) == summary["checks_run"]  # nothing checked twice
+
+
+def _seen_before(log: Path) -> None:
+    """A line in the check's log before the run: its first run (the original) draws a coin too,
+    instead of always failing (``tests/flaky_check.py``), so the original may pass."""
+    log.write_text("earlier-run\n")
+
+
+@pytest.mark.parametrize(("seed", "options"), [(2, ()), (7, ()), (2, ("--jobs", "2"))])
+def test_a_flaky_original_that_passed_first_is_run_again_and_reduced(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str], seed: int, options: tuple[str, ...]
+) -> None:
+    """Seeds 2 and 7: the original's first run passes (before: "the original model did not fail");
+    its second run fails, the check is flaky from the start and the answer is the culprit. A replay
+    saved on the way reaches the same answer without running a check."""
+    _seen_before(Path("runs.log"))
+    argv = ("-o", "r.onnx", "--fail-regex", "FLAKY-FAIL", "--summary-json", "s.json", *options)
+    replay = ("--save-debug-replay", "replay.json")
+    assert reduce(save_branchy(), *argv, *replay, check=flaky_check(seed)) == 0, capsys.readouterr().err
+    assert node_names("r.onnx") == [node("C")]
+    summary = json.loads(Path("s.json").read_text())
+    originals = [i for i in summary["iterations"] if i["phase"] == "original"]
+    assert [i["verdict"] for i in originals] == ["pass", "fail"]
+    assert summary["flaky"]["status"] == "flaky"
+    assert summary["flaky"]["evidence"][0]["kind"] == "repeat-differs"
+    checked = Path("runs.log").read_text()
+    again = ("-o", "r2.onnx", "--fail-regex", "FLAKY-FAIL", "--load-debug-replay", "replay.json")
+    assert reduce(save_branchy(), *again, check=flaky_check(seed)) == 0
+    assert node_names("r2.onnx") == [node("C")]
+    assert Path("runs.log").read_text() == checked  # the replay answered every check

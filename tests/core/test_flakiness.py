@@ -14,7 +14,7 @@ from onnx import helper
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.config import SessionConfig
-from reducer_core.errors import ReplayMismatchError
+from reducer_core.errors import OriginalDidNotFailError, ReplayMismatchError
 from reducer_core.flakiness import (
     CONFIRM_LIMIT,
     MAX_PROBES,
@@ -317,3 +317,106 @@ def test_a_session_saved_without_confirmation_resumes_with_it_but_not_the_other_
     later = json.loads(json.dumps(whole.state()))
     with pytest.raises(ReplayMismatchError, match="other options"):
         ReductionMachine.from_state(index, plain, VerdictCache(index.fingerprint, "flaky"), later)
+
+
+# -- a flaky original: its first run passed ------------------------------------------------------
+
+
+class FirstRunPasses(FlakyCheck):
+    """``FlakyCheck`` whose very first run (the original's) passes: the flaky original the session
+    used to refuse ("the original does not fail") one time in three at 70 %."""
+
+    def __call__(self, request: Request) -> Verdict:
+        verdict = super().__call__(request)
+        assert isinstance(request, CheckRequest)
+        return PASS if request.phase == "original" and request.repeat == 0 else verdict
+
+
+def original_runs(requests: list[Request]) -> list[int]:
+    return [r.repeat for r in requests if isinstance(r, CheckRequest) and r.phase == "original"]
+
+
+@pytest.mark.parametrize("seed", [s for s in range(11) if s != 5])  # 5: all 3 repeats pass too (2.7 %)
+def test_a_flaky_original_that_passed_first_is_run_again_and_reduced_as_flaky(seed: int) -> None:
+    index = chain(40)
+    machine = new_machine(index, SessionConfig())
+    requests = run_all(machine, FirstRunPasses(17, 0.7, seed))
+    runs = original_runs(requests)
+    assert runs == list(range(len(runs))) and 2 <= len(runs) <= 4  # repeats 1, 2, 3: the cache's repeats
+    result = machine.result
+    assert result.original.is_failure and result.min_bad.nodes == {17}
+    assert result.flakiness is not None and result.flakiness.flaky
+    whole = Candidate(index.all_nodes())
+    assert result.flakiness.evidence[0].kind == "repeat-differs" and result.flakiness.evidence[0].passing == whole
+    assert [r.phase for r in result.iterations[: len(runs)]] == ["original"] * len(runs)
+    assert len({r.id for r in requests}) == len(requests)
+
+
+def test_a_flaky_original_is_reduced_on_most_draws_and_given_up_on_none() -> None:
+    """40 draws at 70 % whose original passed its first run: before, all 40 ended at once. Measured:
+    39/40 at the culprit; seed 5's three repeats passed too (0.3 ** 3 = 2.7 %) and it is refused."""
+    index = chain(40)
+    exact, refused = 0, []
+    for seed in range(40):
+        machine = new_machine(index, SessionConfig())
+        try:
+            run_all(machine, FirstRunPasses(17, 0.7, seed))
+        except OriginalDidNotFailError:
+            refused.append(seed)
+            continue
+        exact += machine.result.min_bad.nodes == {17}
+    assert exact >= 38 and len(refused) <= 1
+
+
+@pytest.mark.parametrize("confirm", [True, False])
+def test_an_original_that_passes_every_run_is_refused_after_four_runs(confirm: bool) -> None:
+    """A deterministic pass costs 3 more runs (none without ``confirm_flaky``: an interactive job's
+    person is not asked again), then the session stops as before."""
+    index = chain(10)
+    machine = new_machine(index, SessionConfig(confirm_flaky=confirm))
+    asked: list[int] = []
+    with pytest.raises(OriginalDidNotFailError, match="did not fail the check" + (" in 4 runs" if confirm else " \\(")):
+        while not machine.done:
+            (request,) = machine.next_requests(1)
+            assert isinstance(request, CheckRequest)
+            asked.append(request.repeat)
+            machine.deliver(request, PASS)
+    assert asked == ([0, 1, 2, 3] if confirm else [0])
+    assert [r.phase for r in machine.records] == ["original"] * len(asked)
+
+
+@pytest.mark.parametrize("seed", [0, 3, 7])
+def test_a_flaky_original_resumed_from_json_state_at_any_point_ends_like_one_run(seed: int) -> None:
+    index = chain(40)
+    config = SessionConfig()
+    whole = new_machine(index, config)
+    sequence = [r.id for r in run_all(whole, FirstRunPasses(17, 0.7, seed))]
+    for stop in range(1, min(len(sequence), 12)):
+        check = FirstRunPasses(17, 0.7, seed)
+        first = new_machine(index, config)
+        done_before = [r.id for r in run_all(first, check, limit=stop)]
+        saved = json.loads(json.dumps(first.state()))
+        second = ReductionMachine.from_state(index, config, VerdictCache(index.fingerprint, "flaky"), saved)
+        rest = [r.id for r in run_all(second, check)]
+        assert done_before + rest == sequence, stop
+        assert second.result.min_bad == whole.result.min_bad and second.checks_run == whole.checks_run
+        assert second.result.flakiness == whole.result.flakiness
+
+
+@pytest.mark.parametrize("slots", [2, 4])
+def test_a_flaky_original_with_several_slots_ends_at_the_culprit(slots: int) -> None:
+    """``--jobs N``: speculative checks run beside the original's first run; its repeats are asked
+    one at a time (no speculation on a repeat), and the session ends like the sequential one."""
+    index = chain(40)
+    check = FirstRunPasses(17, 0.7, 1)
+    machine = new_machine(index, SessionConfig())
+    asked: list[Request] = []
+    while not machine.done:
+        requests = machine.next_requests(slots)
+        assert requests
+        asked += requests
+        for request in reversed(requests):  # answered out of order
+            machine.deliver(request, check(request))
+    repeats = [r for r in asked if isinstance(r, CheckRequest) and r.phase == "original" and r.repeat]
+    assert repeats and all(not r.speculative for r in repeats)
+    assert machine.result.min_bad.nodes == {17} and machine.result.flakiness is not None
