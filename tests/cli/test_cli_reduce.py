@@ -266,8 +266,8 @@ def test_original_model_that_passes_exits_3_with_a_clear_message(
     check = write_script(SCRIPT, "exit 0")
     assert reduce(save_branchy(), "-o", "r.onnx", check=check) == 3
     err = capsys.readouterr().err
-    assert "original model did not fail" in err
-    assert checks_logged() == 1
+    assert "original model did not fail the check in 4 runs" in err
+    assert checks_logged() == 4  # 3 more runs: a flaky check may pass the original once
     assert not Path("r.onnx").exists()
     assert not Path(ITER).exists()
 

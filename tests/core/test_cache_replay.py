@@ -124,7 +124,7 @@ def test_original_that_passes_stops_at_once(branchy: GraphIndex) -> None:
     space = SearchSpace(branchy, branchy.all_nodes())
     with pytest.raises(OriginalDidNotFailError, match="did not fail"):
         Reduction(Strategy(space, "auto"), checker, VerdictCache("g", "c")).run()
-    assert len(checker.seen) == 1
+    assert len(checker.seen) == 4  # run 3 more times first: a flaky check may pass the original once
 
 
 def test_original_with_an_infrastructure_error_is_not_a_model_verdict(branchy: GraphIndex) -> None:
