@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -43,7 +43,9 @@ class MixedModel:
     """A converted model and its answer per node and per tensor: ``fp32_nodes`` compute in fp32
     (``kept``: the ones asked for; the others cannot run in fp16), ``fp32_tensors``: the float
     tensors nodes write that are stored fp32, ``fp16_tensors``: how many are stored fp16,
-    ``casts``: the Cast nodes added at the boundaries."""
+    ``casts``: the Cast nodes added at the boundaries (``cast_nodes``: their names), ``stored``:
+    the original tensor each name in the model holds (a tensor stored in the other type, or cast
+    for a reader, has its own name) and the type it is stored in."""
 
     model: onnx.ModelProto
     kept: tuple[str, ...]
@@ -51,6 +53,12 @@ class MixedModel:
     fp32_tensors: tuple[str, ...]
     fp16_tensors: int
     casts: int
+    cast_nodes: tuple[str, ...] = ()
+    stored: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+
+    def fp16_names(self) -> dict[str, str]:
+        """Every float tensor the model stores in fp16, by its name in the model: the original tensor it holds."""
+        return {name: source for name, (source, kind) in self.stored.items() if kind == HALF}
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -192,6 +200,7 @@ class _Converter:
         self.versions: dict[tuple[str, int], str] = {}  # (tensor, type) -> the name holding it in that type
         self.home: dict[str, int] = {}
         self.casts = 0
+        self.cast_names: list[str] = []
         self.emitted: list[tuple[int, str, str, list[str]]] = []  # (index, name, op, outputs) of each node
 
     def is_float(self, name: str) -> bool:
@@ -306,6 +315,7 @@ class _Converter:
     def _add_cast(self, source: str, target: str, kind: int) -> None:
         cast = helper.make_node("Cast", [source], [target], name=f"{target}_cast", to=kind)
         self.nodes_out.append(cast)
+        self.cast_names.append(cast.name)
         self.casts += 1
 
     def _retype_attributes(self, node: onnx.NodeProto) -> None:
@@ -356,8 +366,16 @@ class _Converter:
             fp16 += sum(1 for kind in homes if kind == HALF)
             if FLOAT in homes and op_type != "Constant" and (name in self.keep or self.slots[index] is None):
                 fp32_nodes.append(name)
+        stored = {version: (name, kind) for (name, kind), version in self.versions.items()}
         return MixedModel(
-            self.model, tuple(sorted(self.keep)), tuple(fp32_nodes), tuple(fp32_tensors), fp16, self.casts
+            self.model,
+            tuple(sorted(self.keep)),
+            tuple(fp32_nodes),
+            tuple(fp32_tensors),
+            fp16,
+            self.casts,
+            tuple(self.cast_names),
+            stored,
         )
 
 

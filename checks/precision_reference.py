@@ -6,7 +6,14 @@ the spec's check uses. It writes
 - ``golden`` (compare specs): a golden file with each sample's inputs and the original's outputs,
   the values every candidate is compared against (never the candidate's own reference run);
 - ``ranges``: JSON ``{tensor: largest magnitude}`` over the samples and the weights (inf: a
-  non-finite value), the range analysis that picks the nodes to start the search from."""
+  non-finite value), the range analysis that picks the nodes to start the search from.
+
+``capture`` (``CAPTURE_ENTRY``) runs a mixed-precision model with fp16 storage made real
+(``checks.fp16_model.storage_real``, onnxruntime CPU, no graph optimisation) beside the fp32
+original, every tensor captured, on the same inputs, and writes ``{tensor: values}`` for each
+float tensor of the mixed model that holds inf or NaN where the original's tensor it holds is
+finite (``values``: how many such values, over all samples): the precision answer leaves none
+in an fp16 tensor."""
 
 from __future__ import annotations
 
@@ -16,9 +23,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from onnx import numpy_helper
 
-from checks.fp16_model import float_tensor_ranges
+from checks.fp16_model import float_tensor_ranges, storage_real
 from checks.golden import GoldenWriter
 from checks.kinds import _golden_samples, feeds_for, load_model
 from checks.runtimes import make_runner
@@ -26,6 +34,7 @@ from checks.spec import RuntimeSpec, check_spec_from_dict
 from reducer_core.prepare import mark_all_outputs
 
 ENTRY = "checks.precision_reference:reference"
+CAPTURE_ENTRY = "checks.precision_reference:capture"
 
 
 def reference(payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -55,4 +64,34 @@ def reference(payload: Mapping[str, Any]) -> dict[str, Any]:
             writer.close()
     Path(payload["ranges"]).write_text(json.dumps(ranges))
     detail = f"the original ran on {runtime.label}; {len(ranges)} float tensors measured"
+    return {"kind": "pass", "signature": "", "detail": detail, "output": ""}
+
+
+def capture(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Payload: ``spec``, ``original`` and ``mixed`` (model paths), ``tensors`` (``{name in the
+    mixed model: the original tensor it holds}``), ``golden`` (the inputs, or None: generated), ``out``."""
+    spec = check_spec_from_dict(payload["spec"])
+    original = load_model(Path(payload["original"]))
+    mixed = load_model(Path(payload["mixed"]))
+    tensors: dict[str, str] = {str(k): str(v) for k, v in payload["tensors"].items()}
+    real = mark_all_outputs(storage_real(mixed))  # an fp16 tensor: its fp32 copy, rounded through fp16
+    nonfinite: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="capture-", dir=".") as workdir:
+        folders = Path(workdir) / "reference", Path(workdir) / "mixed"
+        for folder in folders:
+            folder.mkdir()
+        reference = make_runner(RuntimeSpec(), mark_all_outputs(original), folders[0])
+        target = make_runner(RuntimeSpec(optimization="none"), real, folders[1])
+        for golden in _golden_samples(payload):
+            feeds, _ = feeds_for(original, spec, golden)
+            want = reference.run(feeds)
+            got = target.run(feeds)
+            for name, source in tensors.items():
+                if name not in got or source not in want:
+                    continue
+                bad = ~np.isfinite(np.asarray(got[name])) & np.isfinite(np.asarray(want[source]))
+                if bad.any():
+                    nonfinite[name] = nonfinite.get(name, 0) + int(bad.sum())
+    Path(payload["out"]).write_text(json.dumps(nonfinite))
+    detail = f"{len(nonfinite)} tensor(s) hold non-finite values where the fp32 original is finite"
     return {"kind": "pass", "signature": "", "detail": detail, "output": ""}

@@ -15,10 +15,18 @@ process) does two things: a compare spec becomes a golden spec against the origi
 gives the search its start (``reducer_core.precision``: the writers and readers of tensors
 beyond fp16's range, checked first and minimised from when it passes).
 
+After the search, the answer grows until no fp16 tensor of its file holds inf or NaN where the
+fp32 original is finite (``finite_answer``: the mixed model, fp16 storage made real, every
+tensor captured beside the original's, in a child; the nodes where a non-finite value starts are
+moved to fp32, round after round): an answer whose GELU Div/Erf read inf in fp16 is right only
+because erf(inf) = 1, and a fused GPU kernel turns that inf into NaN. ``allow_nonfinite`` keeps
+the search's answer and names the tensors that hold inf.
+
     plan = reference_run(workspace, check, build, folder)    # judged against the fp32 original
     session = PrecisionSession.begin(workspace, plan, mode)
     result = session.run(hooks)                     # result.min_bad: the nodes to keep in fp32
-    written = session.save_mixed(result.min_bad, path, verify=check)   # judged once more
+    answer = session.finite_answer(result.min_bad)  # answer.candidate: no inf in an fp16 tensor
+    written = session.save_mixed(answer.candidate, path, verify=check)   # judged once more
 """
 
 from __future__ import annotations
@@ -27,8 +35,10 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import re
+import shlex
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +48,7 @@ import onnx
 from checks.fp16_model import MixedModel, elem_types, to_mixed
 from checks.isolated import run_isolated
 from checks.mixed_precision import require_fp16_target, without_keep_fp32
+from checks.precision_reference import CAPTURE_ENTRY
 from checks.precision_reference import ENTRY as REFERENCE_ENTRY
 from checks.spec import CheckSpec, ModelCheck
 from engine.session import ReductionSession, SessionCheck, SessionHooks, _Relay, resolve_config, verdict_identity
@@ -61,6 +72,9 @@ NOT_A_PRECISION_PROBLEM = (
     "the failure with `onnx-reducer reduce`."
 )
 Build = Callable[[CheckSpec, Path | None], ModelCheck]
+
+
+MAX_FINITE_ROUNDS = 64
 
 
 class MixedModelFailedError(ReducerError):
@@ -278,6 +292,117 @@ class PrecisionSession(ReductionSession):
                 )
         return WrittenMixed(mixed, data, verdict)
 
+    def finite_answer(self, candidate: Candidate, allow_nonfinite: bool = False) -> FiniteAnswer:
+        """``candidate`` grown until no fp16 tensor of its mixed model holds inf or NaN where the
+        fp32 original is finite, on the check's inputs (module docstring): each round captures
+        every tensor of the mixed model (fp16 storage made real) and moves to fp32 the nodes where
+        a non-finite value starts (a node writing one in fp16 from finite inputs; the readers of
+        a Cast to fp16 that overflows), not the nodes it only flows through. With
+        ``allow_nonfinite`` nothing moves: the answer names the tensors holding inf."""
+        memo: dict[tuple[Candidate, bool], FiniteAnswer] = self.__dict__.setdefault("_finite", {})
+        if (candidate, allow_nonfinite) not in memo:
+            memo[(candidate, allow_nonfinite)] = self._finite_answer(candidate, allow_nonfinite)
+        return memo[(candidate, allow_nonfinite)]
+
+    def _finite_answer(self, candidate: Candidate, allow_nonfinite: bool) -> FiniteAnswer:
+        index = self.workspace.index
+        by_name = {node.name: n for n, node in enumerate(index.nodes)}
+        kept = set(candidate.nodes)
+        added: list[str] = []
+        nonfinite: dict[str, int] = {}
+        rounds = 0
+        with tempfile.TemporaryDirectory(prefix="onnx-reducer-finite-", dir=self.workspace.options.work_dir) as tmp:
+            original = Path(tmp) / "original.onnx"
+            model, _ = self._fp32_model()
+            modelio.save_self_contained(model, original, modelio.WeightSources(), self.workspace.options.save)
+            while rounds < MAX_FINITE_ROUNDS:
+                rounds += 1
+                mixed = self.mixed(Candidate(frozenset(kept)))
+                bad = self._capture(mixed, original, Path(tmp))
+                fp16 = mixed.fp16_names()
+                nonfinite = {name: count for name, count in bad.items() if name in fp16}
+                if allow_nonfinite or not nonfinite:
+                    break
+                grow = {by_name[name] for name in _starts(mixed, bad, fp16) if name in by_name} - kept
+                if not grow:
+                    break  # a graph input typed fp16 (--io-types fp16) holds it: no node can
+                kept |= grow
+                added += [index.nodes[n].name for n in sorted(grow)]
+        return FiniteAnswer(Candidate(frozenset(kept)), candidate, tuple(added), nonfinite, rounds)
+
+    def _capture(self, mixed: MixedModel, original: Path, folder: Path) -> dict[str, int]:
+        """The mixed model's float tensors holding inf/NaN where the original's are finite, with
+        fp16 storage made real (``checks.precision_reference.capture``, in a child)."""
+        spec = self.check.spec
+        assert spec is not None
+        path = folder / "mixed.onnx"
+        out = folder / "nonfinite.json"
+        modelio.save_self_contained(mixed.model, path, modelio.WeightSources(), self.workspace.options.save)
+        payload = {
+            "entry": CAPTURE_ENTRY,
+            "spec": spec.to_json(),
+            "original": str(original.resolve()),
+            "mixed": str(path.resolve()),
+            "tensors": {name: source for name, (source, _) in mixed.stored.items()},
+            "golden": str(self.check.golden.resolve()) if self.check.golden is not None else None,
+            "out": str(out.resolve()),
+        }
+        verdict, output = run_isolated(payload, spec.timeout, spec.memory_limit)
+        if verdict.kind is not VerdictKind.PASS:
+            raise MixedModelFailedError(
+                f"Cannot run the mixed-precision model to look for inf in its fp16 tensors ({verdict.kind.value}: "
+                f"{verdict.detail}). Re-run with --allow-nonfinite to keep the search's answer unchecked for inf."
+                + (f"\n{output.strip()[-1500:]}" if output.strip() else "")
+            )
+        return {str(k): int(v) for k, v in json.loads(out.read_text()).items()}
+
+
+def _starts(mixed: MixedModel, bad: Mapping[str, int], fp16: Mapping[str, str]) -> set[str]:
+    """The nodes (of the original) where a non-finite fp16 value starts: the writer of a bad fp16
+    tensor none of whose inputs is bad, or, when that writer is a Cast the converter added (an
+    fp32 value beyond fp16's range cast for an fp16 reader), the readers of that tensor. When
+    every bad tensor has a bad input (a cycle of nothing: should not happen), all their writers."""
+    writers = {out: node for node in mixed.model.graph.node for out in node.output if out}
+    readers: dict[str, list[str]] = {}
+    for node in mixed.model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node.name)
+    casts = set(mixed.cast_nodes)
+    starts: set[str] = set()
+    fallback: set[str] = set()
+    for name in bad:
+        if name not in fp16 or name not in writers:
+            continue
+        writer = writers[name]
+        culprits = readers.get(name, []) if writer.name in casts else [writer.name]
+        fallback.update(culprits)
+        if not any(i in bad for i in writer.input):
+            starts.update(culprits)
+    return starts or fallback
+
+
+@dataclass(frozen=True)
+class FiniteAnswer:
+    """The answer once no fp16 tensor holds inf (``PrecisionSession.finite_answer``): ``candidate``
+    the nodes kept fp32, ``searched`` the search's answer, ``added`` the node names moved to fp32
+    for it, ``nonfinite`` the fp16 tensors of the answer's file that still hold inf or NaN where the
+    fp32 original is finite (``{name in the file: values}``; empty unless allowed or unfixable),
+    ``rounds`` the capture runs."""
+
+    candidate: Candidate
+    searched: Candidate
+    added: tuple[str, ...]
+    nonfinite: Mapping[str, int]
+    rounds: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "added_fp32": list(self.added),
+            "searched_fp32": len(self.searched),
+            "nonfinite_fp16_tensors": dict(sorted(self.nonfinite.items())),
+            "rounds": self.rounds,
+        }
+
 
 @dataclass(frozen=True)
 class WrittenMixed:
@@ -292,3 +417,25 @@ class WrittenMixed:
         if self.verdict is None:
             return {"checked": False}
         return {"checked": True, "verdict": self.verdict.kind.value, "detail": self.verdict.detail}
+
+
+# --- the answer in the forms TensorRT users give it -------------------------------------------------
+
+
+def autocast_patterns(names: Sequence[str]) -> list[str]:
+    """ModelOpt AutoCast's ``--nodes_to_exclude`` takes regular expressions of node names: each
+    name escaped and anchored, so it matches that node only."""
+    return [f"^{re.escape(name)}$" for name in names]
+
+
+def trtexec_flags(names: Sequence[str], outputs: Mapping[str, int]) -> str:
+    """TensorRT 10's ``trtexec`` flags that keep ``names`` in fp32 (layer names default to the
+    ONNX node names): each layer computes in fp32 (``--layerPrecisions``) and writes fp32
+    (``--layerOutputTypes``, one type per output, ``+`` between), obeyed (``--precisionConstraints``);
+    ``outputs``: each node's output count."""
+    if not names:
+        return "--fp16"
+    precisions = ",".join(f"{name}:fp32" for name in names)
+    types = ",".join(f"{name}:{'+'.join(['fp32'] * max(1, outputs.get(name, 1)))}" for name in names)
+    flags = [f"--layerPrecisions={precisions}", f"--layerOutputTypes={types}", "--precisionConstraints=obey"]
+    return " ".join(["--fp16", *(shlex.quote(flag) for flag in flags)])

@@ -511,6 +511,13 @@ def _add_precision_args(parser: argparse.ArgumentParser) -> None:
         help="The type of the mixed model's float inputs and outputs (default fp32, as the original's).",
     )
     parser.add_argument(
+        "--allow-nonfinite",
+        action="store_true",
+        help="Keep the search's answer even where fp16 tensors of the mixed model hold inf (e.g. a GELU's Div "
+        "reading an overflowed value: right on a CPU since erf(inf) = 1, NaN in a fused GPU kernel); the "
+        "summary names those tensors. Default: more nodes stay fp32 until no fp16 tensor holds inf.",
+    )
+    parser.add_argument(
         "--mode", choices=MODES, default="auto", help="The search over the nodes kept in fp32 (reduce's modes)."
     )
     parser.add_argument(

@@ -4,14 +4,18 @@ The command line's hooks of ``reduce`` (``CommandLineRun``: the iteration artifa
 replay after every check, the log) around an ``engine.precision.PrecisionSession``. Before the
 search the fp32 original runs once (``reference_run``: a compare spec is judged against its
 outputs, and its ranges give the search's start); every iteration artifact is a real
-mixed-precision model. At the end it writes the answer's mixed-precision model, judges that file
-once more (exit 1 when it does not pass: no answer is reported), prints the node names and, with
+mixed-precision model. At the end the answer grows until no fp16 tensor of its file holds inf
+(``PrecisionSession.finite_answer``; ``--allow-nonfinite`` keeps the search's answer and names
+those tensors), then it writes the answer's mixed-precision model, judges that file once more
+(exit 1 when it does not pass: no answer is reported), prints the node names, writes them for
+ModelOpt AutoCast (``MIXED.nodes_to_exclude.txt``) and trtexec (``MIXED.trtexec.txt``) and, with
 ``--summary-json``, a summary naming the nodes and the tensors kept fp32 and what was verified."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,7 +23,15 @@ from pathlib import Path
 from checks.build import build_check as build_spec_check
 from checks.mixed_precision import require_fp16_target
 from checks.spec import CheckSpec, ModelCheck
-from engine.precision import PrecisionPlan, PrecisionSession, WrittenMixed, reference_run
+from engine.precision import (
+    FiniteAnswer,
+    PrecisionPlan,
+    PrecisionSession,
+    WrittenMixed,
+    autocast_patterns,
+    reference_run,
+    trtexec_flags,
+)
 from engine.session import SessionCheck
 from engine.workspace import Workspace
 from reducer_cli.check_inputs import check_golden
@@ -47,6 +59,8 @@ class PrecisionRun(CommandLineRun):
     session: PrecisionSession
     reference_dir: Path | None = None
     written: WrittenMixed | None = None
+    answer: FiniteAnswer | None = None
+    tensorrt: dict[str, object] | None = None
 
     @classmethod
     def begin(
@@ -64,16 +78,33 @@ class PrecisionRun(CommandLineRun):
         return run
 
     def keep_fp32(self, result: ReductionResult) -> list[str]:
-        return self.session.keep_fp32(result.min_bad)
+        """The answer's nodes: the search's, grown so that no fp16 tensor holds inf (once computed)."""
+        return self.session.keep_fp32(self.answer.candidate if self.answer is not None else result.min_bad)
 
     def write_results(self, result: ReductionResult) -> None:
+        allow = bool(getattr(self.args, "allow_nonfinite", False))
+        answer = self.session.finite_answer(result.min_bad, allow_nonfinite=allow)
+        self.answer = answer
         keep = self.keep_fp32(result)
+        if answer.added:
+            self.log.info(
+                f"The search's {len(answer.searched)} node(s) left inf in fp16 tensors; {len(answer.added)} more "
+                f"node(s) kept fp32 so that none holds inf ({answer.rounds} capture runs): {', '.join(answer.added)}"
+            )
+        if answer.nonfinite:
+            holding = ", ".join(f"{name} ({count} values)" for name, count in sorted(answer.nonfinite.items()))
+            why = "--allow-nonfinite" if allow else "no node can be kept fp32 to avoid it"
+            self.log.warning(
+                f"fp16 tensors holding inf or NaN where the fp32 model is finite ({why}): {holding}. A fused or "
+                "approximate GPU kernel can turn such an inf into NaN."
+            )
         if not keep:
             self.log.info("The fp16 model already passes the check: no node needs fp32.")
         else:
             self.log.info(f"{len(keep)} of {result.nodes_before} node(s) must stay fp32: {', '.join(keep)}")
-        written = self.session.save_mixed(result.min_bad, Path(self.args.output), verify=self.check)
+        written = self.session.save_mixed(answer.candidate, Path(self.args.output), verify=self.check)
         self.written = written
+        self._write_tensorrt_forms(keep)
         extra = f" (weights in {written.data})" if written.data else ""
         tensors = written.mixed.fp32_tensors
         self.log.info(f"fp32 tensors: {', '.join(tensors) if tensors else 'none'}")
@@ -84,12 +115,27 @@ class PrecisionRun(CommandLineRun):
         for name in keep:
             print(name)
 
+    def _write_tensorrt_forms(self, keep: list[str]) -> None:
+        """The answer for ModelOpt AutoCast (one anchored name pattern a line, for
+        ``--nodes_to_exclude``) and TensorRT 10's trtexec (flags), beside ``-o``; both logged."""
+        patterns = autocast_patterns(keep)
+        outputs = {node.name: len(node.output) for node in self.session.workspace.index.nodes}
+        flags = trtexec_flags(keep, outputs)
+        autocast, trtexec = tensorrt_paths(Path(self.args.output))
+        autocast.write_text("".join(f"{p}\n" for p in patterns))
+        trtexec.write_text(flags + "\n")
+        self.tensorrt = {"nodes_to_exclude": patterns, "trtexec": flags}
+        quoted = " ".join(shlex.quote(p) for p in patterns)
+        self.log.info(f"ModelOpt AutoCast ({autocast}): --nodes_to_exclude {quoted}")
+        self.log.info(f"trtexec on TensorRT 10, fp32 model ({trtexec}): {flags}")
+
     def summary(self, result: ReductionResult) -> None:
         for line in summary_lines(result, self.keep_fp32(result)):
             self.log.info(line)
 
     def write_summary(self, path: str, result: ReductionResult) -> None:
-        summary = precision_summary(result, self.keep_fp32(result), self.session.plan, self.written)
+        summary = precision_summary(result, self.keep_fp32(result), self.session.plan, self.written, self.answer)
+        summary |= self.tensorrt or {}
         Path(path).write_text(json.dumps(summary, indent=1))
 
     def cleanup(self) -> None:
@@ -113,10 +159,16 @@ def _log_plan(log: ProgressReporter, workspace: Workspace, plan: PrecisionPlan) 
         )
 
 
+def tensorrt_paths(output: Path) -> tuple[Path, Path]:
+    """Where the AutoCast pattern list and the trtexec flags go, beside the mixed model."""
+    stem = output.name.removesuffix(".onnx")
+    return output.with_name(f"{stem}.nodes_to_exclude.txt"), output.with_name(f"{stem}.trtexec.txt")
+
+
 def summary_lines(result: ReductionResult, keep_fp32: list[str]) -> list[str]:
     return [
         "==== Precision summary ====",
-        f"nodes: {result.nodes_before}  kept fp32: {len(keep_fp32)}",
+        f"nodes: {result.nodes_before}  kept fp32 by the search: {len(keep_fp32)}",
         f"checks run: {result.checks_run}  cache hits: {result.cache_hits}  iterations: {len(result.iterations)}",
         f"time: {result.elapsed_s:.2f}s total, {result.check_time_s:.2f}s in checks",
         f"fp16 model: {result.original.kind.value} [{result.original.signature or 'no signature'}]",
@@ -132,10 +184,13 @@ def precision_summary(
     keep_fp32: list[str],
     plan: PrecisionPlan | None = None,
     written: WrittenMixed | None = None,
+    answer: FiniteAnswer | None = None,
 ) -> dict[str, object]:
     """``--summary-json``: the nodes to keep in fp32 and every check (``fp32_nodes``: the size of
     the candidate set; ``passes``: the mixed model passed); with the written model, the answer
-    per tensor (``fp32_tensors``) and ``verified`` (the written file judged once more)."""
+    per tensor (``fp32_tensors``) and ``verified`` (the written file judged once more); with the
+    finite answer, ``finite`` (the nodes added so that no fp16 tensor holds inf, the fp16 tensors
+    that still do). The command adds the TensorRT forms (``nodes_to_exclude``, ``trtexec``)."""
     summary: dict[str, object] = {
         "task": "precision",
         "keep_fp32": keep_fp32,
@@ -173,4 +228,6 @@ def precision_summary(
             "casts": written.mixed.casts,
             "verified": written.verified_json(),
         }
+    if answer is not None:
+        summary["finite"] = answer.to_json()
     return summary

@@ -1,7 +1,12 @@
 """The service's side of a ``task: precision`` job: the session ``run_job`` drives (an
 ``engine.precision.PrecisionSession``: the same hooks, verdict rows, state and resume as a
 reduction) and what a finished job stores: the mixed-precision model as its ``mixed`` artifact,
-whose meta (and the job's result, ``keep_fp32``) names the nodes kept in fp32.
+whose meta (and the job's result, ``keep_fp32``) names the nodes kept in fp32. As on the command
+line, the search's answer grows until no fp16 tensor of the file holds inf
+(``PrecisionSession.finite_answer``; a job has no option to keep the smaller answer yet); the
+meta also holds ``finite`` (the nodes added, the fp16 tensors still holding inf) and the answer
+for ModelOpt AutoCast (``nodes_to_exclude``: anchored name patterns) and TensorRT 10's trtexec
+(``trtexec``: the flags).
 
 The worker plugs these in at three places: starting the session (``worker.prepared``), storing
 the results and the success event's payload (``worker.advance``)."""
@@ -12,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from engine.precision import Build, PrecisionPlan, PrecisionSession, reference_run
+from engine.precision import Build, PrecisionPlan, PrecisionSession, autocast_patterns, reference_run, trtexec_flags
 from engine.session import ReductionSession, SessionCheck
 from engine.workspace import Workspace
 from persistence.bundles import write_bundle
@@ -50,11 +55,15 @@ def store_precision_results(
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     model = folder / "mixed.onnx"
-    written = reduction.save_mixed(result.min_bad, model, verify=reduction.check.check)  # judged once more
+    answer = reduction.finite_answer(result.min_bad)  # no inf in any fp16 tensor
+    written = reduction.save_mixed(answer.candidate, model, verify=reduction.check.check)  # judged once more
     data = written.data
-    keep = reduction.keep_fp32(result.min_bad)
+    keep = reduction.keep_fp32(answer.candidate)
     meta: dict[str, Any] = {"nodes": len(keep), "bundle": data is not None, **written.mixed.to_json()}
     meta["verified"] = written.verified_json()
+    meta["finite"] = answer.to_json()
+    outputs = {node.name: len(node.output) for node in reduction.workspace.index.nodes}
+    meta |= {"nodes_to_exclude": autocast_patterns(keep), "trtexec": trtexec_flags(keep, outputs)}
     if data is None:
         blob = store.put_file(model)
     else:
@@ -66,9 +75,10 @@ def store_precision_results(
 def precision_payload(reduction: ReductionSession, result: ReductionResult) -> AnswerPayload:
     """What the success event adds for a precision job."""
     assert isinstance(reduction, PrecisionSession)
-    mixed = reduction.mixed(result.min_bad)
+    answer = reduction.finite_answer(result.min_bad)  # computed once, when the results were stored
+    mixed = reduction.mixed(answer.candidate)
     return {
         "task": "precision",
-        "keep_fp32": reduction.keep_fp32(result.min_bad),
+        "keep_fp32": reduction.keep_fp32(answer.candidate),
         "fp32_tensors": list(mixed.fp32_tensors),
     }

@@ -5,6 +5,8 @@ checks: onnxruntime in child processes, the CPU provider's fp16 storage)."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,13 @@ from checks.build import build_check
 from checks.fp16_model import is_mixed
 from checks.runtimes.onnxruntime import to_fp16
 from checks.spec import CheckSpec, ModelCheck, parse_check_spec
-from engine.precision import MixedModelFailedError, PrecisionSession, reference_run
+from engine.precision import (
+    MixedModelFailedError,
+    PrecisionSession,
+    autocast_patterns,
+    reference_run,
+    trtexec_flags,
+)
 from engine.session import SessionCheck
 from engine.workspace import ReduceOptions, load_workspace
 from reducer_cli.main import run
@@ -26,9 +34,12 @@ from reducer_core.verdict import VerdictKind
 from tests.precision_models import (
     COMPARE_FP16,
     COMPARE_GELU,
+    GELU_FINITE_KEEP,
     GELU_KEEP,
+    autocast_like_fp32_nodes,
     gather_fails_anyway,
     gelu_overflow,
+    nonfinite_fp16_tensors,
     one_node_overflows,
     real_fp16_outputs,
     two_nodes_overflow,
@@ -108,13 +119,18 @@ def test_unnamed_nodes_are_answered_by_the_names_the_mixed_model_gives_them(in_t
 
 def test_adjacent_kept_nodes_whose_tensor_has_two_readers_give_a_finite_file(in_tmp: Path) -> None:
     """The BERT failure mode: bias_add's output (about 137,000) is read by the kept gelu_mul and by
-    gelu_div. The written file keeps it fp32, is finite with fp16 storage made real, computes
-    what the fp32 model does, and was judged once more. The search starts from the range
-    analysis' 6 nodes and tries each once."""
-    assert precision(gelu_overflow(), "--summary-json", "summary.json", spec=COMPARE_GELU) == 0
+    gelu_div. With --allow-nonfinite (the search's answer as it is) the written file keeps it fp32,
+    its outputs are finite with fp16 storage made real, computes what the fp32 model does, and was
+    judged once more; the summary names the fp16 tensors that hold inf (gelu_div reads the inf of
+    a Cast of h to fp16 and writes inf; Erf(inf) = 1 is what fp32 gives). The search starts from
+    the range analysis' 6 nodes and tries each once."""
+    options = ("--summary-json", "summary.json", "--allow-nonfinite")
+    assert precision(gelu_overflow(), *options, spec=COMPARE_GELU) == 0
     summary = json.loads(Path("summary.json").read_text())
     assert summary["keep_fp32"] == GELU_KEEP
     assert summary["fp32_tensors"] == ["h", "m", "g", "y"]  # the answer per tensor
+    assert summary["finite"]["added_fp32"] == []
+    assert sorted(summary["finite"]["nonfinite_fp16_tensors"]) == ["d", "h__to_fp16"]
     assert summary["verified"] == {"checked": True, "verdict": "pass", "detail": summary["verified"]["detail"]}
     assert summary["reference"] == "fp32 original" and summary["io_types"] == "fp32"
     assert summary["out_of_range_tensors"] == ["d", "g", "h", "m", "up_b"]  # up_b: a weight of 77,000
@@ -128,6 +144,54 @@ def test_adjacent_kept_nodes_whose_tensor_has_two_readers_give_a_finite_file(in_
     (want,) = outputs("model.onnx", x)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, want, rtol=0.01)
+    assert sorted(nonfinite_fp16_tensors(mixed, {"x": x})) == ["d", "h__to_fp16"]
+
+
+def test_the_answer_leaves_no_inf_in_any_fp16_tensor(in_tmp: Path, capsys: object) -> None:
+    """By default the answer grows by the nodes where an inf starts in an fp16 tensor (gelu_div
+    reading h in fp16, then gelu_erf reading gelu_div's 97,000): the written file, every
+    intermediate captured with fp16 storage made real, holds no inf or NaN in any fp16 tensor,
+    passes the spec against the fp32 original, and keeps no more nodes fp32 than AutoCast's range
+    rule with --data_max 65504 would. The answer is also written for AutoCast and trtexec."""
+    assert precision(gelu_overflow(), "--summary-json", "summary.json", spec=COMPARE_GELU) == 0
+    summary = json.loads(Path("summary.json").read_text())
+    assert summary["keep_fp32"] == GELU_FINITE_KEEP
+    assert summary["finite"] == {
+        "added_fp32": ["gelu_div", "gelu_erf"],
+        "searched_fp32": 4,
+        "nonfinite_fp16_tensors": {},
+        "rounds": 3,
+    }
+    assert summary["verified"]["verdict"] == "pass"
+    assert capsys.readouterr().out.split() == GELU_FINITE_KEEP  # type: ignore[attr-defined]
+    mixed = onnx.load("mixed.onnx")
+    rng = np.random.default_rng(5)
+    for _ in range(4):  # the spec's range, other samples than the check's
+        x = rng.uniform(90, 100, (2, 3)).astype(np.float32)
+        assert nonfinite_fp16_tensors(mixed, {"x": x}) == {}
+        (got,) = real_fp16_outputs(mixed, {"x": x})
+        (want,) = outputs("model.onnx", x)
+        np.testing.assert_allclose(got, want, rtol=0.01, atol=0.01)
+    assert len(summary["keep_fp32"]) <= autocast_like_fp32_nodes(gelu_overflow(), {"x": x}) == 6
+    # the forms a TensorRT user gives the answer in, beside -o
+    patterns = [f"^{name}$" for name in GELU_FINITE_KEEP]
+    assert Path("mixed.nodes_to_exclude.txt").read_text().split() == patterns == summary["nodes_to_exclude"]
+    precisions = ",".join(f"{name}:fp32" for name in GELU_FINITE_KEEP)
+    flags = Path("mixed.trtexec.txt").read_text().strip()
+    assert flags == summary["trtexec"]
+    assert f"--layerPrecisions={precisions}" in flags.split() and "--precisionConstraints=obey" in flags.split()
+    assert f"--layerOutputTypes={precisions}" in flags.split()
+
+
+def test_tensorrt_forms_escape_and_count_outputs() -> None:
+    """AutoCast takes regular expressions: a name's dots and brackets match only themselves;
+    trtexec takes one output type per output of a layer."""
+    patterns = autocast_patterns(["/layer.0/Div[1]"])
+    assert patterns == [r"^/layer\.0/Div\[1\]$"]
+    assert re.fullmatch(patterns[0], "/layer.0/Div[1]") and not re.fullmatch(patterns[0], "/layerX0/Div1")
+    flags = trtexec_flags(["split", "a b"], {"split": 2})
+    assert shlex.split(flags)[2] == "--layerOutputTypes=split:fp32+fp32,a b:fp32"  # one shell word
+    assert trtexec_flags([], {}) == "--fp16"
 
 
 class _Log:
@@ -171,7 +235,7 @@ def test_inputs_and_outputs_typed_fp16_when_asked(in_tmp: Path) -> None:
     options = ("--io-types", "fp16", "--summary-json", "summary.json")
     assert precision(gelu_overflow(), *options, spec=COMPARE_GELU) == 0
     summary = json.loads(Path("summary.json").read_text())
-    assert summary["keep_fp32"] == GELU_KEEP and summary["io_types"] == "fp16"
+    assert summary["keep_fp32"] == GELU_FINITE_KEEP and summary["io_types"] == "fp16"
     assert summary["verified"]["verdict"] == "pass"
     mixed = onnx.load("mixed.onnx")
     assert [i.type.tensor_type.elem_type for i in mixed.graph.input] == [TensorProto.FLOAT16]
