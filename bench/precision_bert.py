@@ -14,6 +14,13 @@ The judge (for every tool's file): the file must pass onnx.checker (full) and lo
 onnxruntime; with fp16 storage made real (``checks.fp16_model.storage_real``: every fp16 tensor
 rounded through fp16, graph optimisations off, as a GPU stores it) its outputs must be finite
 and within the spec's tolerance of the fp32 model's, on the spec's inputs and 4 more samples.
+It also captures every intermediate tensor and counts the fp16 tensors holding inf or NaN (and
+their values): a fused GPU GELU turns such an inf into NaN (issue 26).
+
+Ours runs twice: the default (no inf in any fp16 tensor) and ``--allow-nonfinite`` (the search's
+answer as it is). Beside them, AutoCast's range rule with ``--data_max 65504`` emulated on the
+fp32 model's run of the same 5 samples: the nodes whose float output exceeds 65,504 in magnitude,
+and the nodes one of whose float inputs or outputs (weights included) does.
 
     .venv/bin/python bench/precision_bert.py OUT_DIR [--autocast-python /work/autocast-venv/bin/python]
         [--baseline /path/to/other/checkout] [--pooler cls|none]
@@ -169,6 +176,50 @@ def fp32_nodes(model: onnx.ModelProto) -> int:
     )
 
 
+def _all_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every tensor of ``model`` (fp32 inputs), graph optimisations off."""
+    marked = onnx.ModelProto()
+    marked.CopyFrom(model)
+    names = {o.name for o in marked.graph.output}
+    for node in marked.graph.node:
+        marked.graph.output.extend(onnx.ValueInfoProto(name=o) for o in node.output if o and o not in names)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(marked.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return {o.name: np.asarray(v) for o, v in zip(session.get_outputs(), session.run(None, feeds), strict=True)}
+
+
+def nonfinite_fp16(model: onnx.ModelProto, original: onnx.ModelProto) -> tuple[int, int]:
+    """The fp16 tensors of a typed model holding inf/NaN with fp16 storage made real, every
+    intermediate captured, over the 5 samples: (tensors, values)."""
+    types = elem_types(model)
+    half = {name for name, kind in types.items() if kind == TensorProto.FLOAT16}
+    real = storage_real(model)
+    tensors: set[str] = set()
+    values = 0
+    for feeds in samples(original):
+        for name, value in _all_values(real, feeds).items():
+            if name in half and not np.isfinite(value).all():
+                tensors.add(name)
+                values += int((~np.isfinite(value)).sum())
+    return len(tensors), values
+
+
+def autocast_like(model: onnx.ModelProto, data_max: float = 65504.0) -> tuple[int, int]:
+    """AutoCast's range rule emulated on the fp32 model's run of the 5 samples: (nodes whose float
+    output exceeds ``data_max``, nodes one of whose float inputs or outputs, weights included, does)."""
+    peak: dict[str, float] = {
+        t.name: float(np.abs(numpy_helper.to_array(t)).max(initial=0.0)) for t in model.graph.initializer
+    }
+    for feeds in samples(model):
+        for name, value in (_all_values(model, feeds) | feeds).items():
+            if value.dtype.kind == "f":
+                peak[name] = max(peak.get(name, 0.0), float(np.abs(value).max(initial=0.0)))
+    out = sum(1 for n in model.graph.node if any(peak.get(o, 0.0) > data_max for o in n.output))
+    io = sum(1 for n in model.graph.node if any(peak.get(t, 0.0) > data_max for t in [*n.input, *n.output] if t))
+    return out, io
+
+
 def judge(path: Path, original: onnx.ModelProto) -> dict[str, object]:
     model = onnx.load(str(path))
     verdict: dict[str, object] = {"fp32_nodes": fp32_nodes(model)}
@@ -191,16 +242,17 @@ def judge(path: Path, original: onnx.ModelProto) -> dict[str, object]:
     except Exception as exc:  # noqa: BLE001 - a file that does not load or run is reported
         return verdict | {"loads": f"no: {str(exc).splitlines()[0][:160]}", "finite": False, "passes": False}
     verdict |= {"loads": "yes", "finite": finite, "max_abs_err": worst, "passes": finite and within}
+    verdict["inf_fp16"] = nonfinite_fp16(model, original) if is_mixed(model) else (0, 0)
     return verdict
 
 
 # --- the arms -------------------------------------------------------------------------------------
 
 
-def ours(folder: Path, root: Path, label: str) -> dict[str, object]:
+def ours(folder: Path, root: Path, label: str, *extra: str) -> dict[str, object]:
     out = folder / f"{label}.onnx"
     summary = folder / f"{label}.json"
-    command = [sys.executable, "-m", "reducer_cli.main", "precision", "model.onnx", "-o", out.name]
+    command = [sys.executable, "-m", "reducer_cli.main", "precision", "model.onnx", "-o", out.name, *extra]
     command += ["--check-spec", "spec.yaml", "--summary-json", summary.name, "--no-progress", "-q"]
     command += ["--save-debug-replay", f"{label}-replay.json"]
     env = {**os.environ, "PYTHONPATH": str(root)}
@@ -263,30 +315,46 @@ def main() -> None:
     onnx.save(model, str(folder / "model.onnx"))
     (folder / "spec.yaml").write_text(SPEC)
     np.savez(folder / "calib.npz", **samples(model)[0])
-    rows: dict[str, dict[str, object]] = {"onnx-reducer precision (this tree)": ours(folder, ROOT, "ours")}
+    rows: dict[str, dict[str, object]] = {
+        "onnx-reducer precision (this tree)": ours(folder, ROOT, "ours"),
+        "onnx-reducer precision --allow-nonfinite (this tree)": ours(folder, ROOT, "ours-allow", "--allow-nonfinite"),
+    }
     if args.baseline is not None:
         rows["onnx-reducer precision (baseline)"] = ours(folder, args.baseline.resolve(), "baseline")
     if args.autocast_python:
         rows["AutoCast, default data_max"] = autocast(folder, args.autocast_python, "")
         rows["AutoCast, data_max 65504"] = autocast(folder, args.autocast_python, "65504")
     rows["onnxconverter-common auto_convert_mixed_precision"] = auto_mixed(folder, model)
-    print(f"model: {len(model.graph.node)} nodes ({args.pooler} pooler); tolerance atol = rtol = {ATOL}\n")
+    print(f"model: {len(model.graph.node)} nodes ({args.pooler} pooler); tolerance atol = rtol = {ATOL}")
+    out, io = autocast_like(model)
+    print(
+        f"AutoCast-like (--data_max 65504 emulated): {out} nodes with |output| > 65504, "
+        f"{io} with |input or output| > 65504\n"
+    )
     print(
         "| tool | nodes kept fp32 (asked) | fp32 compute nodes in the file | checker | loads in onnxruntime "
-        "| finite, fp16 storage real | max abs err | passes | checks | time |"
+        "| finite, fp16 storage real | fp16 tensors holding inf (values) | max abs err | passes | checks | time |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, row in rows.items():
         if "error" in row:
-            print(f"| {label} | failed: {row['error']} | | | | | | | | {row['time_s']:.1f} s |")
+            print(f"| {label} | failed: {row['error']} | | | | | | | | | {row['time_s']:.1f} s |")
             continue
         verdict = judge(Path(str(row["file"])), model)
         print(
             f"| {label} | {row.get('kept', '-')} | {verdict['fp32_nodes']} | {verdict['checker']} | "
             f"{verdict['loads']} | "
-            f"{'yes' if verdict['finite'] else 'no'} | {float(str(verdict.get('max_abs_err', 'nan'))):.4g} | "
+            f"{'yes' if verdict['finite'] else 'no'} | {_inf(verdict)} | "
+            f"{float(str(verdict.get('max_abs_err', 'nan'))):.4g} | "
             f"{'yes' if verdict['passes'] else 'no'} | {row['checks']} | {row['time_s']:.1f} s |"
         )
+
+
+def _inf(verdict: dict[str, object]) -> str:
+    found = verdict.get("inf_fp16")
+    if not isinstance(found, tuple):
+        return "-"
+    return f"{found[0]} ({found[1]:,})"
 
 
 if __name__ == "__main__":
