@@ -167,3 +167,24 @@ def autocast_like_fp32_nodes(model: onnx.ModelProto, feeds: dict[str, np.ndarray
         return value is not None and value.dtype.kind == "f" and bool(np.abs(value).max(initial=0.0) > data_max)
 
     return sum(1 for node in model.graph.node if any(beyond(n) for n in [*node.input, *node.output] if n))
+
+
+def gelu_overflow_scaled_down() -> onnx.ModelProto:
+    """``gelu_overflow`` whose Erf reads ``h / 4 * 1e-4``: ``gelu_div`` (h / 4, about 34,000) fits
+    fp16 once it reads h in fp32, and ``gelu_scale`` (times 1e-4) then reads a finite value. With
+    the search's 4 nodes, h's Cast to fp16 is inf, so are ``d`` and ``q`` (the inf flows through
+    ``gelu_scale``) and Erf gives 1, as fp32 does: only ``gelu_div``, where the inf starts, must
+    move to fp32, not ``gelu_scale``, which merely passes it on."""
+    model = gelu_overflow()
+    graph = model.graph
+    graph.initializer.extend(
+        [helper.make_tensor("four", FLOAT, [], [4.0]), helper.make_tensor("tiny", FLOAT, [], [1e-4])]
+    )
+    nodes = list(graph.node)
+    div = next(i for i, n in enumerate(nodes) if n.name == "gelu_div")
+    nodes[div].input[1] = "four"
+    nodes.insert(div + 1, helper.make_node("Mul", ["d", "tiny"], ["q"], name="gelu_scale"))
+    next(n for n in nodes if n.name == "gelu_erf").input[0] = "q"
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model

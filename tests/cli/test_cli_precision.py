@@ -39,6 +39,7 @@ from tests.precision_models import (
     autocast_like_fp32_nodes,
     gather_fails_anyway,
     gelu_overflow,
+    gelu_overflow_scaled_down,
     nonfinite_fp16_tensors,
     one_node_overflows,
     real_fp16_outputs,
@@ -181,6 +182,19 @@ def test_the_answer_leaves_no_inf_in_any_fp16_tensor(in_tmp: Path, capsys: objec
     assert flags == summary["trtexec"]
     assert f"--layerPrecisions={precisions}" in flags.split() and "--precisionConstraints=obey" in flags.split()
     assert f"--layerOutputTypes={precisions}" in flags.split()
+
+
+def test_only_the_node_where_an_inf_starts_moves_to_fp32_not_those_it_flows_through(in_tmp: Path) -> None:
+    """The search keeps 4 nodes; h's Cast to fp16 overflows into gelu_div, whose inf flows through
+    gelu_scale into Erf. gelu_div moves to fp32 (its h / 4 then fits fp16), gelu_scale does not:
+    once its input is finite, so is its output."""
+    model = gelu_overflow_scaled_down()
+    assert precision(model, "--summary-json", "summary.json", spec=COMPARE_GELU) == 0
+    summary = json.loads(Path("summary.json").read_text())
+    assert summary["finite"]["added_fp32"] == ["gelu_div"] and summary["finite"]["searched_fp32"] == 4
+    assert summary["keep_fp32"] == ["bias_add", "gelu_div", "gelu_mul", "gelu_half", "down_proj"]
+    x = np.random.default_rng(5).uniform(90, 100, (2, 3)).astype(np.float32)
+    assert nonfinite_fp16_tensors(onnx.load("mixed.onnx"), {"x": x}) == {}
 
 
 def test_tensorrt_forms_escape_and_count_outputs() -> None:
