@@ -8,11 +8,14 @@
     inputs.npz (inputs_1.npz, ...)       the values min-bad's inputs see, one file per sample
     inputs.json                          the same for ``polygraphy run --load-inputs`` (small inputs)
     golden.npz (golden_1.npz, ...)       golden values of both models' inputs and outputs (kind golden)
-    expected.npz / observed.npz          reference and target outputs of min-bad (first sample)
-    check.json                           the check: the spec document, or the command and its rules
+    expected.npz / observed.npz          reference and target outputs of min-bad (first sample), when
+                                         the self-check could run it
+    check.json                           the check: the spec document, or the command and its rules,
+                                         and ``pinned``: the failure min-bad was judged with
     check_files/                         small files the command names (its script), by relative path
     environment.json                     onnx, onnxruntime and providers, TensorRT, GPU, Python, OS, host
-    repro.py                             ``python repro.py [MODEL]``: exit 1 when the failure reproduces
+    repro.py                             ``python repro.py [MODEL]``: exit 1 when the pinned failure
+                                         reproduces (0 passes, 2 cannot run here, 3 another failure)
     README.md                            the finding, the check count, the original model's sha256
 
 Where the inputs come from: a spec check feeds every candidate golden values by tensor name and
@@ -22,13 +25,19 @@ reads the model only; its ``inputs.npz`` holds the values min-bad's inputs take 
 original model (one isolated onnxruntime run of the original on the run's inputs), or generated
 values when that run fails.
 
-Before zipping, the builder runs the bundle's own ``repro.py`` on min-bad (and min-good) in a
-child process: ``expected.npz``/``observed.npz`` come from that run and the README says whether
-the failure reproduced there. A shipped model whose exact bytes the reduction's final verification
-judged already (``verified``: sha256 -> whether the check agreed, ``engine.verification``) is not
-checked again: its verdict is that one, and repro.py runs on it only where the bundle needs the
-outputs it saves (min-bad of a compare, golden or error spec). ``BundleReport.checks_run`` counts
-the runs made; the README names both."""
+``check.json`` also holds ``pinned``: the failure the reduction pinned on min-bad (min-bad's own
+verdict: its kind and signature, the pinning level, and for compare/golden checks the outputs that
+mismatched, ``pinned_failure``); repro.py says REPRODUCED (exit 1) only when it sees that failure,
+and names anything else (0 passes, 2 cannot run here, 3 another failure).
+
+Before zipping, the builder runs the bundle's own ``repro.py`` on min-bad and min-good in a clean
+environment (``engine.bundle_env``: only onnx, onnxruntime and numpy importable, no onnx-reducer
+on PATH), always: the final verification's verdicts were given in the reduction's environment,
+and the bundle's claim is about the recipient's. ``expected.npz``/``observed.npz`` come from the
+run on min-bad; what each run printed goes into the README word for word, and the README lists
+exactly the files in the zip. The bundle is ``verified`` when repro.py reproduced the pinned
+failure on min-bad (exit 1) and min-good, where there is one, passed (exit 0); the CLI exits 11
+and the service keeps no bundle otherwise. ``BundleReport.checks_run`` counts the runs."""
 
 from __future__ import annotations
 
@@ -38,6 +47,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -59,11 +69,13 @@ from checks.ort_runtime import FallbackInferenceError, isolated_fallback_inferen
 from checks.runtimes.onnxruntime import fp16_storage, to_fp16
 from checks.spec import CheckSpec
 from engine import bundle_repro
+from engine.bundle_env import CleanEnvironment, clean_environment
 from engine.workspace import Workspace
 from reducer_core import modelio
 from reducer_core.candidate import Candidate
 from reducer_core.records import ReductionResult
 from reducer_core.tensors import TensorMap
+from reducer_core.verdict import Pinning, Verdict
 
 EXTERNAL_THRESHOLD = 1 << 20  # weights of at least 1 MiB go to the model's .data file
 INPUTS_JSON_LIMIT = 32 << 20  # inputs.json (base64) only for inputs up to this size
@@ -82,7 +94,8 @@ class BundleCheck:
     spec: CheckSpec | None = None
     golden: Path | None = None
     cwd: Path | None = None
-    env: Mapping[str, str] | None = None  # repro.py's environment; None: this process's
+    env: Mapping[str, str] | None = None  # the base of repro.py's clean environment; None: this process's
+    pinning: Pinning = Pinning.KIND  # how the reduction pinned the failure (``reducer_core.verdict``)
 
     @classmethod
     def of_spec(
@@ -125,11 +138,36 @@ class BundleCheck:
 class BundleReport:
     path: Path
     finding: str
-    reproduced: bool | None  # repro.py on min-bad exited 1 (None: it could not run here)
+    reproduced: bool | None  # repro.py on min-bad exited 1 (None: it could not run here, or another failure)
     good_passes: bool | None  # repro.py on min-good exited 0 (None: no min-good, or could not run)
     members: list[str] = field(default_factory=list)
     checks_run: int = 0  # repro.py runs the bundle made itself (its check, once per run)
-    reused: list[str] = field(default_factory=list)  # shipped models whose verdict the final verification gave
+    bad_code: int | None = None  # repro.py's exit code on min-bad (None: it ran past its time)
+    good_code: int | None = None  # ... on min-good (None: no min-good, or past its time)
+    has_good: bool = False
+
+    @property
+    def verified(self) -> bool:
+        """repro.py reproduced the pinned failure on min-bad in the clean environment, and min-good
+        (where there is one) passed there."""
+        return self.bad_code == 1 and (not self.has_good or self.good_code == 0)
+
+    def why_unverified(self) -> str:
+        """One sentence for a bundle that is not verified (the CLI's log, the service job's event)."""
+        where = "run in a clean environment (onnx, onnxruntime, numpy)"
+        if self.bad_code != 1:
+            return f"repro.py on min_bad.onnx, {where}: {_said(self.bad_code)}"
+        return f"repro.py on min_good.onnx, {where}: {_said(self.good_code)}"
+
+
+def _said(code: int | None) -> str:
+    return {
+        1: "the failure reproduces (exit 1)",
+        0: "it passes (exit 0)",
+        2: "it cannot run the check there (exit 2)",
+        3: "another failure, not the pinned one (exit 3)",
+        None: "it ran past its time",
+    }.get(code, f"it exited {code}")
 
 
 def sha256_of(path: Path) -> str:
@@ -297,17 +335,37 @@ def _check_files(check: BundleCheck, folder: Path) -> list[str]:
     return copied
 
 
-def _run_repro(folder: Path, model: str, check: BundleCheck, save: bool) -> tuple[int | None, str]:
+def pinned_failure(result: ReductionResult, pinning: Pinning) -> dict[str, Any]:
+    """The failure the reduction pinned on min-bad, as ``check.json`` records it for repro.py:
+    min-bad's own verdict (the original's where min-bad has no record of its own), the pinning
+    level, and the outputs a compare/golden verdict found beyond tolerance."""
+    records = [r for r in result.iterations if r.candidate == result.min_bad and r.reproduces]
+    verdict: Verdict = records[-1].verdict if records else result.original
+    pinned: dict[str, Any] = {"kind": verdict.kind.value, "signature": verdict.signature, "pinning": pinning.value}
+    found = re.search(r"outputs beyond tolerance: (.+?); worst ", verdict.detail)
+    if verdict.signature.startswith("mismatch:") and found is not None:
+        pinned["outputs"] = [name.strip() for name in found.group(1).split(", ") if name.strip()]
+    return pinned
+
+
+def _run_repro(
+    folder: Path, model: str, check: BundleCheck, clean: CleanEnvironment, save: bool
+) -> tuple[int | None, str]:
+    """repro.py's exit code on ``model`` (None: past its time) and everything it printed."""
     timeout = float(check.document.get("timeout") or REPRO_TIMEOUT_S) * 2 + 60
-    command = [sys.executable, "repro.py", model, *(["--save-outputs", "."] if save else [])]
+    command = [*clean.python, "repro.py", model, *(["--save-outputs", "."] if save else [])]
     try:
         proc = subprocess.run(
-            command, cwd=folder, capture_output=True, text=True, timeout=timeout, env=check.env, check=False
+            command, cwd=folder, capture_output=True, text=True, timeout=timeout, env=clean.env, check=False
         )
     except subprocess.TimeoutExpired:
         return None, f"repro.py {model} ran past {timeout:.0f} s"
-    code = proc.returncode if proc.returncode in (0, 1) else None
-    return code, (proc.stdout + proc.stderr)[-3000:]
+    output = proc.stdout + proc.stderr
+    if proc.returncode not in bundle_repro.VERDICTS and proc.returncode != bundle_repro.CANNOT_RUN:
+        return proc.returncode, output
+    if proc.returncode == bundle_repro.REPRODUCED and bundle_repro.VERDICTS[bundle_repro.REPRODUCED] not in output:
+        return None, output  # exit 1 without its verdict line: repro.py itself died (a traceback)
+    return proc.returncode, output
 
 
 def write_bundle(
@@ -324,12 +382,14 @@ def write_bundle(
     ``original``: the model file reduced (its sha256 goes in the README, under ``original_name``,
     default its file name); ``worker``: the host named in environment.json (default this one);
     ``verified``: sha256 of the models the final verification judged -> whether the check agreed
-    (those are not checked again)."""
+    (the README says so; the self-check runs them all the same, in its clean environment)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".bundle-", dir=path.parent) as tmp:
-        folder = Path(tmp)
+        folder = Path(tmp) / "bundle"
+        folder.mkdir()
+        clean = clean_environment(Path(tmp).resolve() / "clean", _uses_tensorrt(check), check.env)
         named = (original, original_name or original.name)
-        report = _fill(folder, workspace, result, check, named, worker, verified or {})
+        report = _fill(folder, workspace, result, check, named, worker, verified or {}, clean)
         partial = path.with_name(path.name + ".part")
         members = sorted(p for p in folder.rglob("*") if p.is_file())
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as archive:
@@ -349,6 +409,7 @@ def _fill(
     original: tuple[Path, str],
     worker: str | None,
     verified: Mapping[str, bool],
+    clean: CleanEnvironment,
 ) -> BundleReport:
     spec = check.spec
     models = {"min_bad": _save_model(workspace, result.min_bad, folder / "min_bad.onnx")}
@@ -363,7 +424,7 @@ def _fill(
     bad = models["min_bad"]
     golden = _golden_samples(check.golden)
     if spec is not None and spec.kind in ("compare", "golden", "error"):
-        inputs = [feeds_for(bad, spec, sample)[0] for sample in golden]
+        inputs = [feeds_for(bad, spec, sample)[0] for sample in golden]  # as the check fed min-bad
     else:
         inputs = [_inputs_from_original(workspace, _graph_input_names(bad), bad)]
     _write_samples(folder, "inputs", inputs)
@@ -372,59 +433,33 @@ def _fill(
     if check.golden is not None:
         wanted = _tensor_names(models.values())
         _write_samples(folder, "golden", [{n: s[n] for n in wanted if n in s} for s in golden if s is not None])
-    (folder / "check.json").write_text(json.dumps(check.document, indent=1, sort_keys=True))
+    pinned = pinned_failure(result, check.pinning)
+    document = check.document | {"pinned": pinned}
+    (folder / "check.json").write_text(json.dumps(document, indent=1, sort_keys=True))
     shipped = _check_files(check, folder)
     (folder / "environment.json").write_text(json.dumps(environment(worker), indent=1))
     shutil.copyfile(bundle_repro.__file__, folder / "repro.py")
-    runs = _SelfCheck(folder, check, verified)
     outputs = spec is not None and spec.kind in ("compare", "golden", "error")  # expected/observed.npz
-    bad_code, bad_output = runs.run("min_bad.onnx", failing=True, save=outputs)
-    good_code: int | None = None
+    runs = [("min_bad.onnx", *_run_repro(folder, "min_bad.onnx", check, clean, save=outputs))]
     if result.min_good is not None:
-        good_code, _ = runs.run("min_good.onnx", failing=False, save=False)
+        runs.append(("min_good.onnx", *_run_repro(folder, "min_good.onnx", check, clean, save=False)))
     sentence = finding(workspace, result)
+    bad_code = runs[0][1]
+    good_code = runs[1][1] if len(runs) > 1 else None
     report = BundleReport(
-        folder, sentence, None if bad_code is None else bad_code == 1, None if good_code is None else good_code == 0
+        folder,
+        sentence,
+        bad_code == 1 if bad_code in (0, 1) else None,
+        good_code == 0 if good_code in (0, 1) else None,
+        checks_run=len(runs),
+        bad_code=bad_code,
+        good_code=good_code,
+        has_good=result.min_good is not None,
     )
-    report.checks_run, report.reused = runs.checks, runs.reused
-    readme = _readme(result, check, original, sentence, shipped, (bad_code, bad_output), good_code)
-    readme += _self_check_note(runs)
-    (folder / "README.md").write_text(readme)
+    known = {name: verified.get(sha256_of(folder / name)) for name, _, _ in runs}
+    readme = _readme(result, check, original, sentence, shipped, report, runs, known, clean, pinned)
+    (folder / "README.md").write_text(readme + _files_section(folder))
     return report
-
-
-class _SelfCheck:
-    """repro.py on the shipped models, or the final verification's verdict on the same bytes."""
-
-    def __init__(self, folder: Path, check: BundleCheck, verified: Mapping[str, bool]) -> None:
-        self.folder, self.check, self.verified = folder, check, verified
-        self.checks = 0
-        self.reused: list[str] = []
-
-    def run(self, model: str, failing: bool, save: bool) -> tuple[int | None, str]:
-        """repro.py's exit code on ``model`` (1: fails) and its output. Without ``save``, a model
-        whose bytes (a single file) the final verification judged gets that verdict instead."""
-        known = None if (self.folder / f"{model}.data").exists() else self.verified.get(sha256_of(self.folder / model))
-        if known is not None and not save:
-            self.reused.append(model)
-            code = int(failing) if known else int(not failing)
-            return code, f"{model}: the reduction's final verification judged these exact bytes (no run here)"
-        self.checks += 1
-        return _run_repro(self.folder, model, self.check, save=save)
-
-
-def _self_check_note(runs: _SelfCheck) -> str:
-    lines = [
-        "",
-        "## Self-check",
-        "",
-        f"- Checks the bundle ran itself (repro.py, beyond the reduction's): {runs.checks}",
-    ]
-    if runs.reused:
-        lines.append(
-            f"- Judged by the reduction's final verification, same bytes, not run again: {', '.join(runs.reused)}"
-        )
-    return "\n".join(lines) + "\n"
 
 
 def _tensor_names(models: Iterable[onnx.ModelProto]) -> set[str]:
@@ -441,14 +476,15 @@ def _readme(
     original: tuple[Path, str],
     sentence: str,
     shipped: list[str],
-    bad_run: tuple[int | None, str],
-    good_code: int | None,
+    report: BundleReport,
+    runs: list[tuple[str, int | None, str]],
+    known: Mapping[str, bool | None],
+    clean: CleanEnvironment,
+    pinned: Mapping[str, Any],
 ) -> str:
-    bad_code, bad_output = bad_run
     original_verdict = " ".join(
         p for p in (result.original.kind.value, result.original.signature, result.original.detail) if p
     )
-    verdict = {1: "the failure reproduces (exit 1)", 0: "it did NOT reproduce (exit 0)", None: "it could not run"}
     lines = [
         "# Bug report: minimal failing ONNX model",
         "",
@@ -462,7 +498,8 @@ def _readme(
     lines += [
         f"- Checks run by the reduction: {result.checks_run} (cached verdicts reused: {result.cache_hits})",
         f"- Original failure: {original_verdict}",
-        f"- Check: kind `{check.kind}` (`check.json`)",
+        f"- Check: kind `{check.kind}` (`check.json`); the failure pinned on min-bad: "
+        f"{pinned.get('signature') or pinned.get('kind')} (pinning {pinned.get('pinning')})",
         "",
         "## Reproduce",
         "",
@@ -470,22 +507,75 @@ def _readme(
         + (" (and TensorRT with Polygraphy for the TensorRT target)" if _uses_tensorrt(check) else "")
         + ":",
         "",
-        "    python repro.py                 # min_bad.onnx: exit 1 when the failure reproduces",
+        "    python repro.py                 # min_bad.onnx: exit 1 when the pinned failure reproduces",
     ]
     if result.min_good is not None:
         lines.append("    python repro.py min_good.onnx   # exit 0: the closest passing model passes")
-    lines += ["", f"When the bundle was made, `repro.py` on min_bad.onnx said: {verdict[bad_code]}."]
-    if result.min_good is not None:
-        lines.append(f"On min_good.onnx: {verdict[good_code]}.")
+    lines += [
+        "",
+        "Exit codes: 1 the pinned failure reproduces, 0 the model passes, 2 the check cannot run here "
+        "(a command that is not installed, a missing runtime or GPU), 3 another failure.",
+    ]
     if shipped:
         lines += ["", f"The command's files ({', '.join(shipped)}) are in `check_files/`; repro.py runs it there."]
-    lines += ["", "```", bad_output.strip()[-2000:], "```", "", "## Files", ""]
+    status = "verified" if report.verified else "NOT verified: " + report.why_unverified()
     lines += [
-        "- `inputs.npz`: the values min-bad's inputs see (one file per sample: `inputs_1.npz`, ...); "
-        "`inputs.json`: the same for `polygraphy run --load-inputs`",
-        "- `expected.npz` / `observed.npz`: the reference's and the target's outputs of min-bad (first sample)",
-        "- `environment.json`: versions, execution providers, GPU and host of the reduction",
+        "",
+        "## Self-check",
+        "",
+        f"Before zipping, onnx-reducer ran `repro.py` in a clean environment: {clean.describe()}.",
+        f"This bundle is {status}.",
+        f"- Checks the bundle ran itself (repro.py, beyond the reduction's): {report.checks_run}",
     ]
+    for name, code, _ in runs:
+        lines.append(f"- `python repro.py {name}`: {_said(code)}")
+    agreed = [name for name, ok in known.items() if ok]
+    if agreed:
+        lines.append(
+            f"- The reduction's final verification also judged these exact bytes, in the reduction's own "
+            f"environment: {', '.join(agreed)}"
+        )
+    for name, _, output in runs:
+        lines += ["", f"What `python repro.py {name}` printed, word for word:", "", "```", output.rstrip("\n"), "```"]
+    return "\n".join(lines) + "\n"
+
+
+_FILE_NOTES = {
+    "min_bad.onnx": "the minimal failing model",
+    "min_bad.onnx.data": "the weights min_bad.onnx reads (those of 1 MiB and more)",
+    "min_good.onnx": "the closest passing model",
+    "min_good.onnx.data": "the weights min_good.onnx reads",
+    "inputs.json": "the same inputs for `polygraphy run --load-inputs`",
+    "expected.npz": "the reference's outputs of min-bad (first sample), saved by the self-check",
+    "observed.npz": "the target's outputs of min-bad (first sample), saved by the self-check",
+    "check.json": "the check, and the failure pinned on min-bad (`pinned`)",
+    "environment.json": "versions, execution providers, GPU and host of the reduction",
+    "repro.py": "the check, self-contained",
+    "README.md": "this file",
+}
+
+
+def _file_note(name: str) -> str:
+    if name in _FILE_NOTES:
+        return _FILE_NOTES[name]
+    if re.fullmatch(r"inputs(_\d+)?\.npz", name):
+        return "the inputs min-bad was judged with (one file per sample); repro.py feeds them to min_bad.onnx"
+    if re.fullmatch(r"golden(_\d+)?\.npz", name):
+        return "golden values of both models' inputs and outputs (one file per sample)"
+    if name.startswith("check_files/"):
+        return "a file the command names, run from there"
+    if re.fullmatch(r"min_(bad|good)\.(reference|target)\.onnx(\.data)?", name):
+        return "the model as the fp16 onnxruntime runtime runs it (converted as the check converted it)"
+    return ""
+
+
+def _files_section(folder: Path) -> str:
+    """The README's list of the files in the zip: exactly those (README.md itself included)."""
+    names = sorted({p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} | {"README.md"})
+    lines = ["", "## Files", ""]
+    for name in names:
+        note = _file_note(name)
+        lines.append(f"- `{name}`" + (f": {note}" if note else ""))
     return "\n".join(lines) + "\n"
 
 

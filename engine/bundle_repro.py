@@ -3,11 +3,23 @@
     python repro.py [MODEL] [--save-outputs FOLDER]
 
 MODEL defaults to the bundle's ``min_bad.onnx``. The check the reduction ran is in ``check.json``
-beside this script; this script judges MODEL the same way and exits 1 when the failure
-reproduces, 0 when it does not, 2 when it cannot run the check here. It needs only ``onnx``,
-``onnxruntime`` and ``numpy`` (plus TensorRT through Polygraphy for a TensorRT target) and
-nothing of onnx-reducer. ``--save-outputs`` writes the reference (``expected.npz``) and target
-(``observed.npz``) outputs of the first sample to FOLDER.
+beside this script, with ``pinned``: the failure the reduction pinned on min-bad (its verdict's
+signature: the mismatch kind and the outputs of a compare/golden check, the error of an error
+check, the exit code or matched regex of a command). This script judges MODEL the same way and
+names what it saw, one exit code each:
+
+    1  REPRODUCED: the pinned failure, and only that one
+    0  the model passes the check
+    2  cannot run the check here (a command that is not installed, a missing runtime, provider or GPU)
+    3  another failure (a runtime error where a mismatch was pinned, a shape error, another regex or
+       exit code): something fails, but not the failure the bundle is about
+
+The inputs fed are those min-bad was judged with (``inputs.npz``, one file per sample: the data
+step may have shrunk min-bad's inputs); another MODEL gets its inputs as the check built them
+(golden values by tensor name, cut to the model's input sizes, generated values otherwise). It
+needs only ``onnx``, ``onnxruntime`` and ``numpy`` (plus TensorRT through Polygraphy for a TensorRT
+target) and nothing of onnx-reducer. ``--save-outputs`` writes the reference (``expected.npz``) and
+target (``observed.npz``) outputs of the first sample to FOLDER.
 
 (The bundle's ``repro.py`` is this file: onnx-reducer copies it in unchanged.)
 """
@@ -21,6 +33,7 @@ import json
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,11 +41,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import onnx
+try:
+    import numpy as np
+    import onnx
+except ImportError as _missing:  # exit 2, not a traceback's exit 1 (which would read as "reproduces")
+    print(f"CANNOT RUN: cannot run the check here: {_missing} (pip install onnx onnxruntime numpy)")
+    sys.exit(2)
 
 HERE = Path(__file__).resolve().parent
-REPRODUCED, NOT_REPRODUCED, CANNOT_RUN = 1, 0, 2
+REPRODUCED, NOT_REPRODUCED, CANNOT_RUN, OTHER_FAILURE = 1, 0, 2, 3
 _NOT_REGISTERED = re.compile(
     r"(?P<op>[\w.]+:\w+)\(-?\d+\) is not a registered function/op|No importer registered for op: (?P<trt>\w+)"
 )
@@ -103,16 +120,40 @@ def generated_inputs(model: onnx.ModelProto, seed: int, low: float, high: float)
     return values
 
 
+def _fitted(value: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """A golden value cut to the input's shape where the input shrank (the data step keeps the
+    leading entries along each smaller dimension), as the check cut it; unchanged otherwise."""
+    if value.ndim != len(shape) or tuple(value.shape) == tuple(shape):
+        return value
+    if any(d > v for d, v in zip(shape, value.shape, strict=True)):
+        return value
+    return value[tuple(slice(0, d) for d in shape)]
+
+
 def feeds_for(
-    model: onnx.ModelProto, spec: Mapping[str, Any], golden: Mapping[str, np.ndarray] | None
-) -> dict[str, np.ndarray]:
-    """Golden values by tensor name where the bundle has them, generated values otherwise."""
+    model: onnx.ModelProto,
+    spec: Mapping[str, Any],
+    golden: Mapping[str, np.ndarray] | None,
+    judged: Mapping[str, np.ndarray] | None = None,
+) -> tuple[dict[str, np.ndarray], str]:
+    """MODEL's inputs and where they come from. ``judged``: the inputs min-bad was judged with
+    (``inputs.npz``): fed as they are when MODEL's inputs are exactly those tensors, of those
+    shapes (min_bad.onnx). Otherwise as the check built them: golden values by tensor name, cut
+    to the model's input sizes, generated values for the rest."""
     low, high = spec.get("input_range", [0.0, 1.0])
     feeds = generated_inputs(model, int(spec.get("seed", 1)), float(low), float(high))
+    same = judged is not None and set(judged) == set(feeds)
+    if same and judged is not None and all(tuple(np.shape(judged[n])) == feeds[n].shape for n in feeds):
+        return {n: np.asarray(judged[n]).astype(feeds[n].dtype, copy=False) for n in feeds}, "inputs.npz"
+    used = []
     for name, value in feeds.items():
         if golden is not None and name in golden:
-            feeds[name] = np.asarray(golden[name]).astype(value.dtype, copy=False)
-    return feeds
+            feeds[name] = _fitted(np.asarray(golden[name]), value.shape).astype(value.dtype, copy=False)
+            used.append(name)
+    source = f"golden values of {', '.join(used)}" if used else "generated values"
+    if used and len(used) < len(feeds):
+        source += ", generated values for the rest"
+    return feeds, source
 
 
 # --- runtimes --------------------------------------------------------------------------------------
@@ -183,7 +224,8 @@ def _run_tensorrt(path: Path, runtime: Mapping[str, Any], feeds: Mapping[str, np
 
 def compare_tensor(name: str, reference: np.ndarray, target: np.ndarray, atol: float, rtol: float) -> str | None:
     """Polygraphy's elementwise rule: an element mismatches when ``|t - r| > atol`` and
-    ``|t - r| > rtol * |r|``; finiteness must agree. Returns a description of a mismatch."""
+    ``|t - r| > rtol * |r|``; finiteness must agree. Returns a description of a mismatch (one that
+    starts with ``NONFINITE_PREFIX`` for inf/NaN on one side only: an overflow)."""
     ref, tgt = np.asarray(reference), np.asarray(target)
     if ref.shape != tgt.shape:
         return f"{name}: shape {tgt.shape} differs from the reference's {ref.shape}"
@@ -200,11 +242,14 @@ def compare_tensor(name: str, reference: np.ndarray, target: np.ndarray, atol: f
     if not bad:
         return None
     if nonfinite.any():
-        return f"{name}: non-finite values differ (inf/NaN on one side only), {bad}/{r.size} elements"
+        return f"{name}: {NONFINITE_PREFIX}, {bad}/{r.size} elements"
     return (
         f"{name}: beyond tolerance, max abs err {float(diff.max(initial=0.0)):.4g}, max rel err "
         f"{float(rel.max(initial=0.0)):.4g}, {bad}/{r.size} elements (atol {atol:g}, rtol {rtol:g})"
     )
+
+
+NONFINITE_PREFIX = "non-finite values differ (inf/NaN on one side only)"
 
 
 def _tolerance(spec: Mapping[str, Any], name: str) -> tuple[float, float]:
@@ -220,16 +265,108 @@ def _save(folder: str | None, name: str, values: Mapping[str, np.ndarray]) -> No
         np.savez(Path(folder) / name, **arrays)
 
 
+# --- the pinned failure ----------------------------------------------------------------------------
+
+
+class Observed:
+    """What one run of the check saw: ``signature`` as the reduction writes it (``mismatch:nonfinite``,
+    ``mismatch:tolerance``, ``error:<Class>``, ``error:match=<regex>``, ``op-present:...``,
+    ``exit=N``, ``regex=R``, ``exit=N;regex=R``, ``signal=NAME``, ``timeout``), ``outputs``: the
+    outputs that mismatched; ``text``: the line that says it."""
+
+    def __init__(self, signature: str, text: str, outputs: Sequence[str] = (), kind: str = "fail") -> None:
+        self.signature, self.text, self.outputs, self.kind = signature, text, list(outputs), kind
+
+
+def pinned_of(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The failure the reduction pinned on min-bad (``check.json``'s ``pinned``): ``kind`` (fail,
+    crash, timeout), ``signature``, ``pinning`` (off: any failure counts; kind and strict: this
+    signature), ``outputs`` (compare/golden: the outputs min-bad mismatched on)."""
+    pinned = dict(spec.get("pinned") or {})
+    pinned.setdefault("pinning", "off" if not pinned.get("signature") and not pinned.get("kind") else "kind")
+    return pinned
+
+
+def _pinned_text(pinned: Mapping[str, Any]) -> str:
+    what = pinned.get("signature") or pinned.get("kind") or "any failure"
+    if pinned.get("outputs"):
+        what += f" on {', '.join(pinned['outputs'])}"
+    return what
+
+
+def is_pinned(observed: Observed, pinned: Mapping[str, Any], outputs: Sequence[str] = ()) -> bool:
+    """Whether ``observed`` is the failure the reduction pinned. ``outputs``: MODEL's outputs (a
+    pinned output this model does not have cannot be asked for)."""
+    if pinned.get("pinning") == "off":
+        return observed.kind != "timeout" or pinned.get("kind") == "timeout"
+    if observed.kind != pinned.get("kind", "fail"):
+        return False
+    wanted = str(pinned.get("signature", ""))
+    if observed.signature != wanted:
+        if pinned.get("pinning") == "strict":
+            return False
+        if not (wanted.startswith("op-present:") and observed.signature.startswith("op-present:")):
+            return False
+    pinned_outputs = [o for o in pinned.get("outputs") or [] if o in outputs]
+    return not pinned_outputs or bool(set(pinned_outputs) & set(observed.outputs))
+
+
+def decide(spec: Mapping[str, Any], results: Sequence[Observed | None], outputs: Sequence[str] = ()) -> int:
+    """One exit code for every sample judged (``fail_if``: any, all or majority of the samples must
+    show the pinned failure): 1 when enough samples show it, else 3 when any sample failed some
+    other way, else 0."""
+    pinned = pinned_of(spec)
+    hits = [i for i, r in enumerate(results) if r is not None and is_pinned(r, pinned, outputs)]
+    others = [i for i, r in enumerate(results) if r is not None and i not in hits]
+    judged = len(results)
+    needed = {"any": 1, "all": judged, "majority": judged // 2 + 1}.get(str(spec.get("fail_if", "any")), 1)
+    if hits and len(hits) >= needed:
+        if len(results) > 1:
+            print(
+                f"samples showing the pinned failure: {hits} of {judged} judged (fail_if {spec.get('fail_if', 'any')})"
+            )
+        return REPRODUCED
+    if others:
+        first = results[others[0]]
+        assert first is not None
+        print(
+            f"another failure: {first.signature or first.kind} ({first.text}); the reduction pinned "
+            f"{_pinned_text(pinned)}"
+        )
+        return OTHER_FAILURE
+    if hits:
+        print(f"the pinned failure in {len(hits)} of {judged} samples; fail_if {spec.get('fail_if')} needs {needed}")
+    return NOT_REPRODUCED
+
+
+def _runtime_error(exc: Exception, match: str | None = None) -> Observed:
+    """A runtime's exception as the check names it; a runtime without an op cannot run the check."""
+    message = f"{type(exc).__name__}: {exc}"
+    if match is not None and re.search(match, message):
+        return Observed(f"error:match={match}", f"the runtime raised: {message[:500]}")
+    if (missing := _NOT_REGISTERED.search(message)) is not None:
+        op = missing.group("op") or missing.group("trt")
+        raise CannotRunError(f"the runtime here has no implementation of op {op}: {message[:300]}")
+    return Observed(f"error:{type(exc).__name__}", f"the runtime raised: {message[:500]}")
+
+
+# --- kinds -----------------------------------------------------------------------------------------
+
+
 def check_accuracy(spec: Mapping[str, Any], model_path: Path, save: str | None) -> int:
     """kind compare (reference runtime vs target runtime) or golden (stored values vs target)."""
     model = onnx.load(str(model_path), load_external_data=False)
     golden = _npz_samples("golden")
+    judged = _npz_samples("inputs")
     outputs = [o.name for o in model.graph.output]
     target = spec["target"]
     print(f"target: {_label(target)}; tolerance: {json.dumps(spec.get('tolerance', {}))}")
+    print(f"pinned by the reduction: {_pinned_text(pinned_of(spec))}")
     samples: list[dict[str, np.ndarray] | None] = [*golden] or [None]
+    results: list[Observed | None] = []
     for i, sample in enumerate(samples):
-        feeds = feeds_for(model, spec, sample)
+        feeds, source = feeds_for(model, spec, sample, judged[i] if i < len(judged) else None)
+        print(f"sample {i}: inputs = {source}")
         try:
             if spec["kind"] == "golden":
                 assert sample is not None
@@ -242,28 +379,31 @@ def check_accuracy(spec: Mapping[str, Any], model_path: Path, save: str | None) 
         except CannotRunError:
             raise
         except Exception as exc:  # noqa: BLE001 - a runtime error is a failure of its own
-            message = f"{type(exc).__name__}: {exc}"
-            if _NOT_REGISTERED.search(message):
-                print(f"sample {i}: the runtime lacks an op (not the failure): {message[:500]}")
-                return NOT_REPRODUCED
-            print(f"sample {i}: the runtime raised: {message[:500]}")
-            return REPRODUCED
+            result = _runtime_error(exc)
+            print(f"sample {i}: {result.text}")
+            results.append(result)
+            continue
         if i == 0:
             _save(save, "expected.npz", reference)
             _save(save, "observed.npz", observed)
-        mismatches = [
-            m
+        mismatches = {
+            name: m
             for name, value in observed.items()
             if name in reference and (m := compare_tensor(name, reference[name], value, *_tolerance(spec, name)))
-        ]
+        }
         for name in observed:
             print(f"sample {i}: compared output {name}" + ("" if name in reference else " (no reference: skipped)"))
-        if mismatches:
-            for line in mismatches:
-                print(f"sample {i}: MISMATCH {line}")
-            return REPRODUCED
-    print("every output within tolerance")
-    return NOT_REPRODUCED
+        for line in mismatches.values():
+            print(f"sample {i}: MISMATCH {line}")
+        if not mismatches:
+            results.append(None)
+            continue
+        nonfinite = any(NONFINITE_PREFIX in m for m in mismatches.values())
+        signature = "mismatch:nonfinite" if nonfinite else "mismatch:tolerance"
+        results.append(Observed(signature, f"sample {i}: {signature} on {', '.join(mismatches)}", list(mismatches)))
+    if all(r is None for r in results):
+        print("every output within tolerance")
+    return decide(spec, results, outputs)
 
 
 def check_error(spec: Mapping[str, Any], model_path: Path, save: str | None) -> int:
@@ -271,22 +411,27 @@ def check_error(spec: Mapping[str, Any], model_path: Path, save: str | None) -> 
     model = onnx.load(str(model_path), load_external_data=False)
     match = spec.get("match")
     print(f"target: {_label(spec['target'])}; failure: the runtime raises" + (f" matching {match!r}" if match else ""))
-    try:
-        samples: list[dict[str, np.ndarray] | None] = [*_npz_samples("golden")] or [None]
-        for i, sample in enumerate(samples):
-            observed = run_model(model_path, "target", spec["target"], feeds_for(model, spec, sample))
-            if i == 0:
-                _save(save, "observed.npz", observed)
-    except CannotRunError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the target's errors are what this check looks for
-        message = f"{type(exc).__name__}: {exc}"
-        print(f"the runtime raised: {message[:1000]}")
-        if match is not None:
-            return REPRODUCED if re.search(match, message) else NOT_REPRODUCED
-        return NOT_REPRODUCED if _NOT_REGISTERED.search(message) else REPRODUCED
-    print("the runtime ran without error")
-    return NOT_REPRODUCED
+    print(f"pinned by the reduction: {_pinned_text(pinned_of(spec))}")
+    judged = _npz_samples("inputs")
+    samples: list[dict[str, np.ndarray] | None] = [*_npz_samples("golden")] or [None]
+    results: list[Observed | None] = []
+    for i, sample in enumerate(samples):
+        feeds, source = feeds_for(model, spec, sample, judged[i] if i < len(judged) else None)
+        print(f"sample {i}: inputs = {source}")
+        try:
+            observed = run_model(model_path, "target", spec["target"], feeds)
+        except CannotRunError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the target's errors are what this check looks for
+            result = _runtime_error(exc, match)
+            print(f"sample {i}: {result.text}")
+            results.append(result)
+            continue
+        if i == 0:
+            _save(save, "observed.npz", observed)
+        print(f"sample {i}: the runtime ran without error")
+        results.append(None)
+    return decide(spec, results)
 
 
 def check_op_present(spec: Mapping[str, Any], model_path: Path, save: str | None) -> int:
@@ -295,13 +440,62 @@ def check_op_present(spec: Mapping[str, Any], model_path: Path, save: str | None
     names = sorted({n.name for n in model.graph.node if n.name in spec.get("names", [])})
     print(f"looking for ops {spec.get('ops', [])} and node names {spec.get('names', [])}")
     print(f"present: {', '.join(ops + names) or 'none'}")
-    return REPRODUCED if ops or names else NOT_REPRODUCED
+    if not ops + names:
+        return decide(spec, [None])
+    return decide(spec, [Observed("op-present:" + ",".join(ops + names), f"present: {', '.join(ops + names)}")])
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def judge_command(spec: Mapping[str, Any], code: int, output: str) -> Observed | None:
+    """The check's rule (Polygraphy's): ignored codes pass; with fail codes only those fail (and
+    also need a regex match when regexes are given); otherwise a regex match fails (even with exit
+    0) or, without regexes, any non-zero exit fails; a death by signal that neither decides is a
+    crash. The signature is the check's: ``exit=N``, ``regex=R`` or ``exit=N;regex=R``."""
+    regexes = [re.compile(r) for r in spec.get("fail_regex", [])]
+    matched = [r.pattern for r in regexes if r.search(output)]
+    if matched:
+        print(f"matched: {', '.join(matched)}")
+    if code in spec.get("ignore_fail_codes", []):
+        return None
+    if spec.get("fail_codes"):
+        failed = code in spec["fail_codes"] and (bool(matched) or not regexes)
+    elif code < 0 and not regexes:
+        name = _signal_name(-code)
+        return Observed(f"signal={name}", f"killed by {name}", kind="crash")
+    else:
+        failed = bool(matched) if regexes else code != 0
+    if not failed:
+        return None
+    if not matched:
+        return Observed(f"exit={code}", f"exit code {code}")
+    signature = f"exit={code};regex={matched[0]}" if spec.get("fail_codes") else f"regex={matched[0]}"
+    return Observed(signature, f"exit code {code}, matched {matched[0]!r}")
+
+
+def _command_pinned(observed: Observed, pinned: Mapping[str, Any]) -> bool:
+    """A command's pinned failure: the same exit code (``exit=N``), the same regex matched
+    (``regex=R``), both when both were pinned, the same signal; a timeout only for a timeout; any
+    failure with ``pinning: off``."""
+    if observed.kind == "timeout" or pinned.get("kind") == "timeout":
+        return observed.kind == pinned.get("kind")
+    if pinned.get("pinning") == "off":
+        return True
+    return observed.kind == pinned.get("kind", "fail") and observed.signature == str(pinned.get("signature", ""))
 
 
 def check_command(spec: Mapping[str, Any], model_path: Path, save: str | None) -> int:
     """kind command: the reduction's command, run on MODEL (``{model}`` and the iteration artifact's
-    name in the command stand for it), judged by exit code and regexes as the check judged it."""
+    name in the command stand for it), judged by exit code and regexes as the check judged it. A
+    command that is not installed here cannot run the check (exit 2)."""
     artifact = spec.get("artifact") or ""
+    pinned = pinned_of(spec)
+    print(f"pinned by the reduction: {_pinned_text(pinned)}")
     folder = Path(tempfile.mkdtemp(prefix="repro-"))
     try:
         files = HERE / "check_files"
@@ -316,25 +510,29 @@ def check_command(spec: Mapping[str, Any], model_path: Path, save: str | None) -
         if artifact:
             command = [str(model_copy) if part == artifact else part for part in command]
         print(f"running: {shlex.join(command)} (in a scratch folder holding the model as {model_copy.name})")
-        proc = subprocess.run(
-            command, cwd=folder, capture_output=True, text=True, timeout=spec.get("timeout"), check=False
-        )
+        try:
+            proc = subprocess.run(
+                command, cwd=folder, capture_output=True, text=True, timeout=spec.get("timeout"), check=False
+            )
+        except FileNotFoundError as exc:
+            raise CannotRunError(f"the command {command[0]!r} is not installed here ({exc.strerror})") from exc
+        except PermissionError as exc:
+            raise CannotRunError(f"the command {command[0]!r} cannot be run here ({exc.strerror})") from exc
+        except subprocess.TimeoutExpired:
+            print(f"the command ran past its timeout of {spec.get('timeout')} s")
+            observed: Observed | None = Observed("timeout", "timed out", kind="timeout")
+        else:
+            output = proc.stdout + proc.stderr
+            print(f"exit code {proc.returncode}; output:\n{output[-4000:]}")
+            observed = judge_command(spec, proc.returncode, output)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    output = proc.stdout + proc.stderr
-    print(f"exit code {proc.returncode}; output:\n{output[-4000:]}")
-    regexes = [re.compile(r) for r in spec.get("fail_regex", [])]
-    matched = [r.pattern for r in regexes if r.search(output)]
-    code = proc.returncode
-    if code in spec.get("ignore_fail_codes", []):
-        failed = False
-    elif spec.get("fail_codes"):
-        failed = code in spec["fail_codes"] and (bool(matched) or not regexes)
-    else:
-        failed = bool(matched) if regexes else code != 0
-    if matched:
-        print(f"matched: {', '.join(matched)}")
-    return REPRODUCED if failed else NOT_REPRODUCED
+    if observed is None:
+        return NOT_REPRODUCED
+    if _command_pinned(observed, pinned):
+        return REPRODUCED
+    print(f"another failure: {observed.signature} ({observed.text}); the reduction pinned {_pinned_text(pinned)}")
+    return OTHER_FAILURE
 
 
 KINDS = {
@@ -386,6 +584,13 @@ def polygraphy_line(spec: Mapping[str, Any], model_path: Path) -> str | None:
     return shlex.join(first) + " && " + shlex.join(second)
 
 
+VERDICTS = {
+    REPRODUCED: "REPRODUCED: the failure reproduces",
+    NOT_REPRODUCED: "NOT REPRODUCED: the model passes the check",
+    OTHER_FAILURE: "ANOTHER FAILURE: the model fails, but not with the failure the reduction pinned",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("model", nargs="?", default=str(HERE / "min_bad.onnx"), help="default: min_bad.onnx")
@@ -400,9 +605,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = KINDS[spec["kind"]](spec, model_path, args.save_outputs)
     except CannotRunError as exc:
-        print(f"cannot run the check here: {exc}")
+        print(f"CANNOT RUN: cannot run the check here: {exc}")
         return CANNOT_RUN
-    print("REPRODUCED: the failure reproduces" if code == REPRODUCED else "NOT REPRODUCED: the model passes the check")
+    except ImportError as exc:
+        print(f"CANNOT RUN: cannot run the check here: {exc} (pip install onnx onnxruntime numpy)")
+        return CANNOT_RUN
+    except Exception as exc:  # noqa: BLE001 - repro.py's own failure is no verdict on the model
+        print(f"CANNOT RUN: cannot run the check here: repro.py failed: {type(exc).__name__}: {exc}")
+        return CANNOT_RUN
+    print(VERDICTS[code])
     return code
 
 

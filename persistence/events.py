@@ -100,6 +100,7 @@ class AnswerPayload(TypedDict, total=False):
     keep_fp32: list[str]
     fp32_tensors: list[str]
     bundle_checks: int  # the checks the bug-report bundle's self-check ran (not in checks_run)
+    bundle_refused: str  # why the job keeps no bug-report bundle (its self-check did not reproduce)
 
 
 class JobEndPayload(AnswerPayload):

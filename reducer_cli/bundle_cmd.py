@@ -4,25 +4,29 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
-from engine.bundle import BundleCheck, write_bundle
+from engine.bundle import BundleCheck, BundleReport, write_bundle
 from engine.session import SessionCheck
 from engine.workspace import Log, Workspace
 from reducer_core.errors import UsageError
 from reducer_core.records import ReductionResult
+from reducer_core.verdict import Pinning
 
 
 def bundle_check(args: argparse.Namespace, check: SessionCheck) -> BundleCheck:
     """What the bundle's repro.py runs: the spec (with its golden file), or the ``--check`` command
     (it reads the iteration artifact, ``--iter-artifact``); commands ran in this folder."""
     artifact = Path(args.iter_artifact).name
+    pinning = Pinning.of(getattr(args, "pin_signature", Pinning.KIND))
     if check.spec is not None:
-        return BundleCheck.of_spec(check.spec, check.golden, artifact=artifact, cwd=Path.cwd())
+        of_spec = BundleCheck.of_spec(check.spec, check.golden, artifact=artifact, cwd=Path.cwd())
+        return dataclasses.replace(of_spec, pinning=pinning)
     if not args.check:
         raise UsageError("--bundle needs a check repro.py can run: give --check COMMAND or --check-spec SPEC.")
-    return BundleCheck.of_command(
+    of_command = BundleCheck.of_command(
         args.check,
         artifact=args.iter_artifact,
         fail_codes=args.fail_codes or (),
@@ -31,6 +35,7 @@ def bundle_check(args: argparse.Namespace, check: SessionCheck) -> BundleCheck:
         timeout=args.check_timeout,
         cwd=Path.cwd(),
     )
+    return dataclasses.replace(of_command, pinning=pinning)
 
 
 def write_cli_bundle(
@@ -40,15 +45,15 @@ def write_cli_bundle(
     check: SessionCheck,
     log: Log,
     verified: Mapping[str, bool] | None = None,
-) -> None:
-    """``verified``: sha256 of the models the run handed over verified -> whether the check agreed
-    (``engine.verification``): the bundle does not check those bytes again."""
+) -> BundleReport:
+    """Write the bundle; its report says whether it is ``verified``: repro.py reproduced the
+    pinned failure on min_bad.onnx (and passed min_good.onnx) in a clean environment (onnx,
+    onnxruntime, numpy only). ``verified``: sha256 of the models the run handed over verified ->
+    whether the check agreed (``engine.verification``), named in the README."""
     check_of = bundle_check(args, check)
     report = write_bundle(Path(args.bundle), workspace, result, check_of, Path(args.model), verified=verified)
     log.info(f"Bug-report bundle written to {args.bundle}: {report.finding}")
-    reused = f"; {', '.join(report.reused)} judged by the final verification" if report.reused else ""
-    log.info(f"The bundle's self-check ran {report.checks_run} check(s) beyond the reduction's{reused}.")
-    if report.reproduced is False:
-        log.warning("The bundle's repro.py did not reproduce the failure on min_bad.onnx; see its README.md.")
-    elif report.reproduced is None:
-        log.warning("The bundle's repro.py could not run its check here; see its README.md.")
+    log.info(f"The bundle's self-check ran repro.py {report.checks_run} time(s), in a clean environment.")
+    if not report.verified:
+        log.warning(f"The bundle is NOT verified: {report.why_unverified()}; see its README.md.")
+    return report

@@ -207,6 +207,7 @@ class CommandLineRun(SlotSessionHooks):
         self.original_output = ""
         self._original_place: tuple[ModelCheck, Path] = (self.check, self.iter_path)
         self.verified: dict[str, Verified | None] = {}
+        self.bundle_verified = True  # --bundle: repro.py reproduced in its clean environment (bundle_cmd)
         self.suspect: Suspect | None = None
 
     @classmethod
@@ -402,9 +403,10 @@ class CommandLineRun(SlotSessionHooks):
 
     @property
     def exit_code(self) -> int:
-        """0, or: a handed-over model whose final check disagreed (``EXIT_UNVERIFIED``); a check
+        """0, or: a handed-over model whose final check disagreed, or a --bundle whose repro.py did
+        not reproduce the pinned failure in its clean environment (``EXIT_UNVERIFIED``); a check
         that fails whatever the model (``EXIT_SUSPECT``)."""
-        if any(v is not None and not v.ok for v in self.verified.values()):
+        if any(v is not None and not v.ok for v in self.verified.values()) or not self.bundle_verified:
             return EXIT_UNVERIFIED
         return EXIT_SUSPECT if self.suspect is not None else EXIT_OK
 
@@ -433,7 +435,8 @@ class CommandLineRun(SlotSessionHooks):
             self.log.error(self.suspect.message + "\n==== the original's failure output ====\n" + self.suspect.output)
         if getattr(self.args, "bundle", None):
             judged = {v.sha256: v.ok for v in self.verified.values() if v is not None and v.sha256}
-            write_cli_bundle(self.args, self.ws, result, self.session.check, self.log, judged)
+            bundle = write_cli_bundle(self.args, self.ws, result, self.session.check, self.log, judged)
+            self.bundle_verified = bundle.verified
 
     def _say_written(self, what: str, path: str, verified: Verified) -> None:
         if verified.status == JUDGED:

@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.report_bundle import store_bundle
+from engine.report_bundle import NoBundle, store_bundle
 from engine.session import ReductionSession
 from engine.workspace import Workspace
 from jobflow import advance as flow
@@ -171,6 +171,7 @@ def _succeed(
 ) -> int:
     result = reduction.result
     precision = prepared.task is JobTask.PRECISION
+    refused: str | None = None  # why no bug-report bundle is kept (engine.report_bundle)
     if precision:
         stored = store_precision_results(ctx.layout.store, reduction, result, prepared.work_dir)
     else:
@@ -185,8 +186,12 @@ def _succeed(
             prepared.work_dir,
             job.model_filename,
             ctx.worker,
+            pinning=reduction.machine.config.pin_signature,
         )
-        stored |= {ArtifactKind.BUNDLE: bundle} if bundle is not None else {}
+        if isinstance(bundle, NoBundle):
+            refused = bundle.reason
+        else:
+            stored |= {ArtifactKind.BUNDLE: bundle}
     for kind, (blob, meta) in stored.items():
         ArtifactRepository(session).put(job.id, kind, kind.value, blob, meta)
     job.nodes_after = len(result.min_bad)
@@ -197,4 +202,6 @@ def _succeed(
         answer |= precision_payload(reduction, result)
     if result.localization is not None:
         answer["localization"] = result.localization.to_json()
+    if refused is not None:
+        answer["bundle_refused"] = refused
     return succeed(session, job, answer)

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from checks.cancel import CheckStoppedError, stop_checks_when
-from engine.report_bundle import store_bundle
+from engine.report_bundle import NoBundle, store_bundle
 from engine.session import ReductionSession
 from jobflow.ending import end, succeed
 from persistence.enums import ArtifactKind, ErrorCode, JobStatus
@@ -101,14 +101,19 @@ def plan_finals(
         job.model_filename,
         ctx.worker,
         # the final models' bytes: judged ones agreed, the others are checked before the job can
-        # succeed (a disagreement fails it, and its bundle is not kept): not checked again
+        # succeed (a disagreement fails it, and its bundle is not kept); the README names them, and
+        # the bundle's self-check runs repro.py on them all the same, in its clean environment
         {model.blob.sha256: True for model in models},
+        pinning,
     )
     located = result.localization is not None and result.localization.path == "layerwise"
     original_row = next(iter(iterations.list(job.id, 0, 1)), None)
     labels = [prepared.workspace.index.label(n) for n in sorted(result.min_bad.nodes)][:50]
     payload: AnswerPayload = {"min_bad_nodes": labels}
-    if bundle is not None:  # the bundle's own checks: reported apart from checks_run (the iterations')
+    if isinstance(bundle, NoBundle):  # its self-check did not reproduce, or it could not be built
+        payload["bundle_checks"] = bundle.checks_run
+        payload["bundle_refused"] = bundle.reason
+    else:  # the bundle's own checks: reported apart from checks_run (the iterations')
         payload["bundle_checks"] = bundle[1]["checks_run"]
     if result.localization is not None:
         payload["localization"] = result.localization.to_json()
@@ -123,7 +128,7 @@ def plan_finals(
         nodes_after=len(result.min_bad),
         payload=payload,
         repeats=max(1, reduction.machine.flakiness.repeats()) if result.flakiness is not None else 1,
-        extra={ArtifactKind.BUNDLE: bundle} if bundle is not None else {},
+        extra={ArtifactKind.BUNDLE: bundle} if not isinstance(bundle, NoBundle) else {},
     )
 
 

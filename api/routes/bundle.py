@@ -1,8 +1,9 @@
 """``GET /v1/jobs/{id}/bundle``: a finished reduce job's bug-report bundle (a zip: min-bad and
 min-good with the weights they read, the inputs min-bad sees, the check, the worker's environment,
 ``repro.py`` and a README; ``engine.bundle``). The worker that finished the job built and stored
-it (``persistence.report_bundle``); this route serves the stored file, team-scoped like every
-artifact."""
+it (``engine.report_bundle``); this route serves the stored file, team-scoped like every
+artifact. A job whose bundle was not kept (its self-check did not reproduce the pinned failure in a
+clean environment) has the reason in its end event (``bundle_refused``): the 404 repeats it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from api.problems import ProblemError
 from api.routes.artifacts import blob_download
 from api.routes.jobs import load_job
 from persistence.enums import ArtifactKind, JobStatus, JobTask
-from persistence.repositories import ArtifactRepository
+from persistence.repositories import ArtifactRepository, EventRepository
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 
@@ -31,8 +32,13 @@ def download_bundle(job_id: str, services: ServicesDep, team: TeamDep) -> Respon
     job = load_job(services, team.id, job_id)
     with services.db.session() as session:
         artifact = ArtifactRepository(session).get(job.id, ArtifactKind.BUNDLE, ArtifactKind.BUNDLE.value)
+        last = EventRepository(session).after(job.id, job.event_seq - 1, 1) if artifact is None else []
     if artifact is None:
-        raise ProblemError(404, "No bug-report bundle", _why_none(job.status, JobTask.of(job.options), job_id))
+        refused = next((str(e.payload["bundle_refused"]) for e in last if e.payload.get("bundle_refused")), None)
+        why = _why_none(job.status, JobTask.of(job.options), job_id)
+        if refused is not None and job.status == JobStatus.SUCCEEDED:
+            why = f"Job '{job_id}' has no bundle: {refused}. Download artifacts/min-bad and artifacts/min-good instead."
+        raise ProblemError(404, "No bug-report bundle", why)
     return blob_download(services.layout.store, artifact.storage_key, f"{job_id}-bundle.zip", "application/zip")
 
 

@@ -5,10 +5,13 @@ the weights min-bad reads."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib.metadata
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -23,7 +26,14 @@ from onnx import TensorProto, helper, numpy_helper
 from packaging.requirements import Requirement
 
 from checks.golden import write_golden
+from checks.spec import parse_check_spec
+from engine.bundle import BundleCheck, write_bundle
+from engine.workspace import ReduceOptions, load_workspace
+from reducer_cli.args import _add_reduce_args
 from reducer_cli.main import run
+from reducer_core.candidate import Candidate
+from reducer_core.records import ReductionResult
+from reducer_core.verdict import Verdict, VerdictKind
 from tests.checks.models import overflow_model
 from tests.cli.helpers import save_branchy
 from tests.models import IR_VERSION, OPSET
@@ -80,8 +90,14 @@ def repro_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
+def _clean_path() -> str:
+    """PATH without this venv's bin (where onnx-reducer is installed)."""
+    venv_bin = Path(sys.executable).parent.resolve()
+    return os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p and Path(p).resolve() != venv_bin)
+
+
 def _clean_env() -> dict[str, str]:
-    return {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
+    return {"PATH": _clean_path(), "HOME": os.environ.get("HOME", "/tmp")}
 
 
 def test_the_repro_venv_has_the_three_packages_and_nothing_of_onnx_reducer(repro_python: Path, tmp_path: Path) -> None:
@@ -312,34 +328,179 @@ def _runs() -> int:
     return len(Path("runs.log").read_text().splitlines())
 
 
-def test_the_bundle_takes_the_final_verification_of_the_same_bytes(in_tmp: Path) -> None:
-    """min-bad and min-good handed over verified (-o, --min-good): the bundle ships those bytes and
-    runs no check of its own; every run of the check is the reduction's (its iterations and its
-    final verification), and the README says the bundle ran none."""
+def test_the_bundle_checks_both_models_in_its_clean_environment_even_when_verified(in_tmp: Path) -> None:
+    """min-bad and min-good handed over verified (-o, --min-good): the final verification judged
+    them in the reduction's environment, so the bundle runs repro.py on both once more in its clean
+    one (two runs beyond the reduction's), and the README names both."""
     save_branchy("model.onnx")
     command = _command_counting_runs()
     options = ["-o", "bad.onnx", "--min-good", "good.onnx", "--summary-json", "s.json", "--fail-regex", "BUG: .* found"]
     folder = _reduce_with_bundle("model.onnx", *options, "--check", *command)
     summary = json.loads(Path("s.json").read_text())
     final = sum(int(v["checks"]) for v in summary["verified"].values() if v)
-    assert _runs() == summary["checks_run"] + final  # nothing more ran for the bundle
+    assert _runs() == summary["checks_run"] + final + 2  # repro.py ran the command on both models
     assert (folder / "min_bad.onnx").read_bytes() == Path("bad.onnx").read_bytes()
     readme = (folder / "README.md").read_text()
-    assert "Checks the bundle ran itself (repro.py, beyond the reduction's): 0" in readme
-    assert "not run again: min_bad.onnx, min_good.onnx" in readme
-    assert "the failure reproduces (exit 1)" in readme and "On min_good.onnx: it did NOT reproduce (exit 0)" in readme
+    assert "Checks the bundle ran itself (repro.py, beyond the reduction's): 2" in readme
+    assert "also judged these exact bytes, in the reduction's own environment: min_bad.onnx, min_good.onnx" in readme
+    assert "- `python repro.py min_bad.onnx`: the failure reproduces (exit 1)" in readme
+    assert "- `python repro.py min_good.onnx`: it passes (exit 0)" in readme
 
 
-def test_a_bundle_without_a_verified_min_good_checks_it_and_says_so(in_tmp: Path) -> None:
-    """No --min-good: min-good was never handed over, so the bundle runs repro.py on it once,
-    and counts that run."""
-    save_branchy("model.onnx")
-    command = _command_counting_runs()
-    options = ["-o", "bad.onnx", "--summary-json", "s.json", "--fail-regex", "BUG: .* found"]
-    folder = _reduce_with_bundle("model.onnx", *options, "--check", *command)
-    summary = json.loads(Path("s.json").read_text())
-    final = sum(int(v["checks"]) for v in summary["verified"].values() if v)
-    assert _runs() == summary["checks_run"] + final + 1  # repro.py on min_good.onnx ran the command
+# --- the self-check: a clean environment, the pinned failure, the README as it is -------------------
+
+
+def _reduce_data() -> list[str]:
+    """``--reduce-data`` where the CLI has it (the data step is opt-in), nothing where it is the default."""
+    parser = argparse.ArgumentParser()
+    _add_reduce_args(parser)
+    _, unknown = parser.parse_known_args(["model.onnx", "--reduce-data"])
+    return [] if unknown else ["--reduce-data"]
+
+
+def _readme_files(folder: Path) -> list[str]:
+    """The names the README's "Files" section lists."""
+    section = (folder / "README.md").read_text().split("\n## Files\n", 1)[1]
+    return sorted(re.findall(r"^- `([^`]+)`", section, flags=re.MULTILINE))
+
+
+def _full_env() -> dict[str, str]:
+    """PATH with this venv's bin first: onnx-reducer is installed there."""
+    return {"PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]), "HOME": "/tmp"}
+
+
+def test_the_readme_lists_exactly_the_files_in_the_zip_and_what_repro_printed(in_tmp: Path) -> None:
+    """A compare spec with golden values, the data step on: the README's file list is the zip's
+    namelist, and it holds what the clean environment's repro.py printed on each model, word for word."""
+    onnx.save(overflow_model(), "model.onnx")
+    rng = np.random.default_rng(3)
+    write_golden(Path("model.onnx"), Path("g.golden"), [{"x": rng.uniform(0.5, 1.0, size=(1, 16)).astype(np.float32)}])
+    Path("spec.yaml").write_text(COMPARE_SPEC)
+    folder = _reduce_with_bundle("model.onnx", "--check-spec", "spec.yaml", "--golden", "g.golden", *_reduce_data())
+    with zipfile.ZipFile("bug.zip") as archive:
+        assert _readme_files(folder) == sorted(archive.namelist())
     readme = (folder / "README.md").read_text()
-    assert "Checks the bundle ran itself (repro.py, beyond the reduction's): 1" in readme
-    assert "not run again: min_bad.onnx" in readme
+    assert "This bundle is verified." in readme
+    assert "`python -S -B repro.py` with PYTHONPATH holding only numpy, onnx, onnxruntime" in readme
+    printed = readme.split("What `python repro.py min_bad.onnx` printed, word for word:\n\n```\n", 1)[1]
+    printed = printed.split("\n```", 1)[0]
+    assert "sample 0: inputs = inputs.npz" in printed
+    assert "sample 0: MISMATCH p: non-finite values differ" in printed
+    assert printed.endswith("REPRODUCED: the failure reproduces")
+    pinned = json.loads((folder / "check.json").read_text())["pinned"]
+    assert pinned == {"kind": "fail", "signature": "mismatch:nonfinite", "pinning": "kind", "outputs": ["p"]}
+
+
+COMPARE_SPEC = (
+    "kind: compare\nreference: {runtime: onnxruntime}\ntarget: {runtime: onnxruntime, precision: fp16}\n"
+    "tolerance: {atol: 0.01, rtol: 0.01}\n"
+)
+
+
+class _Quiet:
+    def info(self, message: str) -> None: ...
+
+    def warning(self, message: str) -> None: ...
+
+
+def test_a_bundle_of_shrunk_inputs_feeds_them_and_reproduces_the_mismatch(in_tmp: Path, repro_python: Path) -> None:
+    """The data step shrank min-bad's input (16 -> 4 wide) while the golden values stay full size:
+    the bundle carries the inputs min-bad was judged with, and repro.py, in a venv with only onnx,
+    onnxruntime and numpy, feeds those and prints the overflow, exit 1 (fed the full-size golden
+    values, onnxruntime raised "invalid dimensions", which read as "reproduces")."""
+    onnx.save(overflow_model(), "model.onnx")
+    rng = np.random.default_rng(3)
+    write_golden(Path("model.onnx"), Path("g.golden"), [{"x": rng.uniform(0.5, 1.0, size=(1, 16)).astype(np.float32)}])
+    workspace = load_workspace(ReduceOptions(model=Path("model.onnx").resolve(), work_dir=in_tmp / "work"), _Quiet())
+    try:
+        names = [n.name for n in workspace.index.nodes]
+        min_bad = Candidate(frozenset({names.index("overflow")}), data=frozenset({"dim:16=4"}))
+        min_good = Candidate(frozenset({names.index("scale_up")}))
+        detail = "sample 0: outputs beyond tolerance: p; worst p: non-finite values differ"
+        original = Verdict(VerdictKind.FAIL, "mismatch:nonfinite", detail)
+        result = ReductionResult(original, len(names), min_bad, min_good)
+        spec = parse_check_spec(COMPARE_SPEC)
+        check = BundleCheck.of_spec(spec, Path("g.golden"))
+        report = write_bundle(Path("bug.zip"), workspace, result, check, Path("model.onnx"))
+    finally:
+        workspace.close()
+    with zipfile.ZipFile("bug.zip") as archive:
+        archive.extractall("unpacked")
+    folder = Path("unpacked")
+    with np.load(folder / "inputs.npz") as inputs, np.load(folder / "golden.npz") as golden:
+        assert inputs["s"].shape == (1, 4) and golden["s"].shape == (1, 16)
+        np.testing.assert_array_equal(inputs["s"], golden["s"][:, :4])
+    bad = _repro(repro_python, folder)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "sample 0: inputs = inputs.npz" in bad.stdout
+    assert "MISMATCH p: non-finite values differ" in bad.stdout and "invalid dimensions" not in bad.stdout
+    assert report.verified and report.bad_code == 1 and report.good_code == 0
+    # pinned: an overflow; a tolerance miss there is another failure (exit 3), not "reproduces"
+    check_json = json.loads((folder / "check.json").read_text())
+    check_json["pinned"]["signature"] = "mismatch:tolerance"
+    (folder / "check.json").write_text(json.dumps(check_json))
+    other = _repro(repro_python, folder)
+    assert other.returncode == 3, other.stdout + other.stderr
+    assert "another failure: mismatch:nonfinite" in other.stdout
+
+
+def test_a_command_the_clean_environment_lacks_cannot_run_there_and_the_cli_exits_11(
+    in_tmp: Path, repro_python: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's own command check, ``onnx-reducer inspect``: where onnx-reducer is not installed
+    repro.py cannot run the check (exit 2, on min-bad and min-good alike), so the bundle's
+    self-check does not verify it and the CLI exits 11; where it is installed, 1 and 0."""
+    monkeypatch.setenv("PATH", _full_env()["PATH"])  # the reduction runs onnx-reducer from this venv
+    save_branchy("model.onnx")
+    command = ["onnx-reducer", "inspect", "polygraphy_debug.onnx"]
+    options = ["--bundle", "bug.zip", "--no-progress", "-q", "--fail-regex", "Op: Mul"]
+    code = run(["reduce", "model.onnx", *options, "--check", *command])
+    assert code == 11
+    assert "The bundle is NOT verified: repro.py on min_bad.onnx" in capsys.readouterr().err
+    with zipfile.ZipFile("bug.zip") as archive:
+        archive.extractall("unpacked")
+        namelist = sorted(archive.namelist())
+    folder = Path("unpacked")
+    assert _readme_files(folder) == namelist
+    assert "expected.npz" not in namelist and "observed.npz" not in namelist
+    readme = (folder / "README.md").read_text()
+    assert "This bundle is NOT verified" in readme
+    assert "- `python repro.py min_bad.onnx`: it cannot run the check there (exit 2)" in readme
+    assert "cannot run the check here: the command 'onnx-reducer' is not installed here" in readme
+    assert "the failure reproduces (exit 1)" not in readme
+    assert shutil.which("onnx-reducer", path=_clean_path()) is None  # the clean venv's PATH: none anywhere
+    for args in ((), ("min_good.onnx",)):
+        clean = _repro(repro_python, folder, *args)
+        assert clean.returncode == 2, clean.stdout + clean.stderr
+        assert "cannot run the check here" in clean.stdout
+    full = [
+        subprocess.run(
+            [sys.executable, "repro.py", *args],
+            cwd=folder,
+            env=_full_env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        for args in ((), ("min_good.onnx",))
+    ]
+    assert [p.returncode for p in full] == [1, 0], full[0].stdout + full[1].stdout
+    assert "matched: Op: Mul" in full[0].stdout
+
+
+def test_another_exit_code_is_another_failure(in_tmp: Path, repro_python: Path) -> None:
+    """A command check pinned on exit code 3: the script dying on an ImportError (exit 1) is
+    another failure (exit 3), not the failure the bundle is about."""
+    save_branchy("model.onnx")
+    Path("has_sigmoid.py").write_text(
+        "import sys, onnx\n"
+        "ops = {n.op_type for n in onnx.load(sys.argv[1], load_external_data=False).graph.node}\n"
+        "sys.exit(3 if 'Sigmoid' in ops else 0)\n"
+    )
+    folder = _reduce_with_bundle("model.onnx", "--check", sys.executable, "has_sigmoid.py", "polygraphy_debug.onnx")
+    assert json.loads((folder / "check.json").read_text())["pinned"]["signature"] == "exit=3"
+    assert _repro(repro_python, folder).returncode == 1
+    (folder / "check_files" / "has_sigmoid.py").write_text("import not_installed_anywhere\n")
+    other = _repro(repro_python, folder)
+    assert other.returncode == 3, other.stdout + other.stderr
+    assert "another failure: exit=1" in other.stdout and "the reduction pinned exit=3" in other.stdout
