@@ -33,7 +33,7 @@ BOOL_FIELDS = {
     "reduce_outputs": True,
     "pin_signature": True,
     "confirm_flaky": True,
-    "reduce_data": True,  # smaller input sizes at the end (reducer_core.data_reduction)
+    "reduce_data": False,  # smaller input sizes at the end (reducer_core.data_reduction): opt-in
 }
 GOLDEN_FLOOR_BYTES = 64 * 1024**2  # what golden JSON may decode to at least (NPZ payloads inflate)
 

@@ -21,9 +21,15 @@ import regex
 
 from checks.capture import REGEX_TIMED_OUT, StreamCapture, kill_group, matched_patterns, pump, signal_name
 from checks.lifeline import die_with_parent
+from reducer_core.data_reduction import INPUT_SIZE_REFUSED
 from reducer_core.verdict import Verdict, VerdictKind
 
 OUTPUT_TAIL_CHARS = 4000
+# A runtime refusing an input's size (onnxruntime, Polygraphy's runners): a command that feeds
+# inputs of its own sizes to a model whose sizes shrank (``reducer_core.data_reduction``).
+_INPUT_SIZE_REFUSAL = regex.compile(
+    r"Got invalid dimensions for input|Invalid rank for input|Received incompatible shape"
+)
 KILL_GRACE_S = 5.0  # after a timeout kill, how long to read what the pipes still hold
 
 
@@ -111,6 +117,8 @@ class CommandCheck:
             failed = bool(matched) if self.compiled else code != 0
         if failed:
             signature = _signature(code, matched[0] if matched else None, bool(self.fail_codes))
+            if not matched and _INPUT_SIZE_REFUSAL.search(output):  # no expression of the user's decided it
+                signature += f";{INPUT_SIZE_REFUSED}"  # the same family; a data step does not count it
             return Verdict(VerdictKind.FAIL, signature, f"exit code {code}", duration)
         return Verdict(VerdictKind.PASS, "", f"exit code {code}", duration)
 

@@ -91,17 +91,37 @@ def resolve_config(config: SessionConfig, spec: CheckSpec | None) -> SessionConf
 
 
 def fixed_inputs(check: SessionCheck, options: ReduceOptions) -> str | None:
-    """Why the check's inputs cannot shrink with the model (``reducer_core.data_reduction``), or
-    None: golden reference outputs are the full model's (a slice of them is not what a smaller
-    input gives), and a command reads the inputs of ``--load-inputs``/``--data-loader-script``
-    itself, at their sizes; a person judging each model (interactive) feeds their own inputs."""
+    """Why the data step (``reducer_core.data_reduction``) does not run at all, or None: an
+    op-present check reads no values (no size changes its verdict); golden reference outputs are
+    the full model's (a slice of them is not what a smaller input gives); a command reads the
+    inputs of ``--load-inputs``/``--data-loader-script`` itself, at their sizes; a person judging
+    each model (interactive) feeds their own inputs."""
     if isinstance(check.check, InteractiveCheck):
         return "a person judges each model with their own inputs"
+    if check.spec is not None and check.spec.kind == "op-present":
+        return "an op-present check reads no values"
     if check.spec is not None and check.spec.kind == "golden":
         return "a golden check compares with the full-size reference outputs"
     if check.spec is None and (options.load_inputs or options.data_loader_script):
         return "the check reads fixed inputs (--load-inputs / --data-loader-script)"
     return None
+
+
+def data_config(config: SessionConfig, check: SessionCheck, options: ReduceOptions) -> tuple[SessionConfig, str]:
+    """``config`` with what the data step must leave as the user gave it, and a line saying so
+    (empty when nothing): the sizes of ``--model-input-shapes`` (``SessionConfig.fixed_sizes``),
+    and every input's sizes when the check feeds values of its own (samples of ``--load-inputs``
+    or an upload, golden values: ``SessionConfig.fixed_inputs``); the whole step off (``fixed_inputs``)."""
+    if not config.reduce_data:
+        return config, ""
+    if fixed := fixed_inputs(check, options):
+        return dataclasses.replace(config, reduce_data=False), f"Input sizes and weights are not reduced: {fixed}."
+    sizes = frozenset(d for dims in options.input_shapes.values() for d in dims if isinstance(d, int) and d > 1)
+    samples = check.golden is not None
+    notes = [f"the sizes of --model-input-shapes ({', '.join(map(str, sorted(sizes)))})"] if sizes else []
+    notes += ["the inputs' sizes (the check feeds its samples)"] if samples else []
+    note = f"The data step keeps {' and '.join(notes)}." if notes else ""
+    return dataclasses.replace(config, fixed_sizes=config.fixed_sizes | sizes, fixed_inputs=samples), note
 
 
 class SessionHooks(SilentListener):
@@ -166,10 +186,9 @@ class ReductionSession:
         listener: SessionListener | None = None,
     ) -> ReductionSession:
         """A new session, or (``state``) the one whose ``state()`` was saved, at that position."""
-        config = resolve_config(config, check.spec)
-        if config.reduce_data and (fixed := fixed_inputs(check, workspace.options)):
-            workspace.log.info(f"Input sizes are not reduced: {fixed}.")
-            config = dataclasses.replace(config, reduce_data=False)
+        config, note = data_config(resolve_config(config, check.spec), check, workspace.options)
+        if note:
+            workspace.log.info(note)
         index = workspace.index
         cache = VerdictCache(index.fingerprint, verdict_identity(check, workspace.options))
         relay = _Relay(listener or SilentListener())

@@ -37,8 +37,9 @@ def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
     ``confirm_flaky``: the api stores it with every new job (on unless the upload says false); a job
     stored before it existed has none and keeps it off, so its saved session resumes unchanged. It
     matters to reduce jobs only: a precision job's session takes no ``SessionConfig``. ``reduce_data``
-    (smaller input sizes at the end) likewise: the api stores it with every new job (on unless the
-    upload says false); a job stored before it existed keeps it off, its saved session unchanged."""
+    (smaller input sizes at the end) likewise: the api stores it with every new job (off unless the
+    upload says true; jobs stored while it was on by default have ``true`` stored and resume with
+    it); a job stored before it existed keeps it off, its saved session unchanged."""
     return SessionConfig(
         mode=mode,
         reduce_inputs=bool(options.get("reduce_inputs", True)),

@@ -245,13 +245,22 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         help="Keep the bodies of Loop and If nodes whole, as Polygraphy does (by default they are "
         "reduced too once the outer graph is minimal). [onnx-reducer]",
     )
-    parser.add_argument(
+    data = parser.add_mutually_exclusive_group()
+    data.add_argument(
+        "--reduce-data",
+        dest="reduce_data",
+        action="store_true",
+        default=False,
+        help="Once the graph is minimal, shrink the min-bad model's input sizes (batch, sequence...) "
+        "and then its weights to the smallest that still fail the same way; each step costs a check "
+        "(about 2*log2(size) at most per size). Sizes given with --model-input-shapes and the inputs "
+        "of --load-inputs, golden values or samples are kept; op-present checks skip it. [onnx-reducer]",
+    )
+    data.add_argument(
         "--no-reduce-data",
         dest="reduce_data",
         action="store_false",
-        help="Keep the min-bad model's input sizes and weights (by default its batch, sequence and "
-        "other input dimensions, then its weights, shrink at the end to the smallest that still fail). "
-        "[onnx-reducer]",
+        help="Keep the min-bad model's input sizes and weights (the default). [onnx-reducer]",
     )
     passes = parser.add_mutually_exclusive_group()
     passes.add_argument(

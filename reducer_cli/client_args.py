@@ -112,13 +112,22 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         default=None,
         help="Count any failure, not only one like the original's (as for reduce).",
     )
-    submit.add_argument(
+    data = submit.add_mutually_exclusive_group()
+    data.add_argument(
+        "--reduce-data",
+        dest="reduce_data",
+        action="store_true",
+        default=None,
+        help="Shrink the min-bad model's input sizes and weights once the graph is minimal (as for "
+        "reduce; sends reduce_data=true; the server keeps them by default).",
+    )
+    data.add_argument(
         "--no-reduce-data",
         dest="reduce_data",
         action="store_false",
         default=None,
-        help="Keep the min-bad model's input sizes and weights as they are (as for reduce; sends "
-        "reduce_data=false; the server shrinks them by default).",
+        help="Keep the min-bad model's input sizes and weights as they are (the server's default; "
+        "sends reduce_data=false).",
     )
     confirm = submit.add_mutually_exclusive_group()
     confirm.add_argument(

@@ -148,7 +148,7 @@ def config_from_args(args: argparse.Namespace) -> SessionConfig:
         min_good=bool(args.min_good or getattr(args, "bundle", None)),  # a bundle carries min-good
         confirm_flaky=confirms_flaky(args),
         reduce_bodies=getattr(args, "reduce_bodies", True),
-        reduce_data=getattr(args, "reduce_data", True),
+        reduce_data=getattr(args, "reduce_data", False),
     )
 
 

@@ -193,8 +193,8 @@ class ReducerClient:
         external-data files lie next to it: those are bundled on the fly; or a prepared
         ``UploadSource``, see ``model_source``) with a check spec (YAML or JSON text); ``task``:
         ``reduce`` (the server's default) or ``precision`` (which nodes must stay fp32); an option left
-        ``None`` is not sent (the server's default; ``confirm_flaky`` and ``reduce_data``: on);
-        ``reduce_data=False``: the answer keeps its input sizes and weights; ``inputs``: input
+        ``None`` is not sent (the server's default; ``confirm_flaky``: on, ``reduce_data``: off);
+        ``reduce_data=True``: the answer's input sizes and weights shrink too; ``inputs``: input
         samples (.npz or Polygraphy JSON) that the check judges, every one. Streamed from
         disk; ``progress(sent, total)`` sees the file bytes go out. Retries reuse one
         ``Idempotency-Key`` (a new one unless given), so at most one job is created."""

@@ -40,8 +40,14 @@ class SessionConfig:
     """Reduce inside the bodies of the Loop/If nodes left once the outer graph is minimal
     (``reducer_core.body_reduction``); False keeps them whole, as Polygraphy does."""
     reduce_data: bool = False
-    """Shrink the min-bad model's input sizes at the end (``reducer_core.data_reduction``); the
-    command line and the service turn it on by default (``--no-reduce-data`` turns it off)."""
+    """Shrink the min-bad model's input sizes and weights at the end (``reducer_core.data_reduction``);
+    off by default everywhere (``--reduce-data``, the service's ``reduce_data`` job option)."""
+    fixed_sizes: frozenset[int] = field(default=frozenset(), compare=False)
+    """Sizes the data step never shrinks: those of the shapes the user gave (``--model-input-shapes``).
+    Not saved: the verdict cache's identity holds the shapes already."""
+    fixed_inputs: bool = field(default=False, compare=False)
+    """The check feeds values of its own to every input (samples, golden values): no input size
+    shrinks, only the weights' sizes that no input shares. Not saved, as ``fixed_sizes``."""
 
     @property
     def confirms(self) -> bool:
@@ -56,7 +62,7 @@ class SessionConfig:
         """The fields that decide which checks run (and so must match on resume); ``goal`` only when
         not the default and ``confirm_flaky`` only when on (sessions saved before them, and a
         session saved without confirmation, resume unchanged: ``reducer_core.state.check_state``)."""
-        skip = {"infra_retries", "not_localized", "goal", "confirm_flaky"}
+        skip = {"infra_retries", "not_localized", "goal", "confirm_flaky", "fixed_sizes", "fixed_inputs"}
         saved = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         if self.confirms:
             saved["confirm_flaky"] = True

@@ -5,8 +5,10 @@ An edit ``"dim:256=17"`` sets every dimension of value 256 of the model's graph 
 initializers) to 17: the inputs that share a size (a sequence length read by ``input_ids`` and
 ``attention_mask``) shrink together. The model's inner and output shapes are inferred again, in
 strict mode: a size its nodes cannot take (a MatMul's contraction dimension against a weight, a
-broadcast against a bias, a Reshape to a fixed shape) raises ``DataEditError``, so such a
-candidate is never written, let alone checked. Pure: ModelProto in, ModelProto out."""
+broadcast against a bias, a Reshape to a fixed shape), or a model that then fails
+``onnx.checker.check_model(full_check=True)`` (a Loop whose outputs lose their shapes), raises
+``DataEditError``, so such a candidate is never written, let alone checked. Pure: ModelProto in,
+ModelProto out."""
 
 from __future__ import annotations
 
@@ -89,11 +91,10 @@ def apply(model: onnx.ModelProto, edits: Iterable[str], read: weight_edits.Reade
     except (onnx.shape_inference.InferenceError, ValueError, RuntimeError) as error:
         raise DataEditError(f"The model's nodes cannot take the input sizes {sorted(edits)}: {error}") from None
     _check_reshapes(inferred)
-    if changes:  # a sliced weight is new data: every such candidate passes the full checker
-        try:
-            onnx.checker.check_model(_checkable(inferred), full_check=True)
-        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
-            raise DataEditError(f"The model does not take the weight edits {changes}: {error}") from None
+    try:  # every data candidate passes the full checker (a Loop's outputs that lose their shapes do not)
+        onnx.checker.check_model(_checkable(inferred), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
+        raise DataEditError(f"The model does not pass the checker with the data edits {edits}: {error}") from None
     return inferred
 
 

@@ -1,21 +1,31 @@
 """Smaller inputs: once the graph is minimal, the sizes of the min-bad model's input dimensions
-shrink to the smallest that still fail (``Candidate.data``, ``reducer_core.data_edits``).
+shrink to the smallest that still fail (``Candidate.data``, ``reducer_core.data_edits``). Opt-in
+(``SessionConfig.reduce_data``, ``--reduce-data``).
 
 The dimensions are grouped by size: every dimension of value V > 1 among the model's graph inputs
 (initializers excluded) is one group, so inputs that share a sequence length or a batch shrink
 together. Largest size first, each group is searched in turn, keeping what the groups before it
-settled: halve while the model fails (V/2, V/4, ...); at the first pass, bisect between it and
-the last failing size, down to one. With a monotone check the answer is the smallest failing size
-exactly, in at most about 2 * log2(V) checks per group (a failure at every size: log2(V) checks,
-down to 1). A size the model's nodes cannot take (``DataEditError``: a MatMul's contraction
-dimension against its weight, a bias broadcast, a Reshape to a fixed shape) costs no check: it
-counts as a pass, and when half the size is refused already the group is left alone (a weight's
-dimension, not a data one).
+settled: the smallest size, 1, first (one check settles a failure at any size); when it passes,
+halve while the model fails (V/2, V/4, ...); at the first pass, bisect between it and the last
+failing size. With a monotone check the answer is the smallest failing size exactly, in at most
+about 2 * log2(V) + 1 checks per group (a failure at every size: one). A size the model's nodes
+cannot take (``DataEditError``: a MatMul's contraction dimension against its weight, a bias
+broadcast, a Reshape to a fixed shape, a model that fails ``onnx.checker``'s full check such as a
+Loop whose outputs lose their shapes) costs no check: it counts as a pass, and when half the size
+is refused already the group is left alone (a weight's dimension, not a data one).
+
+Sizes the user fixed never shrink (``SessionConfig.fixed_sizes``: those of ``--model-input-shapes``),
+nor, when the check feeds values of its own (``SessionConfig.fixed_inputs``: samples, golden values),
+any input's size: then only the weights' sizes that no input shares do.
 
 Then the weights (``reducer_core.weight_edits``), with the input sizes settled: the same search
 over the sizes of the weights' dimensions (``WeightSearch``: a hidden size shrinks with the weights
 and the inputs that share it), and last one check of the model with every weight sliced to the
 part its Gather/Slice readers take (``used_candidate``: exact, it costs a check like any step).
+
+A smaller size counts as failing only with the original's failure (``reproduces``): at least its
+family, even with ``--any-failure``, and never a command check whose runtime refused an input's
+size (``INPUT_SIZE_REFUSED``: the check fed inputs of its own sizes) when the original's did not.
 
 A step machine like the strategies (``propose``/``observe``/``best_bad``), deterministic (the
 validity of a size is a function of the model), so the session replays it from the verdict cache.
@@ -26,12 +36,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import onnx
+
 from reducer_core import data_edits, weight_edits
 from reducer_core.candidate import Candidate
 from reducer_core.extract import extract
 from reducer_core.graph import GraphIndex
+from reducer_core.verdict import Pinning, Verdict
 
 PHASE = "data"
+# The signature part of a command check's failure whose output shows that the runtime refused an
+# input's size (``checks.command``): the check fed inputs of its own sizes to a smaller model.
+INPUT_SIZE_REFUSED = "input-size-refused"
 
 
 @dataclass
@@ -40,10 +56,13 @@ class _Group:
     passing: int = 0  # the largest size known not to fail (0: none yet)
     failing: int = 0  # the smallest size known to fail (the original size at first)
     halving: bool = True
+    smallest: bool = True  # size 1 not tried yet: it comes first
 
     def next_size(self) -> int | None:
-        if self.halving:
-            return self.failing // 2 if self.failing > 1 else None
+        if self.smallest:
+            return 1 if self.failing > 1 else None
+        if self.halving and self.failing // 2 > self.passing:
+            return self.failing // 2
         middle = (self.passing + self.failing) // 2
         return middle if middle > self.passing else None
 
@@ -69,16 +88,19 @@ class DataSearch:
         self.checks = 0
 
     @classmethod
-    def start(cls, index: GraphIndex, base: Candidate) -> DataSearch | None:
-        """A search over ``base``'s input sizes; None when it has none above 1 (or has data edits
-        already, or a primary node: its frozen side-branch constants could not shrink with it)."""
-        if base.data or base.primary is not None:  # frozen side branches keep their full sizes
+    def start(
+        cls, index: GraphIndex, base: Candidate, keep: frozenset[int] = frozenset(), inputs_fixed: bool = False
+    ) -> DataSearch | None:
+        """A search over ``base``'s input sizes but those in ``keep``; None when it has none above 1
+        (or ``inputs_fixed``, or it has data edits already, or a primary node: its frozen side-branch
+        constants could not shrink with it)."""
+        if inputs_fixed or base.data or base.primary is not None:  # frozen side branches keep their full sizes
             return None
         try:
             model = extract(index, base)
         except data_edits.DataEditError:
             return None
-        sizes = [d for dims in data_edits.input_dims(model).values() for d in dims if isinstance(d, int) and d > 1]
+        sizes = [d for d in _input_sizes(model) if d not in keep]
         if not sizes:
             return None
         return cls(base, sizes, lambda candidate: _takes(index, candidate))
@@ -102,6 +124,9 @@ class DataSearch:
             if self.valid(candidate):
                 self._asked, self._asked_size = candidate, size
                 return candidate
+            if group.smallest:
+                group.smallest, group.passing = False, 1  # refused: as a pass, without a check
+                continue
             if group.halving and group.failing == group.size:
                 self._at += 1  # half the size is refused already: a weight's dimension, left alone
                 continue
@@ -118,6 +143,10 @@ class DataSearch:
 
     @staticmethod
     def _take(group: _Group, size: int, failed: bool) -> None:
+        if group.smallest:  # size 1: a failure settles the group, a pass starts the halving
+            group.smallest = False
+            group.failing, group.passing = (size, group.passing) if failed else (group.failing, size)
+            return
         if failed:
             group.failing = size
         else:
@@ -141,15 +170,19 @@ class WeightSearch(DataSearch):
     the input sizes ``base`` settled."""
 
     @classmethod
-    def start(cls, index: GraphIndex, base: Candidate) -> DataSearch | None:
-        """None when ``base``'s model has no weight dimension above 1 (or a primary node)."""
+    def start(
+        cls, index: GraphIndex, base: Candidate, keep: frozenset[int] = frozenset(), inputs_fixed: bool = False
+    ) -> DataSearch | None:
+        """None when ``base``'s model has no weight dimension above 1 but those in ``keep`` (with
+        ``inputs_fixed``, also none that an input shares), or has a primary node."""
         if base.primary is not None or any(weight_edits.is_weight_edit(e) for e in base.data):
             return None
         try:
             model = extract(index, base)
         except data_edits.DataEditError:
             return None
-        sizes = weight_edits.weight_sizes(model, index.read_weight)
+        keep = keep | frozenset(_input_sizes(model)) if inputs_fixed else keep
+        sizes = [d for d in weight_edits.weight_sizes(model, index.read_weight) if d not in keep]
         if not sizes:
             return None
         return cls(base, sizes, lambda candidate: _takes(index, candidate), weight_edits.dim_edit)
@@ -170,6 +203,25 @@ def used_candidate(index: GraphIndex, base: Candidate) -> Candidate | None:
         base.nodes, base.primary, base.body, base.data | {weight_edits.used_edit(name) for name in names}
     )
     return candidate if _takes(index, candidate) else None
+
+
+def reproduces(verdict: Verdict, original: Verdict, pinned: bool | Pinning) -> bool:
+    """Whether a data candidate's ``verdict`` is the ``original`` failure: under ``pinned``, but at
+    least the failure's family (a smaller size that fails otherwise is no smaller reproduction), and
+    not when a command check's runtime refused an input's size that the original's took."""
+    if refused_input_size(verdict) and not refused_input_size(original):
+        return False
+    pinning = Pinning.of(pinned)
+    return verdict.reproduces(original, Pinning.KIND if pinning is Pinning.OFF else pinning)
+
+
+def refused_input_size(verdict: Verdict) -> bool:
+    """Whether ``verdict`` is a command check's failure whose runtime refused an input's size."""
+    return INPUT_SIZE_REFUSED in verdict.signature.split(";")
+
+
+def _input_sizes(model: onnx.ModelProto) -> list[int]:
+    return [d for dims in data_edits.input_dims(model).values() for d in dims if isinstance(d, int) and d > 1]
 
 
 def _takes(index: GraphIndex, candidate: Candidate) -> bool:

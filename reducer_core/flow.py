@@ -22,6 +22,7 @@ from reducer_core.candidate import Candidate
 from reducer_core.config import SessionConfig
 from reducer_core.data_reduction import PHASE as DATA_PHASE
 from reducer_core.data_reduction import DataSearch, WeightSearch, used_candidate
+from reducer_core.data_reduction import reproduces as data_reproduces
 from reducer_core.errors import GoalUnreachableError, OriginalDidNotFailError
 from reducer_core.flakiness import (
     CONFIRM_LIMIT,
@@ -234,21 +235,34 @@ class ReductionFlow:
         nodes read. Not for a flaky check (one pass would settle a size)."""
         if self.flakiness.flaky or not self.config.reduce_data:
             return
-        self._data = DataSearch.start(self.index, self.best_bad)
+        keep, fixed = self.config.fixed_sizes, self.config.fixed_inputs  # what the user fixed never shrinks
+        self._data = DataSearch.start(self.index, self.best_bad, keep, fixed)
         yield from self._search_data(self._data)
-        self._weights = WeightSearch.start(self.index, self.best_bad)
+        self._weights = WeightSearch.start(self.index, self.best_bad, keep, fixed)
         yield from self._search_data(self._weights)
         used = used_candidate(self.index, self.best_bad)
         if used is not None:
             verdict = yield CheckStep(used, DATA_PHASE)
             assert isinstance(verdict, Verdict)
-            self._used = used if self.reproduces(verdict) else None
+            self._used = used if self._data_reproduces(verdict) else None
 
     def _search_data(self, search: DataSearch | None) -> Steps:
         while search is not None and (candidate := search.propose()) is not None:
             verdict = yield CheckStep(candidate, DATA_PHASE)
             assert isinstance(verdict, Verdict)
-            search.observe(candidate, self.reproduces(verdict))
+            search.observe(candidate, self._data_reproduces(verdict))
+
+    def _data_reproduces(self, verdict: Verdict) -> bool:
+        """A data candidate's failure counts when it is the original's (``data_reduction.reproduces``:
+        at least its family, and no runtime refusing an input's size)."""
+        assert self.original is not None
+        return data_reproduces(verdict, self.original, self.config.pin_signature)
+
+    def reproduces_in(self, phase: str, verdict: Verdict) -> bool:
+        """``reproduces``, as the step of ``phase`` counts it (what an iteration record says)."""
+        if phase == DATA_PHASE and self.original is not None and self.config.goal is Goal.FAILURE:
+            return self._data_reproduces(verdict)
+        return self.reproduces(verdict)
 
     def _confirm_small_answer(self) -> Generator[Step, Answer, None]:
         """An answer of 2 to ``CONFIRM_LIMIT`` nodes: ``CONFIRM_LIMIT`` re-checks, taking in turn the

@@ -346,7 +346,7 @@ class ReductionMachine:
         self._settle()
 
     def _answer(self, step: CheckStep, number: int, verdict: Verdict, cached: bool, overhead_s: float) -> None:
-        reproduces = self.flow.reproduces(verdict)
+        reproduces = self.flow.reproduces_in(step.phase, verdict)
         source = self._source(step.candidate) if cached and not self._replaying else ""
         try:
             self._feed(verdict)

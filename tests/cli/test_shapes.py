@@ -105,6 +105,37 @@ def test_model_input_shapes_fix_every_iteration_models_shapes(in_tmp: Path, fall
     run_ort(reduced, {"a": np.ones((2, 3), np.float32)})
 
 
+def image_model() -> onnx.ModelProto:
+    """x[N,C,H,W] -> Relu -> Mul -> Neg -> y: the shapes come from --model-input-shapes only."""
+    return make_model(
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="relu"),
+            helper.make_node("Mul", ["a", "a"], ["b"], name="mul"),
+            helper.make_node("Neg", ["b"], ["y"], name="neg"),
+        ],
+        [info("x", FLOAT, ["N", "C", "H", "W"])],
+        [info("y", FLOAT, ["N", "C", "H", "W"])],
+    )
+
+
+@pytest.mark.parametrize("data", [[], ["--reduce-data"]], ids=["default", "reduce-data"])
+def test_the_shapes_of_model_input_shapes_are_never_shrunk(in_tmp: Path, data: list[str]) -> None:
+    """Polygraphy's test of the flag: x:[1,2,5,5] gives a Mul whose input is [1,2,5,5], with the
+    data step (it keeps the sizes the user gave) or without it (the default)."""
+    onnx.save(image_model(), "model.onnx")
+    argv = ["onnx-reducer", "reduce", "model.onnx", "-o", "reduced.onnx", "--no-progress", *data]
+    argv += ["--model-input-shapes", "x:[1,2,5,5]"]
+    argv += ["--fail-regex", "Op: Mul", "--check", "onnx-reducer", "inspect", "polygraphy_debug.onnx"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    reduced = onnx.load("reduced.onnx")
+    assert ops(reduced) == ["Mul"]
+    assert [(i.name, dims(i)) for i in reduced.graph.input] == [("a", [1, 2, 5, 5])]
+    assert [(o.name, dims(o)) for o in reduced.graph.output] == [("b", [1, 2, 5, 5])]
+    if data:
+        assert "keeps the sizes of --model-input-shapes (2, 5)" in done.stderr
+
+
 def test_without_model_input_shapes_the_dims_stay_symbolic_and_the_user_is_told(in_tmp: Path) -> None:
     code, reduced, log = reduce(symbolic_model(), "Op: Mul")
 

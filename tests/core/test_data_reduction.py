@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from bench.control_flow_zoo import loop_model, node_names
 from reducer_core import data_edits, modelio, weight_edits
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
@@ -23,6 +25,7 @@ from reducer_core.errors import ReplayMismatchError
 from reducer_core.extract import SerializedPieces, extract, extract_bytes
 from reducer_core.graph import GraphIndex
 from reducer_core.machine import ReductionMachine
+from reducer_core.requests import CheckRequest
 from reducer_core.verdict import Verdict
 from tests.models import FAIL, IR_VERSION, OPSET, PASS, index_of, random_feeds
 
@@ -79,7 +82,7 @@ class SizeOracle:
         return FAIL if self.culprit in present and seq >= self.threshold else PASS
 
 
-def run(machine: ReductionMachine, oracle: SizeOracle, limit: int | None = None) -> int:
+def run(machine: ReductionMachine, oracle: Callable[[Candidate], Verdict], limit: int | None = None) -> int:
     """Drive ``machine``; stop after ``limit`` checks. Returns the checks run."""
     done = 0
     while not machine.done and (limit is None or done < limit):
@@ -106,10 +109,10 @@ def test_the_sequence_shrinks_to_the_smallest_failing_size_in_few_checks(thresho
     # the hidden size fails at any size too (the Erf alone reads no weight)
     assert data_edits.input_dims(model) == {"act": [1, threshold, 1]}
     data_checks = sum(1 for r in machine.records if r.phase == "data")
-    # per size: halving, log2(size) at most, then bisection between the pass and the failure
-    assert data_checks <= 2 * (math.log2(SEQ) + math.log2(HIDDEN))
+    # per size: size 1 first, then halving, log2(size) at most, then bisection between the pass and the failure
+    assert data_checks <= 2 * (math.log2(SEQ) + math.log2(HIDDEN)) + 2
     if threshold == 1:
-        assert data_checks == math.log2(SEQ) + math.log2(HIDDEN)  # a failure at every size: one halving per check
+        assert data_checks == 2  # a failure at every size: one check per size (size 1 first)
 
 
 def test_weight_dimensions_stay_and_mask_shrinks_with_the_tokens() -> None:
@@ -184,7 +187,7 @@ def test_reduce_data_off_by_default_and_old_states_resume_with_it_on() -> None:
     )
     more = SizeOracle(index, 1)
     run(resumed, more)
-    assert more.sizes == [32, 16, 8, 4, 2, 1, 1, 1, 1]  # only the data phase's checks (sequence, then hidden)
+    assert more.sizes == [1, 1]  # only the data phase's checks (sequence, then hidden: size 1 first)
     on_state = json.loads(json.dumps(resumed.state()))
     assert on_state["config"]["reduce_data"] is True
     with pytest.raises(ReplayMismatchError):
@@ -319,6 +322,9 @@ def test_a_hidden_size_shrinks_with_its_weight_and_inputs_together() -> None:
     search = WeightSearch.start(index, whole)
     assert search is not None
     candidate = search.propose()
+    assert candidate is not None and candidate.data == {weight_edits.dim_edit(HIDDEN, 1)}  # size 1 first
+    search.observe(candidate, False)
+    candidate = search.propose()  # then halving
     assert candidate is not None and candidate.data == {weight_edits.dim_edit(HIDDEN, HIDDEN // 2)}
     model = extract(index, candidate)
     onnx.checker.check_model(model, full_check=True)
@@ -379,3 +385,26 @@ def test_external_weights_are_read_sliced_and_the_others_left_in_their_file(
     assert sliced is not None
     table = next(t for t in extract(index, sliced).graph.initializer if t.name == "table")
     np.testing.assert_array_equal(numpy_helper.to_array(table)[:, 0], [0.0, 10.0, 20.0, 30.0])
+
+
+def test_a_loop_answer_and_every_data_candidate_pass_the_full_checker() -> None:
+    """The culprit fails only inside its Loop (whose body declares [2, 3]): a smaller input leaves
+    the Loop's outputs without a shape, a model the full checker refuses, so no such size is
+    proposed; the answer, and every candidate checked, passes ``check_model(full_check=True)``."""
+    index = index_of(loop_model(length=12, culprit=5))
+    config = SessionConfig(reduce_data=True, reduce_bodies=False)  # the Loop whole: its body's shapes fixed
+    machine = ReductionMachine(index, config, VerdictCache(index.fingerprint, "c"))
+    checked: list[onnx.ModelProto] = []
+    while not machine.done:
+        (request,) = machine.next_requests(1)
+        assert isinstance(request, CheckRequest)
+        model = extract(index, request.candidate)
+        checked.append(model)
+        inside = any(node.op_type == "Loop" for node in model.graph.node)
+        machine.deliver(request, FAIL if inside and "body/culprit" in node_names(model) else PASS)
+    answer = extract(index, machine.result.min_bad)
+    assert [node.op_type for node in answer.graph.node] == ["Loop"]
+    onnx.checker.check_model(answer, full_check=True)
+    for model in checked:
+        onnx.checker.check_model(model, full_check=True)
+    assert data_edits.input_dims(answer) == {"pre": [2, 3]}

@@ -230,7 +230,8 @@ def test_confirm_flaky_is_kept_in_the_jobs_options_and_part_of_the_same_request(
         "confirm_flaky": False,
         "reduce_data": False,
     }
-    assert default["confirm_flaky"] is True and default["pin_signature"] is True and default["reduce_data"] is True
+    assert default["confirm_flaky"] is True and default["pin_signature"] is True
+    assert default["reduce_data"] is False  # the data step is opt-in
     assert interactive["confirm_flaky"] is False  # a person is not asked again unless the form says so
     assert first.status_code == same.status_code == 202 and first.json()["id"] == same.json()["id"]
     assert other.status_code == 422 and "Idempotency-Key" in other.json()["title"]

@@ -169,22 +169,23 @@ def test_drop_the_example_watch_it_and_compare_the_graphs(service: Service, brow
 
 
 def test_the_smaller_inputs_checkbox_sends_reduce_data(service: Service, browser: Browser) -> None:
-    """Unticking "Shrink the answer's inputs and weights" sends ``reduce_data=false``: the job stores
-    it and its min-bad graph keeps the example's 2 x 2 inputs (the default job shrinks them)."""
+    """"Shrink the answer's inputs and weights" is unticked by default; ticking it sends
+    ``reduce_data=true``: the job stores it (its op-present check reads no values, so its min-bad
+    graph keeps the example's 2 x 2 inputs all the same)."""
     browser.open(service.url + "/#/new")
     browser.sign_in(service.token)
     box = browser.find("reduce_data")
-    assert box.get_property("checked") and browser.text("reduce_data-help") == plain(EN["new.reduce_data.help"])
+    assert not box.get_property("checked") and browser.text("reduce_data-help") == plain(EN["new.reduce_data.help"])
     browser.driver.find_element(By.CSS_SELECTOR, 'label[for="reduce_data"]').click()
-    assert not box.get_property("checked")
+    assert box.get_property("checked")
     browser.drop_file("drop-zone", "model.onnx", EXAMPLE)
     browser.find("submit-job").click()
     job_id = _job_id(browser)
-    browser.js("document.getElementById('reduce_data').checked = true")  # later tests: the default again
+    browser.js("document.getElementById('reduce_data').checked = false")  # later tests: the default again
     _wait_status(browser, "succeeded")
     with client_for(service.url, service.token) as client:
         job = client.get(f"/v1/jobs/{job_id}").json()
-    assert job["options"]["reduce_data"] is False
+    assert job["options"]["reduce_data"] is True
     labels = "return [...document.querySelectorAll('#graph-min-bad text')].map(t => t.textContent)"
     # (the page may still hold the graph of the job opened before: wait for this job's)
     browser.wait(lambda d: "float32[1,1,2,2]" in browser.js(labels), "this job's min-bad graph")
