@@ -1,5 +1,6 @@
 """``DELETE /v1/jobs/{id}``: the job is cancelled first (a running one stops within seconds), then
-deleted with what only it refers to (``persistence.retention``)."""
+deleted with its farm verdicts and the blobs nothing refers to any more (``persistence.retention``:
+a blob another job of any team stored, even one not recorded yet, stays)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from api.services import Services
 from jobflow.ending import cancel
 from persistence.contracts import QUEUE_INTERACTIVE
 from persistence.repositories import JobRepository
-from persistence.retention import delete_finished_job
+from persistence.retention import blob_grace_s, delete_finished_job
 
 STOP_WAIT_S = 15.0  # how long DELETE waits for a running job to stop before answering 409
 POLL_S = 0.25
@@ -39,8 +40,9 @@ async def delete_job(services: Services, team_id: str, job_id: str) -> None:
     if seq is not None:
         services.notify(job_id, seq)
     deadline = time.monotonic() + STOP_WAIT_S
+    grace = blob_grace_s(services.settings.job_time_limit_s)
     while True:
-        deleted = await anyio.to_thread.run_sync(delete_finished_job, services.db, services.layout, job_id)
+        deleted = await anyio.to_thread.run_sync(delete_finished_job, services.db, services.layout, job_id, grace)
         if deleted is not None or not await anyio.to_thread.run_sync(_still_there, services, team_id, job_id):
             services.job_reads.forget(team_id, job_id)
             return

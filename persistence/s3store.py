@@ -17,7 +17,9 @@ local store's own layout. So ``S3ArtifactStore`` is the local store (the cache) 
   sha256 checked against the key, renamed into place) and returns that path, so every caller that
   reads a local file works unchanged, on any machine;
 - content already in the bucket is not uploaded again: it is touched (copied onto itself with new
-  metadata), so its age tells the sweep (``worker/maintenance.py``) that a job stored it again;
+  metadata), so its age tells the sweep (``worker/maintenance.py``) and job deletion
+  (``persistence.retention``) that a job stored it again; should it vanish between the HEAD and
+  the copy (removed as old and unreferenced), it is uploaded again;
 - ``download_url`` gives a short-lived presigned GET URL (the api redirects downloads to it).
 
 Credentials come from the settings (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, else boto3's
@@ -160,14 +162,19 @@ class S3ArtifactStore(ArtifactStore):
         try:
             head = self._head(blob.key)
             if head is not None and head.get("ContentLength") == blob.size and blob.size <= COPY_LIMIT:
-                client.copy_object(
-                    Bucket=bucket,
-                    Key=blob.key,
-                    CopySource={"Bucket": bucket, "Key": blob.key},
-                    Metadata={"stored": f"{time.time():.3f}"},
-                    MetadataDirective="REPLACE",
-                )
-                return
+                try:
+                    client.copy_object(
+                        Bucket=bucket,
+                        Key=blob.key,
+                        CopySource={"Bucket": bucket, "Key": blob.key},
+                        Metadata={"stored": f"{time.time():.3f}"},
+                        MetadataDirective="REPLACE",
+                    )
+                    return
+                except ClientError as exc:
+                    if _status(exc) != 404 and _code(exc) not in ("NoSuchKey", "404"):
+                        raise
+                    # removed since the HEAD (old and unreferenced): uploaded again below
             client.upload_file(
                 str(self.local_path(blob.key)),
                 bucket,

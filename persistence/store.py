@@ -6,10 +6,15 @@ existing file (a job's weights) instead of copying it when the store is on the s
 
 A blob's modification time is when it was last stored: storing content that is already there
 touches it, so an unreferenced blob can be told from one that a running job is about to refer to
-(``worker/maintenance.py`` sweeps the old unreferenced ones)."""
+(a check's model is stored before its check and recorded after its verdict, and may be byte for
+byte another job's, of any team). Deleting a job and the sweep (``persistence.retention``,
+``worker/maintenance.py``) remove only blobs no row refers to and nothing stored for longer than
+any check runs; ``delete_if_stored_before`` decides that age atomically with the removal, so a job
+storing the blob at that very moment keeps it."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -125,13 +130,25 @@ class ArtifactStore:
                 yield f"sha256/{path.parent.name}/{path.name}"
 
     def delete_if_stored_before(self, key: str, seconds: float) -> bool:
-        """Delete the blob unless it was stored again within ``seconds`` (its age is checked once
-        more right before, so a job storing it meanwhile keeps it)."""
+        """Delete the blob unless it was stored within ``seconds``. A job storing it meanwhile
+        keeps it: the blob is first moved aside (atomically: a store after the move finds no blob
+        and installs its own), then its age is read again from the moved file (a store before the
+        move touched it): stored meanwhile, it is put back unless a new copy is already there."""
         path = self.local_path(key)
         if not _stored_before(path, seconds):
             return False
-        path.unlink(missing_ok=True)
-        return True
+        aside = self.temp_path(".deleting")
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return False  # deleted meanwhile
+        if _stored_before(aside, seconds):
+            aside.unlink(missing_ok=True)
+            return True
+        with contextlib.suppress(FileExistsError):  # (a newer copy may be there already)
+            os.link(aside, path)  # stored again meanwhile: back in place
+        aside.unlink(missing_ok=True)
+        return False
 
 
 def _stored_before(path: Path, seconds: float) -> bool:

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import NoResultFound, SQLAlchemyError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import ObjectDeletedError
 
 from jobflow.ending import end
 from persistence.enums import ErrorCode, JobStatus
@@ -89,9 +90,14 @@ def ending_of(exc: BaseException, ctx: RunnerContext, job_id: str) -> tuple[JobS
 
 @contextmanager
 def ending_errors(ctx: RunnerContext, job_id: str) -> Iterator[None]:
-    """Any error in the block ends the job (a bug too: logged, the job fails as internal)."""
+    """Any error in the block ends the job (a bug too: logged, the job fails as internal). A job
+    deleted meanwhile (its row gone under a statement that needed it) is logged as deleted."""
     try:
         yield
+    except (NoResultFound, ObjectDeletedError):
+        if _job_exists(ctx, job_id):
+            raise
+        log.info("job %s: job deleted while a worker worked on it; its work stops", job_id)
     except SQLAlchemyError:
         raise  # the database is unreachable: the job is taken again once it is back
     except Exception as exc:
@@ -99,3 +105,8 @@ def ending_errors(ctx: RunnerContext, job_id: str) -> Iterator[None]:
         if code is ErrorCode.INTERNAL:
             log.exception("job %s failed", job_id)
         end_job(ctx, job_id, status, code, message)
+
+
+def _job_exists(ctx: RunnerContext, job_id: str) -> bool:
+    with ctx.db.session() as session:
+        return JobRepository(session).get(job_id) is not None

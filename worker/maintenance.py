@@ -1,7 +1,9 @@
 """Housekeeping of the artifact store: blobs that no artifact row refers to are deleted once they
 are older than the longest a check can run (a cancelled or killed check leaves its iteration
-model stored but never recorded). A blob's age is the time since it was last stored
-(``persistence.store``): a job that stores the same content again makes it young again."""
+model stored but never recorded; a deleted job leaves the blobs that were not old enough then).
+A blob's age is the time since it was last stored (``persistence.store``): a job of any team that
+stores the same content again makes it young again, and ``delete_if_stored_before`` reads that age
+again atomically with the removal."""
 
 from __future__ import annotations
 

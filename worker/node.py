@@ -42,6 +42,7 @@ def presence_timings(settings: WorkerSettings) -> PresenceTimings:
         retention_interval_s=settings.retention_interval_s,
         retention_max_age_s=settings.retention_max_age_s,
         retention_max_team_bytes=settings.retention_max_team_bytes,
+        retention_min_age_s=settings.retention_min_age_s,
     )
 
 

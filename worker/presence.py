@@ -99,6 +99,7 @@ class PresenceTimings:
     retention_interval_s: float = 600.0
     retention_max_age_s: float = 0.0  # 0: no age limit
     retention_max_team_bytes: int = 0  # 0: no size cap
+    retention_min_age_s: float = 3600.0  # the size cap deletes no job that finished more recently
 
 
 class WorkerPresence:
@@ -173,7 +174,12 @@ class WorkerPresence:
         if timings.retention_max_age_s <= 0 and timings.retention_max_team_bytes <= 0:
             return
         deleted = enforce_retention(
-            self.ctx.db, self.ctx.layout, timings.retention_max_age_s, timings.retention_max_team_bytes
+            self.ctx.db,
+            self.ctx.layout,
+            timings.retention_max_age_s,
+            timings.retention_max_team_bytes,
+            blob_grace=timings.sweep_min_age_s,
+            min_age_s=timings.retention_min_age_s,
         )
         if deleted:
             log.info(

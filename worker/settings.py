@@ -24,8 +24,10 @@ class WorkerSettings(ServiceSettings):
     # retention (persistence/retention.py), enforced every RETENTION_INTERVAL_S by each worker's
     # heartbeat: finished jobs older than this are deleted (0: kept forever) ...
     retention_max_age_s: float = Field(default=0.0, ge=0)
-    # ... and a team whose jobs' artifacts exceed this loses its oldest finished jobs (0: no cap)
+    # ... and a team whose finished jobs' artifacts exceed this loses its oldest finished jobs (0: no cap)
     retention_max_team_bytes: int = Field(default=0, ge=0)
+    # ... but never a job that finished less than this long ago
+    retention_min_age_s: float = Field(default=3600.0, ge=0)
     retention_interval_s: float = Field(default=600.0, gt=0)
     # the farm verdict cache: a job answers the candidates another job of its team already checked
     # (same model, check and runtime) without a check, and shares its own verdicts

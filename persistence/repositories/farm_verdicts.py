@@ -1,12 +1,14 @@
 """Farm verdicts: verdicts shared across jobs (``worker/farm_cache.py`` decides what is shared and
-under which scope). A team reads its own; ``every_team`` reads everyone's (the operator's choice)."""
+under which scope). A team reads its own; ``every_team`` reads everyone's (the operator's choice).
+A verdict follows the job whose check gave it: deleting the job (``persistence.retention``, by
+hand or by retention) deletes its verdicts, so they answer no later job."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -31,6 +33,17 @@ class FarmVerdictRepository:
         values = {"team_id": team_id, "scope": scope, "fingerprint": fingerprint, "verdict": verdict, "job_id": job_id}
         connection = self.session.connection()
         return connection.execute(_ADD[connection.dialect.name], values).first() is not None
+
+    def forget_job(self, job_id: str) -> int:
+        """Delete the verdicts the job's checks shared (the job is being deleted); how many."""
+        result = self.session.execute(delete(FarmVerdict).where(FarmVerdict.job_id == job_id))
+        return int(getattr(result, "rowcount", 0) or 0)
+
+    def prune_orphans(self) -> int:
+        """Delete the verdicts whose job is gone (an older version kept them, ``job_id`` NULL, when
+        their job was deleted); how many."""
+        result = self.session.execute(delete(FarmVerdict).where(FarmVerdict.job_id.is_(None)))
+        return int(getattr(result, "rowcount", 0) or 0)
 
     def known(self, scope: str, team_id: str, every_team: bool = False) -> list[SharedVerdict]:
         """The verdicts kept under ``scope``: the team's, or (``every_team``) every team's, one per
