@@ -31,6 +31,7 @@ from persistence.layout import DataLayout
 from persistence.models import utcnow
 from persistence.repositories import EventRepository
 from persistence.retention import enforce_retention
+from persistence.store import ArtifactStore
 from tests.service.conftest import client_for
 from tests.service.helpers import chain_model, submit, tar_bundle, wait_job
 from worker.context import context_from_settings
@@ -371,3 +372,34 @@ def test_a_job_deleted_under_a_worker_is_logged_as_deleted_not_as_a_database_out
         ctx.db.dispose()
     assert f"job {deleted}: job deleted while a worker worked on it" in caplog.text
     assert "unreachable" not in caplog.text
+
+
+class _StoredDuringRemoval(ArtifactStore):
+    """The local store, with a job storing the blob again at the worst moment of a removal: after
+    its age was read as old, before it is moved aside."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.restore: Path | None = None
+
+    def temp_path(self, suffix: str = "") -> Path:
+        if suffix == ".deleting" and self.restore is not None:
+            assert self.put_file(self.restore).key  # stores content that is there: marks it stored now
+        return super().temp_path(suffix)
+
+
+def test_a_blob_stored_again_while_it_is_being_removed_stays(tmp_path: Path) -> None:
+    model = tmp_path / "model.onnx"
+    model.write_bytes(MODEL)
+    store = _StoredDuringRemoval(tmp_path / "artifacts")
+    blob = store.put_file(model)
+    then = time.time() - BEYOND_GRACE_S
+    os.utime(store.local_path(blob.key), (then, then))
+    store.restore = model
+    assert not store.delete_if_stored_before(blob.key, 3600)
+    assert store.local_path(blob.key).read_bytes() == MODEL
+    assert list(store.tmp_dir.iterdir()) == []
+    store.restore = None
+    os.utime(store.local_path(blob.key), (then, then))
+    assert store.delete_if_stored_before(blob.key, 3600)  # nobody stored it: removed
+    assert not store.exists(blob.key)
