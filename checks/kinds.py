@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,9 +204,24 @@ def not_registered(message: str) -> Result | None:
     return _result("crash", OP_NOT_REGISTERED_SIGNATURE, detail, message)
 
 
+def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of ``graph``, and of the bodies of its Loop/If/Scan nodes (recursively)."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for body in attr.graphs:
+                    yield from _all_nodes(body)
+
+
 def _op_present(spec: CheckSpec, model: onnx.ModelProto) -> Result:
-    ops = sorted({n.op_type for n in model.graph.node if n.op_type in spec.ops})
-    names = sorted({n.name for n in model.graph.node if n.name in spec.names})
+    """An op or node name present anywhere: in the graph or inside a Loop/If body (so the
+    reduction inside bodies works with this check)."""
+    nodes = list(_all_nodes(model.graph))
+    ops = sorted({n.op_type for n in nodes if n.op_type in spec.ops})
+    names = sorted({n.name for n in nodes if n.name in spec.names})
     matched = ops + names
     if not matched:
         return _result("pass", detail="none of the listed ops/names is present")

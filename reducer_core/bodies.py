@@ -475,3 +475,36 @@ def body_size(model: onnx.ModelProto) -> int:
 
 def _count(graph: onnx.GraphProto) -> int:
     return sum(1 + sum(_count(sub) for sub in subgraphs_of(node)) for node in graph.node)
+
+
+def deep_count(index: GraphIndex, candidate: Candidate) -> int:
+    """Nodes of ``candidate``'s model in and out of bodies: its top-level nodes (an inlined one
+    counts the nodes it became) and the body nodes they keep (every level; ``body_size`` of the
+    model it writes, less the plumbing of hoisted outputs)."""
+    total = 0
+    for n in candidate.nodes:
+        node = index.nodes[n]
+        total += 0 if inline_id(n) in candidate.body else 1
+        total += sum(_kept(graph, f"{n}/{attr}", candidate.body) for attr, graph in _bodies_of(node))
+    return total
+
+
+def _bodies_of(node: onnx.NodeProto) -> list[tuple[str, onnx.GraphProto]]:
+    graphs = [(attr.name, attr.g) for attr in node.attribute if attr.type == onnx.AttributeProto.GRAPH]
+    graphs += [
+        (f"{attr.name}.{k}", g)
+        for attr in node.attribute
+        if attr.type == onnx.AttributeProto.GRAPHS
+        for k, g in enumerate(attr.graphs)
+    ]
+    return graphs
+
+
+def _kept(graph: onnx.GraphProto, path: str, removed: frozenset[str]) -> int:
+    total = 0
+    for i, node in enumerate(graph.node):
+        node_path = f"{path}/{i}"
+        if node_path in removed:
+            continue  # its nested bodies go with it
+        total += 1 + sum(_kept(sub, f"{node_path}/{attr}", removed) for attr, sub in _bodies_of(node))
+    return total

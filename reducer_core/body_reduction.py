@@ -13,6 +13,11 @@ single body node is asked in that form first, and its verdict answers for the pr
 inlined form failed (the failure needs iteration state), the search starts again inside its
 answer without them, so the answer is what the plain candidates say.
 
+When the strategy's answer keeps one body node and no candidate passed (which would say that
+bodies without it pass too), one more check tries the bodies without it (a strategy never
+proposes an empty set; a node nothing reads may be all that is left): bodies left empty that
+still fail are the answer.
+
 A step machine like the strategies (``propose``/``observe``/``best_bad``), deterministic: the
 session replays it from the verdict cache like the rest of its flow.
 """
@@ -42,6 +47,8 @@ class BodySearch:
         self._refuted = False  # inlined forms answered, none failed: searched again without them
         self._final_done = False
         self._any_failed = False  # whether a candidate of this search reproduced the failure
+        self._empty: Candidate | None = None  # the bodies emptied, once asked (a strategy never asks it)
+        self._empty_failed = False
 
     @classmethod
     def start(cls, index: GraphIndex, outer: Candidate, mode: str) -> BodySearch | None:
@@ -98,6 +105,12 @@ class BodySearch:
             self._refuted = True
             self.strategy = Strategy(SearchSpace(self.flat.index, self.strategy.best_bad.nodes), self.strategy.mode)
             return self.propose()
+        passed_once = any(not failed for _, failed in self.strategy.facts)  # so would the empty bodies
+        if self._empty is None and len(self.strategy.best_bad) == 1 and not passed_once:
+            # 1-minimal needs the last body node tried away too (a node nothing reads, kept only
+            # because a strategy never proposes an empty set): bodies left empty that still fail win
+            self._empty = self._asked = self._translate(Candidate(frozenset()))
+            return self._asked
         if self._final_done:
             return None
         self._final_done = True
@@ -109,6 +122,10 @@ class BodySearch:
         if candidate != self._asked:
             raise ValueError("observe() was given a candidate that is not the pending proposal")
         self._any_failed = self._any_failed or failed
+        if self._pending is None and candidate == self._empty and not self._final_done:
+            self._empty_failed = failed
+            self._asked = None
+            return
         if self._pending is None:  # the final inlined form
             if failed:
                 self._inlined[self.best_bad] = candidate
@@ -127,6 +144,8 @@ class BodySearch:
 
     @property
     def best_bad(self) -> Candidate:
+        if self._empty_failed and self._empty is not None:
+            return self._inlined.get(self._empty, self._empty)
         if not self._any_failed:
             return self.outer
         best = self._translate(self.strategy.best_bad)

@@ -160,10 +160,26 @@ def _extract_edited(index: GraphIndex, candidate: Candidate, ir_version_cap: int
         return _extract_inlined(index, edited, ir_version_cap)
     model, _, inner = _extract_light(index, Candidate(candidate.nodes), None, ir_version_cap)
     graph = model.graph
+    # what only the removed body nodes read goes too: no graph input or initializer nobody reads
+    still_read = {name for node in edited.nodes for name in node_reads(node)}
+    unread = {name for n in candidate.nodes for name in index.reads[n]} - still_read
+    _drop_inputs(graph, unread)
     graph.node.extend(edited.nodes)
     graph.input.extend(_typed(name, tensor_type) for name, tensor_type in edited.hoisted.items())
     graph.value_info.extend(_value_info(index, name, required=False) for name in inner)
     return model
+
+
+def _drop_inputs(graph: onnx.GraphProto, names: set[str]) -> None:
+    """Remove the graph inputs and initializers named ``names``."""
+    if not names:
+        return
+    inputs = [info for info in graph.input if info.name not in names]
+    initializers = [tensor for tensor in graph.initializer if tensor.name not in names]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    del graph.initializer[:]
+    graph.initializer.extend(initializers)
 
 
 def _typed(name: str, tensor_type: onnx.TypeProto | None) -> onnx.ValueInfoProto:

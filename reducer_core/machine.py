@@ -21,6 +21,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
+from reducer_core import bodies
 from reducer_core.ahead import AheadChecks
 from reducer_core.cache import REPLAY_VERSION, VerdictCache
 from reducer_core.candidate import Candidate
@@ -150,7 +151,7 @@ class ReductionMachine:
             raise RuntimeError("The session has no result before the original model was checked.")
         return ReductionResult(
             original=self.flow.original,
-            nodes_before=len(self.flow.strategy.space.start),
+            nodes_before=bodies.deep_count(self.index, Candidate(self.flow.strategy.space.start)),
             min_bad=self.flow.best_bad,
             min_good=self.flow.min_good,
             iterations=list(self.records),
@@ -159,6 +160,7 @@ class ReductionMachine:
             localization=self.flow.localization,
             flakiness=self.flow.flakiness.report(),
             goal=self.config.goal,
+            min_bad_size=bodies.deep_count(self.index, self.flow.best_bad),
         )
 
     # -- state -----------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ import json
 from pathlib import Path
 
 import onnx
+import pytest
 
+from bench.control_flow_zoo import loop_model
 from examples.build_example_model import build_example_model
 from tests.checks.conftest import COMPARE_FP16, OP_PRESENT_MUL, cli
 from tests.checks.models import chain_model
@@ -65,3 +67,24 @@ def test_localisation_finds_the_planted_fault_in_a_long_chain_with_far_fewer_che
     assert reduced["min_bad_nodes"] == ["Mul:n23_overflow"]
     assert localized["checks_run"] == 3
     assert int(reduced["checks_run"]) > 3  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    ("spec", "signature"), [("ops: [Erf]", "op-present:Erf"), ("names: [body/culprit]", "op-present:body/culprit")]
+)
+def test_op_present_sees_an_op_inside_a_loop_body_and_the_body_is_reduced(
+    tmp_path: Path, spec: str, signature: str
+) -> None:
+    """The culprit lives only in the Loop's body (before: "the original model did not fail"): the
+    built-in check finds it there, and body reduction extracts it out of the Loop."""
+    model = loop_model()
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    (tmp_path / "spec.yaml").write_text(f"kind: op-present\n{spec}\n")
+    args = ["reduce", "model.onnx", "-o", "min.onnx", "--check-spec", "spec.yaml", "--summary-json", "s.json"]
+    proc = cli(*args, "--no-progress", "--no-reduce-data", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["original"]["signature"] == signature
+    assert summary["min_bad_nodes"] == ["Erf:body/culprit (out of Loop:loop's body)"]
+    assert (summary["nodes_before"], summary["nodes_after"]) == (34, 1)
+    assert [n.op_type for n in onnx.load(str(tmp_path / "min.onnx")).graph.node] == ["Erf"]

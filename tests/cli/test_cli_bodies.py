@@ -88,3 +88,35 @@ def test_a_culprit_reading_iteration_state_keeps_a_small_loop(in_tmp: Path, mode
     assert [node.op_type for node in result.graph.node] == ["Loop"]
     assert "inner_then/culprit" in node_names(result)
     assert body_size(result) <= 6 < body_size(model)
+
+
+def test_the_log_and_the_summary_count_body_nodes(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """34 nodes: 4 top-level ones and the Loop body's 30 (before, "nodes before: 4")."""
+    model = loop_model()
+    onnx.save(model, "loop.onnx")
+    argv = ["-o", "r.onnx", "--fail-regex", "found op Erf", "--summary-json", "s.json", "--no-reduce-data"]
+    assert reduce("loop.onnx", *argv, check=_check()) == 0
+    summary = json.loads(Path("s.json").read_text())
+    assert summary["nodes_before"] == body_size(model) == 34
+    assert summary["nodes_after"] == body_size(onnx.load("r.onnx")) == 1
+    err = capsys.readouterr().err
+    assert "Reducing loop.onnx: 4 nodes (34 with Loop/If bodies)" in err
+    assert "nodes before: 34  after: 1" in err
+
+
+def test_a_loop_whose_body_nothing_needs_is_kept_with_an_empty_body(in_tmp: Path) -> None:
+    """The check fails while a Loop is present: the answer is the Loop alone, its body emptied
+    (before, one body node was left that nothing reads), and no graph input nobody reads."""
+    model = loop_model(length=8, culprit=3)
+    onnx.save(model, "loop.onnx")
+    Path("check.py").write_text(CHECK.replace('"Erf" in set(ops(model.graph))', '"Loop" in set(ops(model.graph))'))
+    check = [sys.executable, str(Path("check.py").resolve()), ITER]
+    argv = ["-o", "r.onnx", "--fail-regex", "found op Erf", "--no-reduce-data"]
+    assert reduce("loop.onnx", *argv, check=check) == 0
+    assert not Path("invalid.log").exists()
+    result = onnx.load("r.onnx")
+    onnx.checker.check_model(result, full_check=True)
+    assert [node.op_type for node in result.graph.node] == ["Loop"]
+    assert body_size(result) == 1  # the Loop, nothing in its body
+    read = {name for node in result.graph.node for name in node.input}
+    assert {i.name for i in result.graph.input} | {t.name for t in result.graph.initializer} <= read

@@ -14,15 +14,16 @@ import onnxruntime as ort
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from onnx import helper
 
-from bench.control_flow_zoo import if_model, loop_model, nested_model, node_names
+from bench.control_flow_zoo import FLOAT, _model, _value, if_model, loop_body, loop_model, nested_model, node_names
 from reducer_core import bodies
 from reducer_core.bodies import body_size
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.config import SessionConfig
 from reducer_core.extract import SerializedPieces, extract, extract_bytes
-from reducer_core.graph import GraphIndex
+from reducer_core.graph import GraphIndex, node_reads
 from reducer_core.machine import ReductionMachine
 from reducer_core.requests import CheckRequest, Request
 from reducer_core.strategies import MODES, SearchSpace, Strategy
@@ -271,3 +272,60 @@ def test_the_check_budget_wherever_the_culprit_sits(
         assert culprit in node_names(answer)
         assert len(real_body_nodes(answer)) <= 3, position
         assert result.checks_run <= math.ceil(math.log2(body_size(model))) + 4 + over, position
+
+
+# -- issue 26 item 5: what is left in a body, what the answer keeps, how it is counted ------------
+
+
+def _loop_with_an_unread_node() -> onnx.ModelProto:
+    """pre -> Loop (a 6-node body plus ``body/dead``, a Shape nothing reads) -> post."""
+    body = loop_body("body", 6, None)
+    body.node.insert(1, helper.make_node("Shape", ["v"], ["dead_out"], name="body/dead"))
+    nodes = [
+        helper.make_node("Relu", ["x"], ["pre"], name="pre"),
+        helper.make_node("Loop", ["trip", "cond", "pre"], ["final", "scan"], name="loop", body=body),
+        helper.make_node("Neg", ["final"], ["y"], name="post"),
+    ]
+    return _model(nodes, [_value("y", FLOAT, [2, 3])], "deadloop")
+
+
+def test_bodies_left_empty_that_still_fail_win_over_a_node_nothing_reads() -> None:
+    """The failure needs the Loop, none of its body nodes (an op-present check of ``Loop``): the
+    answer is the Loop with an empty body (1-minimal), not the Loop with one body node its
+    strategy never tried without (a strategy never proposes an empty set)."""
+    index = index_of(_loop_with_an_unread_node())
+    result, oracle = reduce(index, "loop")
+    answer = extract(index, result.min_bad)
+    valid(answer)
+    assert real_body_nodes(answer) == {"loop"}
+    assert len(oracle.seen) == result.checks_run
+
+
+def test_a_culprit_in_a_body_costs_no_empty_body_check() -> None:
+    """The empty bodies are tried only when no candidate passed: a body culprit's search saw
+    passes (the bodies without it pass too), so it pays nothing more."""
+    index = index_of(loop_model())
+    _, oracle = reduce(index, "body/culprit")
+    assert not any(c.body and len(c.nodes) == 1 and bodies.kept_count(index, 1, c.body) == 0 for c in oracle.seen)
+
+
+def test_an_answer_with_edited_bodies_keeps_no_unused_graph_input_or_initializer() -> None:
+    """Both branches of the If emptied: what only their nodes read ('pre') is no input any more."""
+    index = index_of(if_model())
+    (top,) = [n for n in index.all_nodes() if index.nodes[n].op_type == "If"]
+    removed = frozenset(f"{top}/{branch}/{i}" for branch in ("then_branch", "else_branch") for i in range(20))
+    model = extract(index, Candidate(frozenset({top}), None, removed))
+    valid(model)
+    read = {name for node in model.graph.node for name in node_reads(node)}
+    assert {i.name for i in model.graph.input} <= read
+    assert {t.name for t in model.graph.initializer} <= read
+    assert "pre" not in {i.name for i in model.graph.input}
+
+
+def test_node_counts_include_body_nodes() -> None:
+    model = loop_model()
+    index = index_of(model)
+    result, _ = reduce(index, "body/culprit")
+    assert result.nodes_before == body_size(model) == 34  # 4 top-level nodes, 30 in the Loop's body
+    assert result.nodes_after == body_size(extract(index, result.min_bad)) == 1
+    assert bodies.deep_count(index, Candidate(index.all_nodes())) == 34
