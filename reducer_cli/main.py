@@ -24,6 +24,7 @@ from reducer_cli.reduce_cmd import (
 )
 from reducer_cli.service_args import SERVICE_COMMANDS
 from reducer_cli.writable import check_writable
+from reducer_core.bodies import body_size
 from reducer_core.errors import (
     CheckInfraError,
     GoalUnreachableError,
@@ -51,7 +52,9 @@ def _reduce(ns: argparse.Namespace) -> int:
         )
     workspace = load_workspace(options_from_args(ns), log)
     run = CommandLineRun.start(ns, workspace, check, log, plan)
-    log.info(f"Reducing {ns.model}: {len(workspace.index)} nodes, mode={ns.mode}, check: {check.check.identity}")
+    deep = body_size(workspace.index.model)  # Loop/If body nodes too, like the summary's counts
+    nodes = f"{len(workspace.index)} nodes" + (f" ({deep} with Loop/If bodies)" if deep != len(workspace.index) else "")
+    log.info(f"Reducing {ns.model}: {nodes}, mode={ns.mode}, check: {check.check.identity}")
     try:
         result = run.run()
         log.summary(result)

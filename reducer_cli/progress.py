@@ -143,7 +143,7 @@ def summary_lines(result: ReductionResult) -> list[str]:
     good = f"{len(result.min_good)} nodes" if result.min_good is not None else "none found"
     return [
         "==== Reduction summary ====",
-        f"nodes before: {result.nodes_before}  after: {len(result.min_bad)}  (min-good: {good})",
+        f"nodes before: {result.nodes_before}  after: {result.nodes_after}  (min-good: {good})",
         f"checks run: {result.checks_run}  cache hits: {result.cache_hits}  iterations: {len(result.iterations)}  "
         f"pinned out: {result.pinned_out}",
         f"time: {result.elapsed_s:.2f}s total, {result.check_time_s:.2f}s in checks",

@@ -607,7 +607,7 @@ def write_summary_json(
     summary: dict[str, object] = {
         **(extra or {}),
         "nodes_before": result.nodes_before,
-        "nodes_after": len(result.min_bad),
+        "nodes_after": result.nodes_after,  # body nodes counted, like nodes_before
         "min_bad_nodes": describe(index, result.min_bad),  # a node's label, with what its body keeps
         "min_good_nodes": len(result.min_good) if result.min_good is not None else None,
         "smaller_inputs": input_sizes(index, result.min_bad),  # None when the inputs kept their sizes

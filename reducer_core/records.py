@@ -64,6 +64,12 @@ class ReductionResult:
     localization: Localization | None = None
     flakiness: FlakinessReport | None = None  # None: no inconsistent verdicts were seen
     goal: Goal = Goal.FAILURE
+    min_bad_size: int | None = None  # min_bad's nodes in and out of Loop/If bodies (None: len(min_bad))
+
+    @property
+    def nodes_after(self) -> int:
+        """The min-bad model's nodes, counted like ``nodes_before`` (body nodes included)."""
+        return len(self.min_bad) if self.min_bad_size is None else self.min_bad_size
 
     @property
     def pinned_out(self) -> int:
