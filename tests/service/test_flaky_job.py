@@ -41,15 +41,15 @@ def test_a_flaky_check_ends_at_the_culprit_and_the_job_status_says_flaky(
     assert 0 < flaky["fails_percent"] < 100 and flaky["rechecks"] > 0 and flaky["evidence"]
     runs = (tmp_path / "runs.log").read_text().split()
     # every run of the check is accounted for: the search's checks, the final checks that verify the
-    # handed-over models, and the bug-report bundle's self-check (its repro.py on each model it ships
-    # whose verdict the final verification did not give already: ``verified.bundle``)
+    # handed-over models, and the bug-report bundle's self-check (its repro.py on each model it ships,
+    # in a clean environment; min-bad of a flaky check until one run reproduces: ``verified.bundle``)
     verified = dict(job["verified"])
     in_bundle = verified.pop("bundle")
     final = sum(int(v["checks"]) for v in verified.values() if v)
     assert bundle.status_code == 200, bundle.text
     shipped = set(zipfile.ZipFile(io.BytesIO(bundle.content)).namelist()) & {"min_bad.onnx", "min_good.onnx"}
     assert shipped == {"min_bad.onnx", "min_good.onnx"}
-    assert in_bundle["checks"] + len(in_bundle["reused"]) == len(shipped)
+    assert in_bundle["checks"] >= len(shipped) and in_bundle["reused"] == []
     assert len(runs) == job["progress"]["checks_run"] + final + in_bundle["checks"]
     assert job["progress"]["checks_run"] > len(set(runs[: job["progress"]["checks_run"]]))  # re-checks ran
     assert [j["flaky"] for j in listed if j["id"] == job_id] == [None]  # lists leave it out
