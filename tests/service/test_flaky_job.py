@@ -53,3 +53,28 @@ def test_a_flaky_check_ends_at_the_culprit_and_the_job_status_says_flaky(
     assert len(runs) == job["progress"]["checks_run"] + final + in_bundle["checks"]
     assert job["progress"]["checks_run"] > len(set(runs[: job["progress"]["checks_run"]]))  # re-checks ran
     assert [j["flaky"] for j in listed if j["id"] == job_id] == [None]  # lists leave it out
+
+
+@pytest.mark.parametrize("seed", [0, 1])  # seeds whose original passes its first run here
+def test_a_flaky_original_that_passed_first_is_run_again_by_the_service(
+    command_api_url: str, processes: Processes, tokens: dict[str, str], tmp_path: Path, seed: int
+) -> None:
+    """A line in the check's log before the job: the original's first run draws a coin too
+    (``tests/flaky_check.py``) and may pass; the job runs it again as a re-check unit and reduces."""
+    processes.worker()
+    log = tmp_path / "runs.log"
+    log.write_text("earlier-run\n")
+    argv = command("{model}", "n15_Mul", 0.7, seed, log)
+    spec = f"kind: command\ncommand: {json.dumps(argv)}\nfail_regex: FLAKY-FAIL\n"
+    with client_for(command_api_url, tokens["team-a"]) as client:
+        response = submit(client, chain_model().SerializeToString(), spec)
+        assert response.status_code == 202, response.text
+        job_id = response.json()["id"]
+        job = wait_job(client, job_id)
+        min_bad = client.get(f"/v1/jobs/{job_id}/artifacts/min-bad").content
+        iterations = client.get(f"/v1/jobs/{job_id}/iterations").json()
+    assert job["status"] == "succeeded", job
+    originals = [i for i in iterations["items"] if i["phase"] == "original"]
+    assert [i["verdict"] for i in originals] == ["pass", "fail"]  # before: failed "original-did-not-fail"
+    assert job["flaky"]["status"] == "flaky" and job["flaky"]["evidence"][0]["kind"] == "repeat-differs"
+    assert [n.name for n in onnx.load_from_string(min_bad).graph.node] == ["n15_Mul"]
