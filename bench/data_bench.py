@@ -2,8 +2,8 @@
 single-head attention, GELU feed-forward, LayerNorms, a pooled output) with an fp16 overflow that
 needs large values, reduced by ``onnx-reducer reduce`` with a compare spec (onnxruntime fp32 vs
 fp16, inputs uniform in [0, 10], tolerances wide enough that only inf/NaN fail). Each case runs
-twice, with and without ``--no-reduce-data``; the table gives the min-bad model's input elements
-before and after, and the checks the data phase added.
+twice, without (the default) and with ``--reduce-data``; the table gives the min-bad model's input
+elements before and after, and the checks the data phase added.
 
 - ``scores``: large query/key weights, the attention scores QK^T overflow at every position: the
   sequence shrinks to 1 (the hidden size stays: it is the weights' contraction dimension).
@@ -132,7 +132,7 @@ def reduce(folder: Path, case: str, data: bool) -> dict[str, object]:
     summary = folder / f"{case}-{data}.json"
     argv = [sys.executable, "-m", "reducer_cli.main", "reduce", str(model), "-o", str(folder / "r.onnx")]
     argv += ["--check-spec", str(folder / "spec.yaml"), "--summary-json", str(summary), "--no-progress"]
-    argv += [] if data else ["--no-reduce-data"]
+    argv += ["--reduce-data"] if data else []
     subprocess.run(argv, check=True, cwd=folder, capture_output=True)
     result: dict[str, object] = json.loads(summary.read_text())
     return result

@@ -37,6 +37,7 @@ BIN = Path(sys.executable).parent
 RUNS: list[tuple[str, str]] = [
     ("onnx-reducer", "auto"),
     ("onnx-reducer", "auto+noconfirm"),
+    ("onnx-reducer", "auto+data"),
     ("onnx-reducer", "bisect"),
     ("onnx-reducer", "linear"),
     ("onnx-reducer", "minimize"),
@@ -137,6 +138,9 @@ def tool_argv(case: Case, tool: str, mode: str, model: Path) -> list[str]:
         if mode == "auto+noconfirm":  # auto with --no-confirm-flaky: what the default confirmation costs
             head[head.index("auto+noconfirm")] = "auto"
             head.append("--no-confirm-flaky")
+        if mode == "auto+data":  # auto with --reduce-data: what the opt-in data step costs
+            head[head.index("auto+data")] = "auto"
+            head.append("--reduce-data")
     else:
         head = [str(BIN / "polygraphy"), "debug", "reduce", str(model), *common]
     return [*head, "--check", *case.check(ITER_ARTIFACT)]
@@ -201,6 +205,8 @@ def skip_reason(model: str, tool: str, mode: str, args: argparse.Namespace) -> s
             return "skipped: not in --runs"
     if mode == "auto+noconfirm" and not args.confirm:
         return "skipped: without --confirm"
+    if mode == "auto+data" and not args.reduce_data:
+        return "skipped: without --reduce-data"
     if mode == "linear" and model in BIG_MODELS:
         return "skipped: too slow (O(N) checks)"
     if model in BIG_MODELS and tool == "onnx-reducer" and mode != "auto" and args.quick:
@@ -388,6 +394,11 @@ def main() -> None:
         "--confirm",
         action="store_true",
         help="also run onnx-reducer auto with --no-confirm-flaky (the cost of confirming 2-3-node answers)",
+    )
+    parser.add_argument(
+        "--reduce-data",
+        action="store_true",
+        help="also run onnx-reducer auto with --reduce-data (the cost of the opt-in data step)",
     )
     parser.add_argument("--out", type=Path, default=BENCH / "out")
     args = parser.parse_args()

@@ -17,6 +17,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+from checks.command import CommandCheck
+from checks.spec import parse_check_spec
+from engine.session import SessionCheck, data_config
+from engine.workspace import ReduceOptions
+from reducer_core.config import SessionConfig
 from reducer_core.data_edits import input_dims
 from tests.cli.helpers import ITER, reduce
 from tests.core.test_data_reduction import HIDDEN, ROWS, SEQ, position_model, seq_model
@@ -227,3 +232,22 @@ def test_a_command_feeding_its_own_inputs_keeps_their_sizes(in_tmp: Path) -> Non
     assert data, "smaller sizes were tried"
     assert all(not it["reproduces"] for it in data), data  # none counted: the runtime refused the feed
     ort.InferenceSession("r.onnx", providers=["CPUExecutionProvider"]).run(None, {"t12": np.ones((4, 16), np.float32)})
+
+
+def test_what_the_user_fixed_reaches_the_data_step(tmp_path: Path) -> None:
+    """``engine.session.data_config``: the sizes of --model-input-shapes, every input with samples
+    or golden values; no data step for an op-present check; nothing without --reduce-data."""
+    on = SessionConfig(reduce_data=True)
+    command = SessionCheck(CommandCheck(command=["true"]))
+    shapes = ReduceOptions(model=tmp_path / "m.onnx", work_dir=tmp_path, input_shapes={"x": [1, 2, 5, 5]})
+    config, note = data_config(on, command, shapes)
+    assert config.reduce_data and config.fixed_sizes == {2, 5} and not config.fixed_inputs
+    assert "--model-input-shapes (2, 5)" in note
+    compare = parse_check_spec("kind: compare\ntarget: {runtime: onnxruntime, precision: fp16}\n")
+    samples = SessionCheck(CommandCheck(command=["true"]), compare, tmp_path / "made.golden", "0")
+    config, note = data_config(on, samples, ReduceOptions(model=tmp_path / "m.onnx", work_dir=tmp_path))
+    assert config.reduce_data and config.fixed_inputs and "samples" in note
+    present = SessionCheck(CommandCheck(command=["true"]), parse_check_spec("kind: op-present\nops: [Erf]\n"))
+    config, note = data_config(on, present, shapes)
+    assert not config.reduce_data and "op-present" in note
+    assert data_config(SessionConfig(), command, shapes) == (SessionConfig(), "")

@@ -408,3 +408,20 @@ def test_a_loop_answer_and_every_data_candidate_pass_the_full_checker() -> None:
     for model in checked:
         onnx.checker.check_model(model, full_check=True)
     assert data_edits.input_dims(answer) == {"pre": [2, 3]}
+
+
+@pytest.mark.parametrize(
+    ("fixed", "expected"),
+    [
+        ({"fixed_sizes": frozenset({SEQ})}, [1, SEQ, 1]),  # --model-input-shapes gave 64: the hidden size alone shrinks
+        ({"fixed_inputs": True}, [1, SEQ, HIDDEN]),  # the check feeds its own values: no input size shrinks
+    ],
+)
+def test_sizes_the_user_fixed_never_shrink(fixed: dict[str, object], expected: list[int]) -> None:
+    index = index_of(seq_model())
+    config = SessionConfig(reduce_data=True, **fixed)  # type: ignore[arg-type]
+    machine = ReductionMachine(index, config, VerdictCache(index.fingerprint, "c"))
+    oracle = SizeOracle(index, 1)  # fails at any size
+    run(machine, oracle)
+    assert data_edits.input_dims(extract(index, machine.result.min_bad)) == {"act": expected}
+    assert "fixed_sizes" not in machine.state()["config"] and "fixed_inputs" not in machine.state()["config"]
