@@ -67,7 +67,7 @@ def test_without_ignore_the_other_code_is_a_failure_under_any_failure(in_tmp: Pa
 def test_original_failing_only_with_an_ignored_code_is_not_a_failure(in_tmp: Path) -> None:
     check = write_script(SCRIPT, "exit 3")
     assert reduce(save_branchy(), "-o", "r.onnx", "--ignore-fail-code", "3", check=check) == 3
-    assert checks_logged() == 1
+    assert checks_logged() == 4  # a passing original is run 3 more times (a flaky failure) before it is refused
     assert not Path("r.onnx").exists()
 
 
