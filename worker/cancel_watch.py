@@ -1,9 +1,10 @@
 """A cancel reaches a job while this process prepares it (``worker.prepared.PREPARING``): loading a
 big model takes many seconds and checks no cancel flag, so a thread looks every
 ``CANCEL_LOOK_S`` (a query only while something is being prepared) and ends a cancelled one at
-once (cancelled, its checks cancelled). The embedded job process then cleans the job's folder and
-exits, freeing the model's memory (``worker.local_child``); a Celery worker keeps going: its
-preparation finds the job ended and drops its result (``worker.job_start``)."""
+once (cancelled, its checks cancelled); a job ended or deleted meanwhile is seen too. Each such
+preparation is stopped (``worker.preparing``: raised in the preparing thread, which removes what
+it wrote and is free for other work within a second or two). The embedded job process then cleans
+the job's folder and exits, freeing the model's memory (``worker.local_child``)."""
 
 from __future__ import annotations
 
@@ -11,26 +12,40 @@ import logging
 import threading
 from collections.abc import Callable
 
+from sqlalchemy import select
+
 from persistence.enums import JobStatus
-from persistence.repositories import JobRepository
+from persistence.models import Job
 from worker.context import RunnerContext
 from worker.endings import end_job
-from worker.prepared import PREPARING
+from worker.preparing import PREPARING
 
 log = logging.getLogger("onnx_reducer.worker")
 CANCEL_LOOK_S = 0.25
 
 
 def end_cancelled_preparations(ctx: RunnerContext) -> list[str]:
-    """End the jobs being prepared here whose cancel was requested; their ids."""
+    """Stop the preparations of jobs that were cancelled, ended or deleted meanwhile
+    (``worker.preparing``), and end the cancelled ones; the ids of those it ended."""
     preparing = PREPARING.jobs()
     if not preparing:
         return []
     with ctx.db.session() as session:
-        cancelled = [job_id for job_id in preparing if JobRepository(session).cancel_requested(job_id)]
-    for job_id in cancelled:
-        if end_job(ctx, job_id, JobStatus.CANCELLED, None, None):
+        rows = session.execute(select(Job.id, Job.status, Job.cancel_requested).where(Job.id.in_(preparing))).all()
+    state = {job_id: (JobStatus(status), bool(cancel)) for job_id, status, cancel in rows}
+    cancelled: list[str] = []
+    for job_id in preparing:
+        status, cancel = state.get(job_id, (None, False))
+        if status is not None and status is JobStatus.RUNNING and not cancel:
+            continue  # still wanted
+        # stopped before it is ended: once it has ended (and maybe been deleted), its preparation
+        # makes no folder again
+        PREPARING.stop(job_id)
+        if status is None:
+            log.info("job %s deleted while it was being prepared; its preparation stops", job_id)
+        elif cancel and status is JobStatus.RUNNING and end_job(ctx, job_id, JobStatus.CANCELLED, None, None):
             log.info("job %s cancelled while it was being prepared", job_id)
+            cancelled.append(job_id)
     return cancelled
 
 

@@ -1,9 +1,13 @@
 """Starting a claimed job (or taking it again after all its workers died): prepare the model in
 this process, store its weights, announce the start, queue the job's first checks
 (**session starts**: ``advance`` with nothing to deliver). A heartbeat keeps the job's lease while
-a big model loads; once checks are queued, the workers that run them keep the job alive."""
+a big model loads; once checks are queued, the workers that run them keep the job alive. A job
+cancelled, ended or deleted while it is prepared stops its preparation within a second or two
+(``worker.cancel_watch``, ``worker.preparing``); a deleted one leaves no folder."""
 
 from __future__ import annotations
+
+import shutil
 
 from sqlalchemy.orm import Session
 
@@ -37,6 +41,11 @@ def start_job(ctx: RunnerContext, job_id: str) -> None:
             _start(ctx, job_id, attempt)
     finally:
         heartbeat.stop()
+    with ctx.db.session() as session:
+        deleted = JobRepository(session).get(job_id) is None
+    if deleted:  # deleted while this worker prepared it: no folder is left of it
+        PREPARED.drop(job_id)
+        shutil.rmtree(ctx.layout.job_dir(job_id), ignore_errors=True)
 
 
 def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:

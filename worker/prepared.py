@@ -15,10 +15,9 @@ import shutil
 import tarfile
 import tempfile
 import threading
+import time
 import zipfile
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,9 @@ from reducer_core.config import SessionConfig
 from reducer_core.requests import SessionListener
 from worker.checking import job_check
 from worker.context import RunnerContext
+from worker.endings import JobCancelledError
 from worker.precision_job import precision_plan, start_precision
+from worker.preparing import PREPARING, PreparationStopped
 
 log = logging.getLogger("onnx_reducer.worker")
 KEEP_JOBS = 3
@@ -147,10 +148,12 @@ class PreparedJob:
 def prepare(job: JobInput, ctx: RunnerContext) -> PreparedJob:
     """Parse the spec, load the model and build the check (raises the errors a bad job has)."""
     spec = parse_check_spec(job.spec_text)
-    work_dir = ctx.layout.work_dir(job.job_id) / f"process-{os.getpid()}-{threading.get_ident()}"
+    work_dir = _process_dir(ctx, job.job_id)
     shutil.rmtree(work_dir, ignore_errors=True)
     model = ctx.layout.root / job.model_path
     if not model.is_file() and job.original is not None:
+        if not _job_exists(ctx, job.job_id):
+            raise PreparationStopped()  # deleted: its folder is not made again
         unpack_original(ctx.layout.store, ctx.layout.model_dir(job.job_id), *job.original, model.name)
     options = ReduceOptions(model=model, work_dir=work_dir, artifact_stem="iter", link_weights=True)
     workspace = load_workspace(options, _Log())
@@ -172,6 +175,24 @@ def prepare(job: JobInput, ctx: RunnerContext) -> PreparedJob:
         workspace.close()
         raise
     return PreparedJob(job.job_id, spec, job.config, workspace, check, session_check, work_dir, job.task, plan)
+
+
+def _process_dir(ctx: RunnerContext, job_id: str) -> Path:
+    """This thread's folder for ``job_id`` (checks of one job on other processes never share a file)."""
+    return ctx.layout.work_dir(job_id) / f"process-{os.getpid()}-{threading.get_ident()}"
+
+
+def _job_exists(ctx: RunnerContext, job_id: str) -> bool:
+    with ctx.db.session() as session:
+        return session.get(Job, job_id) is not None
+
+
+def _remove_stopped(ctx: RunnerContext, job_id: str) -> None:
+    """What a stopped preparation wrote goes: this thread's folder, and the job's whole folder
+    when its row is gone (a deleted job's folder, made again by the preparation, is not left)."""
+    shutil.rmtree(_process_dir(ctx, job_id), ignore_errors=True)
+    if not _job_exists(ctx, job_id):
+        shutil.rmtree(ctx.layout.job_dir(job_id), ignore_errors=True)
 
 
 def unpack_original(store: ArtifactStore, model_dir: Path, key: str, bundle: bool, model_name: str) -> None:
@@ -242,34 +263,6 @@ def _place(store: ArtifactStore, key: str, target: Path) -> None:
         shutil.copyfile(store.path(key), target)
 
 
-class Preparing:
-    """The jobs this process is preparing right now (loading a big model takes long and checks no
-    cancel flag): the embedded job process's cancel watch reads it (``worker.local_child``)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._jobs: dict[str, int] = {}
-
-    @contextmanager
-    def of(self, job_id: str) -> Iterator[None]:
-        with self._lock:
-            self._jobs[job_id] = self._jobs.get(job_id, 0) + 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._jobs[job_id] -= 1
-                if not self._jobs[job_id]:
-                    del self._jobs[job_id]
-
-    def jobs(self) -> list[str]:
-        with self._lock:
-            return list(self._jobs)
-
-
-PREPARING = Preparing()
-
-
 class PreparedJobs:
     """The jobs this process keeps prepared (least recently used dropped first)."""
 
@@ -283,8 +276,18 @@ class PreparedJobs:
             self._jobs.move_to_end(job.job_id)
             return prepared
         self.drop(job.job_id)
-        with PREPARING.of(job.job_id):
-            prepared = prepare(job, ctx)
+        began = time.monotonic()
+        try:
+            with PREPARING.of(job.job_id):
+                prepared = prepare(job, ctx)
+        except PreparationStopped:
+            log.info(
+                "job %s: preparation stopped after %.1f s: the job was cancelled, ended or deleted",
+                job.job_id,
+                time.monotonic() - began,
+            )
+            _remove_stopped(ctx, job.job_id)
+            raise JobCancelledError() from None  # the job has ended: nothing to end (worker.endings)
         self._jobs[job.job_id] = prepared
         while len(self._jobs) > self.keep:
             _, oldest = self._jobs.popitem(last=False)
