@@ -218,6 +218,38 @@ class ReductionMachine:
         machine._attempt = saved.attempt if not machine._done else 0
         return machine
 
+    def catch_up(self, verdicts: Mapping[str, dict[str, Any]], state: dict[str, Any]) -> None:
+        """Bring this machine, at a position an earlier ``state()`` of the same session was saved
+        in, to the position of the later ``state`` (saved by another process since): ``verdicts``
+        holds (at least) the cache entries added since (``fingerprint -> verdict JSON``). What
+        ``from_state`` reaches by replaying every verdict from the start, reached by replaying only
+        the new ones: the flow is a function of what the cache knows and an entry, once known, does
+        not change, so the steps already taken are the ones a replay would take."""
+        saved = SessionState.from_json(state, self.index, self.config)
+        if verdicts:
+            identity = {"tool": "onnx-reducer", "version": REPLAY_VERSION, "graph": self.cache.graph}
+            self.cache.merge_json(identity | {"check": self.cache.check, "verdicts": dict(verdicts)})
+        self.ahead.waiting = set(saved.ahead)
+        self.farm = set(saved.farm)
+        if saved.layerwise is not None and self.flow.layerwise is None:
+            self.flow.layerwise = saved.layerwise
+        self._request = None  # asked again as a rebuilt machine asks it (its number: ``numbers``)
+        self._replaying = True
+        try:
+            self._start()
+            if not self._done:
+                self._settle()
+        finally:
+            self._replaying = False
+        self.checks_run = saved.checks_run
+        self.issued = saved.issued
+        self.recorded = saved.recorded
+        self.numbered = saved.numbered
+        self.numbers = dict(saved.in_flight)
+        self.cache.hits = saved.cache_hits
+        self._announced = self.flow.localization is not None
+        self._attempt = saved.attempt if not self._done else 0
+
     def seed(self, verdicts: Mapping[str, dict[str, Any]], layerwise: LayerwiseResult | None = None) -> int:
         """Verdicts other sessions gave on the same model and check (``fingerprint -> verdict
         JSON``; the service's farm cache) and their layerwise result: they answer their candidates

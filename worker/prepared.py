@@ -105,6 +105,7 @@ class LiveSession:
 
     version: int
     session: ReductionSession
+    seen: int = 0  # the last verdict row (``session_verdicts.id``) the session has read (0: none)
 
 
 @dataclass

@@ -22,6 +22,19 @@ class SessionVerdictRepository:
         query = select(SessionVerdict.key, SessionVerdict.verdict).where(SessionVerdict.job_id == job_id)
         return {key: verdict for key, verdict in self.session.execute(query).all()}
 
+    def since(self, job_id: str, after: int) -> tuple[dict[str, dict[str, Any]], int]:
+        """The job's entries stored after row ``after`` (0: all; ids grow in the order the job's
+        transactions wrote them, each under the job's row lock) and the last row's id (``after``
+        when none): what a session kept live since row ``after`` has not seen
+        (``jobflow.stored_state.catch_up``)."""
+        query = (
+            select(SessionVerdict.id, SessionVerdict.key, SessionVerdict.verdict)
+            .where(SessionVerdict.job_id == job_id, SessionVerdict.id > after)
+            .order_by(SessionVerdict.id)
+        )
+        rows = self.session.execute(query).all()
+        return {key: verdict for _, key, verdict in rows}, (rows[-1][0] if rows else after)
+
     def put(self, job_id: str, verdicts: Mapping[str, dict[str, Any]]) -> None:
         """Store entries (one statement, built once per dialect); an entry stored before under the
         same key is replaced."""
