@@ -152,6 +152,7 @@ def _inspect(request: InspectRequest) -> Inspection:
                 limits.declared_bytes_floor,
                 limits.declared_bytes_factor,
                 limits.max_model_nodes,
+                spec,
             )
         except ProblemError as exc:
             if not bundle:  # the model is stored under a cleaned name ending in .onnx: say the one uploaded

@@ -450,8 +450,9 @@ def test_messages_are_worded_for_the_service(api: str, tokens: dict[str, str], d
 
 def test_custom_domain_ops_are_accepted_at_intake(api: str, tokens: dict[str, str]) -> None:
     """Contrib and plugin ops are legitimate in real models; at run time an op the runtime lacks is
-    the ``op-not-registered`` verdict (tests/checks/test_op_not_registered.py), never the failure."""
+    the ``op-not-registered`` verdict (tests/checks/test_op_not_registered.py), never the failure.
+    (A check that runs such a model on onnxruntime is refused at intake: tests/service/test_intake_ops.py.)"""
     model = _custom_op_model()
     with client_for(api, tokens["team-a"]) as client:
-        response = submit(client, model.SerializeToString(), "kind: error\n")
+        response = submit(client, model.SerializeToString(), "kind: error\ntarget: {runtime: tensorrt}\n")
     assert response.status_code == 202, response.text
