@@ -13,9 +13,11 @@ recorded by ``jobflow.recording`` as a worker's is), and the next check is prepa
 session ends, min-bad and min-good are stored as a worker stores them (``persistence.reduction``)
 and the job ends through ``jobflow.ending``.
 
-Each step is one transaction that starts by taking the pending iteration (a conditional update), so
-of two posts for the same iteration one wins and the other answers 409, and a step that fails
-leaves the check pending for another answer. The model work runs in a thread (at most
+Each step is one transaction that locks the job's row first (as a cancel or a delete does: the
+service's one lock order, ``persistence.retry``), then takes the pending iteration (a conditional
+update), so of two posts for the same iteration one wins and the other answers 409, and a step that
+fails leaves the check pending for another answer; PostgreSQL aborting it as a conflict runs it
+again in place. The model work runs in a thread (at most
 ``MAX_STEPS`` at once), never on the event loop."""
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.problems import ProblemError
@@ -44,6 +47,7 @@ from persistence.models import CheckUnit, Job, utcnow
 from persistence.reduction import NOT_RECHECKED, job_config, judged_blobs, store_final_models
 from persistence.repositories import ArtifactRepository, IterationRepository, JobRepository
 from persistence.repositories.units import ASKED, UnitRepository
+from persistence.retry import transaction
 from reducer_core.errors import OriginalDidNotFailError, ReducerError
 from reducer_core.requests import CheckRequest
 from reducer_core.verdict import Verdict, VerdictKind
@@ -83,23 +87,43 @@ def iteration_link(job_id: str, number: int) -> str:
 
 def start_interactive(services: Services, job_id: str) -> list[int]:
     """Prepare the first check of a new interactive job; the event sequence numbers to announce."""
-    with _steps, services.db.session() as session:
-        job = JobRepository(session).get(job_id)
-        if job is None or job.status != JobStatus.RUNNING:
+
+    def work(session: Session) -> list[int]:
+        job = JobRepository(session).lock_running(job_id)  # the job's row first (``persistence.retry``)
+        if job is None:
             return []
         with _Step(services, session, job) as step:
             return step.advance()
 
+    with _steps:
+        return transaction(services.db, work, f"the first check of interactive job {job_id}")
+
 
 def answer(services: Services, team_id: str, job_id: str, iteration: int, verdict: str) -> list[int]:
-    """Deliver ``verdict`` for ``iteration`` and prepare what comes next (in a thread)."""
-    with _steps, services.db.session() as session:
-        job = JobRepository(session).for_team(team_id, job_id)
+    """Deliver ``verdict`` for ``iteration`` and prepare what comes next (in a thread). The step
+    locks the job's row before anything else, as a cancel or a delete does (the service's one lock
+    order, ``persistence.retry``: team, job, units, iterations), and is run again in place when
+    PostgreSQL aborts it as a conflict anyway."""
+
+    def work(session: Session) -> list[int]:
+        jobs = JobRepository(session)
+        job = jobs.for_team(team_id, job_id)
         if job is None:
             return []  # the route checked the team already; a deleted job is simply gone
+        if jobs.lock_running(job.id) is None:  # it ended (a cancel, a delete) before this step began
+            status = session.scalar(select(Job.status).where(Job.id == job.id))
+            raise _not_awaiting(job.id, JobStatus.CANCELLED if status is None else status)
         awaited = _take(session, job, iteration)
         with _Step(services, session, job) as step:
             return step.deliver(awaited, VERDICTS[verdict])
+
+    with _steps:
+        return transaction(services.db, work, f"a verdict on interactive job {job_id}")
+
+
+def _not_awaiting(job_id: str, status: JobStatus) -> ProblemError:
+    state = "is being cancelled" if status == JobStatus.RUNNING else f"has ended ({status})"
+    return ProblemError(409, "Job not awaiting a verdict", f"Job '{job_id}' {state}; it needs no verdict.")
 
 
 def _take(session: Session, job: Job, iteration: int) -> Awaited:
@@ -108,9 +132,7 @@ def _take(session: Session, job: Job, iteration: int) -> Awaited:
     taken = IterationRepository(session).take_pending(job.id, iteration)
     session.refresh(job)
     if job.status != JobStatus.RUNNING or job.cancel_requested:
-        state = "is being cancelled" if job.status == JobStatus.RUNNING else f"has ended ({job.status})"
-        ended = f"Job '{job.id}' {state}; it needs no verdict."
-        raise ProblemError(409, "Job not awaiting a verdict", ended)
+        raise _not_awaiting(job.id, job.status)
     if taken is None:
         pending = IterationRepository(session).pending_of(job.id)
         now = f"it awaits iteration {pending.number}" if pending else "no check awaits a verdict right now"
@@ -250,6 +272,9 @@ def fail_to_start(services: Services, job_id: str, error: Exception) -> list[int
     """A new interactive job whose first check could not be prepared ends failed, saying why."""
     code = ErrorCode.INVALID_MODEL if isinstance(error, ReducerError) else ErrorCode.INTERNAL
     message = str(error) if isinstance(error, ReducerError) else f"{type(error).__name__}: {error}"
-    with services.db.session() as session:
+
+    def work(session: Session) -> list[int]:
         job = JobRepository(session).lock_running(job_id)
         return [] if job is None else [end(session, job, JobStatus.FAILED, code, message)]
+
+    return transaction(services.db, work, f"the end of interactive job {job_id}")

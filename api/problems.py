@@ -14,8 +14,11 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from persistence.retry import is_conflict
+
 PROBLEM_JSON = "application/problem+json"
 DATABASE_RETRY_AFTER_S = 5
+CONFLICT_RETRY_AFTER_S = 1
 DRAIN_LIMIT_BYTES = 8 * 1024 * 1024  # read (and drop) this much of a refused upload, so the client sees the answer
 log = logging.getLogger("onnx_reducer.api")
 
@@ -104,6 +107,16 @@ async def _drain(request: Request) -> None:
 
 
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    if is_conflict(exc):  # a deadlock or serialisation failure that outlived its retries: no outage
+        log.warning("transaction conflict on %s %s outlived its retries", request.method, request.url.path)
+        await _drain(request)
+        return problem_response(
+            409,
+            "Concurrent change",
+            "Another request changed this job at the same moment; send the request again.",
+            headers={"Retry-After": str(CONFLICT_RETRY_AFTER_S)},
+            instance=request.url.path,
+        )
     text = str(getattr(exc, "orig", None) or exc).strip()
     reason = text.splitlines()[0][:200] if text else type(exc).__name__
     log.warning("database unavailable on %s %s: %s", request.method, request.url.path, reason)

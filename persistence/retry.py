@@ -8,11 +8,17 @@ as before (the database is unreachable: the job is taken again once it is back).
 order, so two of them never wait for one another in a circle:
 
 1. the team row (``UnitRepository.team_running_locked``, only for a capped team);
-2. the job row (``JobRepository.lock_running``/``claim``/``keep_alive``, and every
-   ``EventRepository.append``, which bumps ``jobs.event_seq``);
+2. the job row (``JobRepository.lock_running``/``claim``/``keep_alive``/``request_cancel``, and
+   every ``EventRepository.append``, which bumps ``jobs.event_seq``): the api's interactive steps
+   (``api.interactive``: a verdict locks the job before it takes the pending iteration), cancels
+   and deletes take it first too;
 3. the job's ``check_units`` rows (claim, renew, finish, cancel); a transaction that
    locks units of several jobs without their job rows (``UnitRepository.requeue_expired``) skips
    the locked ones instead of waiting.
+
+The api runs its writes (a verdict, a cancel, a retry, a delete's cancel) through ``transaction``
+as the workers do; a conflict that outlives every try answers 409 with ``Retry-After``
+(``api.problems``), never 503: the database is not down.
 
 The retry stays as a safety net for what the order does not cover (a lock taken by a foreign key,
 an index page)."""

@@ -46,6 +46,7 @@ from persistence.repositories import (
     IterationRepository,
     JobRepository,
 )
+from persistence.retry import transaction
 from reducer_core.samples import parse_samples_note
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -281,17 +282,18 @@ def list_iterations(
 @router.post("/{job_id}/cancel", status_code=202, response_model=JobOut)
 def cancel_job(job_id: str, services: ServicesDep, team: TeamDep, response: Response) -> JobOut:
     """Queued jobs are cancelled at once; a running job stops within seconds (its check is killed)."""
-    seq = None
-    with services.db.session() as session:
-        jobs = JobRepository(session)
-        job = jobs.for_team(team.id, job_id)
+
+    def work(session: Session) -> tuple[int | None, JobOut]:
+        job = JobRepository(session).for_team(team.id, job_id)
         if job is None:
             raise not_found(f"Job '{job_id}'")
-        seq = cancel(session, job, at_once=job.queue == QUEUE_INTERACTIVE)
+        seq = cancel(session, job, at_once=job.queue == QUEUE_INTERACTIVE)  # the job's row first
         session.refresh(job)
         if job.status.terminal and job.status is not JobStatus.CANCELLED:
             raise ProblemError(409, "Job already finished", f"Job '{job_id}' has already {job.status}.")
-        out = _job_out(session, job)
+        return seq, _job_out(session, job)
+
+    seq, out = transaction(services.db, work, f"the cancel of job {job_id}")
     services.job_reads.forget(team.id, job_id)
     if seq is not None:
         services.notify(job_id, seq)
@@ -324,7 +326,8 @@ def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
     """Queue a failed job again after its cause was fixed (a broken check tool, a lost GPU, a worker
     that kept dying, the time limit): it resumes from its last finished check, keeping its
     iterations and verdicts. A job whose model or check spec was at fault answers 409."""
-    with services.db.session() as session:
+
+    def work(session: Session) -> tuple[int, JobOut, str]:
         jobs = JobRepository(session)
         job = jobs.for_team(team.id, job_id)
         if job is None:
@@ -347,8 +350,9 @@ def retry_job(job_id: str, services: ServicesDep, team: TeamDep) -> JobOut:
             )
         queued = record_event(session, job.id, EventKind.QUEUED, {"status": JobStatus.QUEUED, "retry": True})
         session.refresh(job)
-        out = _job_out(session, job, _workers_for(session, services, [job]))
-        queue = job.queue
+        return queued, _job_out(session, job, _workers_for(session, services, [job])), job.queue
+
+    queued, out, queue = transaction(services.db, work, f"the retry of job {job_id}")
     services.job_reads.forget(team.id, job_id)
     services.notify(job_id, queued)
     try:

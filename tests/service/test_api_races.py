@@ -1,0 +1,84 @@
+"""An interactive job's verdict racing its DELETE or cancel, over real HTTP against PostgreSQL: both
+paths take the job's row first (one lock order: team, job, units, iterations), so PostgreSQL never
+detects a deadlock between them and no answer is a 5xx (the request is never lost)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import create_engine, text
+
+from api.app import create_app
+from api.settings import ApiSettings
+from persistence.db import normalize_url
+from tests.service.conftest import client_for
+from tests.service.helpers import chain_model, submit
+
+RACES = 20
+MODEL = chain_model(length=8, mul_at=5).SerializeToString()
+
+
+@pytest.fixture
+def client(
+    db_url: str, data_dir: Path, serve_app: Callable[[FastAPI], str], tokens: dict[str, str]
+) -> Iterator[httpx.Client]:
+    settings = ApiSettings(database_url=db_url, redis_url=None, data_dir=data_dir)
+    url = serve_app(create_app(settings, enqueue=lambda job_id, queue: None))
+    with client_for(url, tokens["team-a"]) as client:
+        yield client
+
+
+def _deadlocks(db_url: str) -> int:
+    """PostgreSQL's count of deadlocks detected in the test's database."""
+    engine = create_engine(normalize_url(db_url))
+    try:
+        with engine.connect() as conn:
+            query = text("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+            return int(conn.execute(query).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def _race(client: httpx.Client, ending: Callable[[str], httpx.Response]) -> list[httpx.Response]:
+    """A new interactive job whose first check awaits its verdict; the verdict and ``ending`` sent at once."""
+    created = submit(client, MODEL, "kind: interactive\n")
+    assert created.status_code == 202, created.text
+    job_id = created.json()["id"]
+    awaiting = client.get(f"/v1/jobs/{job_id}").json()["awaiting_verdict"]
+    assert awaiting is not None
+    start = threading.Barrier(2)
+
+    def verdict() -> httpx.Response:
+        start.wait()
+        return client.post(f"/v1/jobs/{job_id}/verdict", json={"iteration": awaiting["iteration"], "verdict": "fail"})
+
+    def end() -> httpx.Response:
+        start.wait()
+        return ending(job_id)
+
+    with ThreadPoolExecutor(2) as pool:
+        answers = [pool.submit(verdict), pool.submit(end)]
+        return [answer.result() for answer in answers]
+
+
+@pytest.mark.parametrize("how", ["delete", "cancel"])
+def test_verdict_racing_delete_or_cancel_never_deadlocks(client: httpx.Client, db_url: str, how: str) -> None:
+    endings: dict[str, Callable[[str], httpx.Response]] = {
+        "delete": lambda job_id: client.delete(f"/v1/jobs/{job_id}"),
+        "cancel": lambda job_id: client.post(f"/v1/jobs/{job_id}/cancel"),
+    }
+    before = _deadlocks(db_url)
+    answers = [_race(client, endings[how]) for _ in range(RACES)]
+    deadlocks = _deadlocks(db_url) - before
+    failed = [f"{r.request.method} {r.status_code}: {r.text}" for pair in answers for r in pair if r.status_code >= 500]
+    assert failed == []
+    assert deadlocks == 0
+    for verdict, ended in answers:
+        assert verdict.status_code in (200, 404, 409), verdict.text  # answered, or the job went first
+        assert ended.status_code in ((204,) if how == "delete" else (200, 202)), ended.text
