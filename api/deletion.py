@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import anyio
+from sqlalchemy.orm import Session
 
 from api.problems import ProblemError, not_found
 from api.services import Services
@@ -14,19 +15,24 @@ from jobflow.ending import cancel
 from persistence.contracts import QUEUE_INTERACTIVE
 from persistence.repositories import JobRepository
 from persistence.retention import blob_grace_s, delete_finished_job
+from persistence.retry import transaction
 
 STOP_WAIT_S = 15.0  # how long DELETE waits for a running job to stop before answering 409
 POLL_S = 0.25
 
 
 def _cancel(services: Services, team_id: str, job_id: str) -> int | None:
-    """Cancel the team's job (404 for another team's or a missing one); the event seq to announce."""
-    with services.db.session() as session:
-        jobs = JobRepository(session)
-        job = jobs.for_team(team_id, job_id)
+    """Cancel the team's job (404 for another team's or a missing one); the event seq to announce.
+    The job's row is locked first (``cancel``: the lock order of ``persistence.retry``), and the
+    transaction runs again in place when PostgreSQL aborts it as a conflict."""
+
+    def work(session: Session) -> int | None:
+        job = JobRepository(session).for_team(team_id, job_id)
         if job is None:
             raise not_found(f"Job '{job_id}'")
         return cancel(session, job, at_once=job.queue == QUEUE_INTERACTIVE)
+
+    return transaction(services.db, work, f"the cancel before deleting job {job_id}")
 
 
 def _still_there(services: Services, team_id: str, job_id: str) -> bool:
