@@ -30,6 +30,12 @@ from api.settings import ApiSettings
 from persistence.db import Database
 from persistence.migrate import upgrade
 from persistence.repositories import TeamRepository
+from reducer_core.cache import VerdictCache
+from reducer_core.config import SessionConfig
+from reducer_core.graph import GraphIndex
+from reducer_core.machine import ReductionMachine
+from reducer_core.requests import CheckRequest
+from reducer_core.verdict import Verdict, VerdictKind
 from tests.service.conftest import client_for
 from tests.service.helpers import chain_model, submit
 from tests.service.in_process import in_process_context
@@ -135,3 +141,57 @@ def test_a_verdict_costs_the_same_at_check_500_as_at_check_10_when_two_slots_tak
     assert late[1] == early[1], f"verdict rows read a verdict: {early[1]} at check 10, {late[1]} at check 500"
     assert late[1] <= 2  # what the other slot stored since this one last looked
     assert replayed <= 2, "each slot rebuilds the session once at most (then it catches up)"
+
+
+def test_a_kept_session_caught_up_is_where_a_rebuilt_one_is() -> None:
+    """Two slots take a job's verdicts in turn, as the service stores them (the state without its
+    entries, the entries apart in the order written): at every verdict, the slot's kept session,
+    caught up with the entries stored since it last looked, has the state and asks for the checks
+    that a session rebuilt from the stored state (every entry replayed) has and asks for."""
+    model = chain_model(20, 13)
+    index = GraphIndex.build(model)
+    config = SessionConfig(mode="linear")
+
+    def new_cache() -> VerdictCache:
+        return VerdictCache(index.fingerprint, "op-present:Mul")
+
+    def verdict(request: CheckRequest) -> Verdict:
+        failing = 13 in request.candidate.nodes
+        return Verdict(VerdictKind.FAIL, "op-present:Mul") if failing else Verdict(VerdictKind.PASS)
+
+    first = ReductionMachine(index, config, new_cache())
+    in_flight = {request.id: request for request in first.next_requests(2)}
+    rows: list[tuple[str, dict[str, Any]]] = list(first.cache.changed_since(0).items())
+    stored, version = first.state(verdicts=False), 1
+    kept: list[tuple[ReductionMachine, int, int] | None] = [(first, version, len(rows)), None]  # machine, version, seen
+    turn = caught_up = 0
+    while in_flight:
+        turn += 1
+        slot = turn % 2
+        rebuilt = ReductionMachine.from_state(
+            index, config, new_cache(), stored | {"cache": stored["cache"] | {"verdicts": dict(rows)}}
+        )
+        held = kept[slot]
+        if held is None:
+            machine = ReductionMachine.from_state(
+                index, config, new_cache(), stored | {"cache": stored["cache"] | {"verdicts": dict(rows)}}
+            )
+        else:
+            machine, held_version, seen = held
+            if held_version != version:
+                machine.catch_up(dict(rows[seen:]), stored)
+                caught_up += 1
+        assert machine.state() == rebuilt.state(), f"turn {turn}"
+        assert machine.next_requests(2, list(in_flight)) == rebuilt.next_requests(2, list(in_flight))
+        request = in_flight.pop(next(iter(in_flight)))  # the oldest check in flight ends
+        assert isinstance(request, CheckRequest)  # an op-present check: no layerwise run
+        mark = machine.cache.mark
+        machine.deliver(request, verdict(request))
+        if not machine.done:
+            for new in machine.next_requests(2, list(in_flight)):
+                in_flight[new.id] = new
+        rows += list(machine.cache.changed_since(mark).items())
+        stored, version = machine.state(verdicts=False), version + 1
+        kept[slot] = (machine, version, len(rows))
+    assert machine.done and machine.result.min_bad.nodes == frozenset({13})
+    assert caught_up >= turn - 2, (caught_up, turn)  # every verdict but the first of each slot
