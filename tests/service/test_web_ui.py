@@ -169,7 +169,7 @@ def test_drop_the_example_watch_it_and_compare_the_graphs(service: Service, brow
 
 
 def test_the_smaller_inputs_checkbox_sends_reduce_data(service: Service, browser: Browser) -> None:
-    """"Shrink the answer's inputs and weights" is unticked by default; ticking it sends
+    """The box "Shrink the answer's inputs and weights" is unticked by default; ticking it sends
     ``reduce_data=true``: the job stores it (its op-present check reads no values, so its min-bad
     graph keeps the example's 2 x 2 inputs all the same)."""
     browser.open(service.url + "/#/new")
