@@ -8,7 +8,7 @@ import anyio
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from api.problems import ProblemError
+from api.problems import ProblemError, not_found
 from api.services import Services
 from persistence.models import Team
 from persistence.repositories import TeamRepository
@@ -32,13 +32,32 @@ def _team_for_token(services: Services, token: str) -> Team | None:
         return TeamRepository(session).team_for_token(token)
 
 
+MAX_PATH_ID = 200  # a job id or an artifact name in the address longer than this names nothing
+
+
+def check_path_ids(request: Request) -> None:
+    """The ids in the address (``{job_id}``, an artifact's ``{name}``): one holding a control
+    character (a NUL, which PostgreSQL refuses in any string) or far too long names nothing, so
+    the route answers 404 before the database is asked."""
+    for key, value in request.path_params.items():
+        if isinstance(value, str) and (len(value) > MAX_PATH_ID or not value.isprintable()):
+            shown = value[:40].encode("unicode_escape").decode("ascii")
+            what = "Job" if key == "job_id" else key.replace("_", " ").capitalize()
+            raise not_found(f"{what} '{shown}'")
+
+
 async def current_team(
-    services: ServicesDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    request: Request,
+    services: ServicesDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Team:
     """The token's team, from the database at most every ``TOKEN_CACHE_S`` per token (a revoked
-    token is refused within that time; open event streams re-check it themselves)."""
+    token is refused within that time; open event streams re-check it themselves). Every route
+    of a team's data depends on it, so the ids in its address are checked here too
+    (``check_path_ids``)."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise ProblemError(401, "Unauthorized", "Send 'Authorization: Bearer <token>'.", headers=_CHALLENGE)
+    check_path_ids(request)
     token = credentials.credentials
     team = services.tokens.get(token)
     if team is None:
