@@ -1,8 +1,13 @@
-"""Where things live under DATA_DIR: the artifact store, each job's unpacked model and work folder."""
+"""Where things live under DATA_DIR: the artifact store, each job's unpacked model and work folder,
+and each worker process's scratch folder (``scratch/<host>/<pid>-<start>``: the temporary files of
+its checks, never the system temp folder; a folder whose process is gone is swept)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
+import tempfile
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -10,6 +15,8 @@ from pathlib import Path
 
 from persistence.s3store import S3ArtifactStore, S3Config
 from persistence.store import ArtifactStore
+
+OTHER_HOSTS_SCRATCH_S = 86400.0  # another host's scratch nothing wrote to for a day: that host is gone
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,79 @@ class DataLayout:
                 shutil.rmtree(folder, ignore_errors=True)
                 removed.append(folder.name)
         return removed
+
+    def scratch_root(self, host: str | None = None) -> Path:
+        return self.root / "scratch" / _safe_name(host or socket.gethostname())
+
+    def use_scratch(self) -> Path:
+        """This process's scratch folder, made now and used for every temporary file it makes from
+        now on (``tempfile.tempdir``: a check's folder, a fallback inference's, golden values').
+        Called where a worker process starts; sweeps the folders of dead processes first."""
+        self.sweep_scratch(OTHER_HOSTS_SCRATCH_S)
+        folder = self.scratch_root() / _process_key(os.getpid())
+        shutil.rmtree(folder, ignore_errors=True)  # a dead process's, whose pid this one got
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.tempdir = str(folder)
+        return folder
+
+    def sweep_scratch(self, other_hosts_after_s: float | None = None) -> list[str]:
+        """Remove this host's scratch folders whose process is gone (killed: nothing removed its
+        check's folder) and, with ``other_hosts_after_s``, other hosts' folders nothing wrote to
+        for that long (a host that never came back). Returns the removed folders' names."""
+        removed: list[str] = []
+        mine = self.scratch_root()
+        if mine.is_dir():
+            for folder in mine.iterdir():
+                if folder.is_dir() and not folder.is_symlink() and not _process_alive(folder.name):
+                    shutil.rmtree(folder, ignore_errors=True)
+                    removed.append(folder.name)
+        hosts = self.root / "scratch"
+        if other_hosts_after_s is not None and hosts.is_dir():
+            cutoff = time.time() - other_hosts_after_s
+            for host in hosts.iterdir():
+                if host == mine or not host.is_dir() or host.is_symlink():
+                    continue
+                for folder in host.iterdir():
+                    if folder.is_dir() and not folder.is_symlink() and _last_write(folder) < cutoff:
+                        shutil.rmtree(folder, ignore_errors=True)
+                        removed.append(f"{host.name}/{folder.name}")
+        return removed
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".") or "host"
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time (clock ticks after boot), which tells a reused pid apart; None:
+    no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _process_key(pid: int) -> str:
+    return f"{pid}-{_start_ticks(pid) or 0}"
+
+
+def _process_alive(key: str) -> bool:
+    pid = key.partition("-")[0]
+    if not pid.isdigit():
+        return True  # not a process's folder: left alone
+    return _process_key(int(pid)) == key if Path("/proc/self/stat").exists() else _pid_exists(int(pid))
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _last_write(folder: Path) -> float:

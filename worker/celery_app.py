@@ -83,6 +83,7 @@ class _CeleryWorker:
         self.queues = [name for name in queues.consume_from if name in QUEUES] or ["cpu"]
         self.ctx.queues = tuple(self.queues)
         mark_owner()
+        self.ctx.layout.use_scratch()  # temporary files under DATA_DIR/scratch, swept once this process is gone
         lower_priority(self.settings.worker_nice)
         killed = kill_orphaned_checks()
         if killed:

@@ -37,6 +37,7 @@ def main(argv: list[str]) -> int:
     lower_priority(settings.worker_nice)  # the api beside it answers first
     configure_logging()
     ctx = context_from_settings(settings)
+    ctx.layout.use_scratch()  # temporary files under DATA_DIR/scratch, swept once this process is gone
     if len(argv) > 1:
         # the slot's runtime and capabilities: it takes only the work its slot may
         ctx.runtime = ctx.capabilities = Capabilities.from_json(json.loads(argv[1]))

@@ -159,6 +159,7 @@ class WorkerPresence:
             workers.report(self.activity.status(self.identity))
             workers.forget_silent(self.timings.forget_after_s)
         kill_orphaned_checks()
+        self.ctx.layout.sweep_scratch()  # the scratch folders of this host's killed workers
         self._requeue_lost_checks()
         if time.monotonic() >= self._next_sweep:
             removed = sweep_unreferenced_blobs(self.ctx.db, self.ctx.layout.store, self.timings.sweep_min_age_s)
