@@ -112,11 +112,18 @@ class GoldenStore:
                 f"Cannot read golden values from '{path}': {exc}. Create them with `onnx-reducer golden MODEL "
                 "-o GOLDEN`, or give Polygraphy JSON (.json) or NumPy (.npz) data."
             ) from exc
-        if manifest.get("format") != FORMAT:
-            raise UsageError(f"'{path}' is not an onnx-reducer golden file (format {manifest.get('format')!r}).")
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        if found != FORMAT:
+            raise UsageError(f"'{path}' is not an onnx-reducer golden file (format {found!r}).")
         index: dict[int, dict[str, str]] = {}
-        for item in manifest["tensors"]:
-            index.setdefault(int(item["sample"]), {})[str(item["name"])] = str(item["entry"])
+        try:
+            for item in manifest["tensors"]:
+                index.setdefault(int(item["sample"]), {})[str(item["name"])] = str(item["entry"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(
+                f"'{path}' has a malformed {MANIFEST} ({type(exc).__name__}: {str(exc)[:200]}): each tensor needs "
+                "a sample number, a name and an entry. Create golden values with `onnx-reducer golden MODEL -o GOLDEN`."
+            ) from exc
         return cls(path, index, None)
 
     @property

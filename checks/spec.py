@@ -50,6 +50,8 @@ OPTIMIZATIONS = ("all", "extended", "basic", "none")
 DEFAULT_TIMEOUT_S = 600.0
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week; the service also holds timeout x repeat to its job time limit
 MAX_REPEAT = 100
+MAX_INTEGER_DIGITS = 64  # no field takes a longer number; Python converts none over 4,300 digits
+_INT_TAG = "tag:yaml.org,2002:int"
 MAX_NESTING = 32  # mappings/lists inside each other; a spec needs about 4
 GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider")
 
@@ -210,6 +212,10 @@ class _SpecLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.depth = 0
 
+    def construct_document(self, node: yaml.Node) -> Any:
+        _bound_integers(node, "")
+        return super().construct_document(node)
+
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             raise CheckSpecError("check spec: YAML aliases (*name) are not accepted; write the values out in full")
@@ -220,6 +226,25 @@ class _SpecLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
+
+
+def _bound_integers(node: yaml.Node, where: str) -> None:
+    """Every integer of the document at most ``MAX_INTEGER_DIGITS`` long, before it is converted
+    (Python refuses to convert one of over 4,300 digits with a ValueError); ``where``: its field."""
+    if isinstance(node, yaml.ScalarNode):
+        if node.tag == _INT_TAG and len(str(node.value)) > MAX_INTEGER_DIGITS:
+            raise CheckSpecError(
+                f"{where or 'check spec'}: an integer of {len(str(node.value))} characters; a check spec's "
+                f"numbers have at most {MAX_INTEGER_DIGITS} digits"
+            )
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _bound_integers(item, where)
+    elif isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            name = _clip(str(key.value), 50) if isinstance(key, yaml.ScalarNode) else "?"
+            _bound_integers(key, where or "check spec")
+            _bound_integers(value, f"{where}.{name}" if where else name)
 
 
 def parse_check_spec(text: str) -> CheckSpec:

@@ -78,7 +78,10 @@ def _load_npz_first(data: bytes, budget: ByteBudget) -> np.ndarray:
 def _decode_ndarray(obj: dict[str, Any], budget: ByteBudget) -> np.ndarray:
     data = base64.b64decode(str(obj["array"]).encode(), validate=True)
     if data.startswith(b"PK"):
-        return _load_npz_first(data, budget)
+        try:
+            return _load_npz_first(data, budget)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as exc:
+            raise ValueError(f"an array payload starts like an NPZ archive but is not one ({exc})") from exc
     return _load_npy(data, budget)
 
 
@@ -117,11 +120,22 @@ def load_polygraphy_json(path: Path, max_bytes: int | None = None) -> list[Tenso
     (checked from each array's header before it is read; ``ValueError`` beyond it)."""
     decoded = _decode(json.loads(path.read_text()), ByteBudget(max_bytes))
     if isinstance(decoded, dict) and "lst" in decoded:
-        runners = decoded["lst"]
-        decoded = runners[0][1] if runners else []
+        decoded = _first_runner_results(decoded["lst"])
     maps: list[TensorMap] = []
     _collect_maps(decoded, maps)
     return maps
+
+
+def _first_runner_results(runners: Any) -> Any:
+    """RunResults' ``lst``: ``[[runner name, [iteration results...]], ...]``; the first runner's
+    results (none: an empty list). ``ValueError`` for anything else."""
+    if not isinstance(runners, list):
+        raise ValueError(f"'lst' is a {type(runners).__name__}, not RunResults' list of [runner name, results] pairs")
+    for entry in runners:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)):
+            shown = json.dumps(entry, default=lambda _: "<array>")[:100]
+            raise ValueError(f"'lst' holds {shown}, not a [runner name, results] pair (Polygraphy RunResults)")
+    return runners[0][1] if runners else []
 
 
 def load_tensor_file(path: str | Path) -> list[TensorMap]:
@@ -139,8 +153,10 @@ def load_tensor_file(path: str | Path) -> list[TensorMap]:
                     "or `--save-outputs` (or polygraphy.json.save_json of a list of name->array dicts)."
                 )
             return samples
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile) as exc:
         raise UsageError(f"Cannot read tensors from '{path}': {exc}") from exc
+    except RecursionError as exc:
+        raise UsageError(f"Cannot read tensors from '{path}': it is nested too deeply.") from exc
     raise UsageError(f"Unsupported tensor file '{path}': use Polygraphy JSON (.json) or NumPy (.npz).")
 
 

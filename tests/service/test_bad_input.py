@@ -3,7 +3,9 @@ is left half-stored (no job row, no blob in the store, no job folder)."""
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import tarfile
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
@@ -236,3 +238,73 @@ def test_confirm_flaky_is_kept_in_the_jobs_options_and_part_of_the_same_request(
     assert first.status_code == same.status_code == 202 and first.json()["id"] == same.json()["id"]
     assert other.status_code == 422 and "Idempotency-Key" in other.json()["title"]
     assert refused.status_code == 422 and refused.json()["errors"][0]["field"] == "confirm_flaky"
+
+
+# --- hostile ids and payloads: a 4xx naming what is wrong, never a 500 (issue 30 R3-R5) ---------
+
+JOB_ROUTES = [
+    ("GET", "/v1/jobs/{id}"),
+    ("GET", "/v1/jobs/{id}/iterations"),
+    ("GET", "/v1/jobs/{id}/events"),
+    ("GET", "/v1/jobs/{id}/artifacts/min-bad"),
+    ("GET", "/v1/jobs/{id}/bundle"),
+    ("GET", "/v1/jobs/{id}/node-errors"),
+    ("GET", "/v1/jobs/{id}/artifacts/min-bad/graph"),
+    ("POST", "/v1/jobs/{id}/cancel"),
+    ("POST", "/v1/jobs/{id}/retry"),
+    ("DELETE", "/v1/jobs/{id}"),
+]
+
+
+@pytest.mark.parametrize("job_id", ["%00", "a%00b"])
+def test_a_job_id_no_job_can_have_is_404_on_every_job_route(api: str, tokens: dict[str, str], job_id: str) -> None:
+    with client_for(api, tokens["team-a"]) as client:
+        answers = {
+            f"{method} {route}": client.request(method, route.replace("{id}", job_id)) for method, route in JOB_ROUTES
+        }
+        answers["POST verdict"] = client.post(f"/v1/jobs/{job_id}/verdict", json={"iteration": 1, "verdict": "fail"})
+    statuses = {route: response.status_code for route, response in answers.items()}
+    assert statuses == dict.fromkeys(statuses, 404)
+    for response in answers.values():
+        assert response.headers["content-type"] == "application/problem+json"
+        assert "was not found" in response.json()["detail"]
+
+
+ZIP_LIKE = b"PK\x03\x04" + b"not a zip at all" * 4
+
+
+def _json_array_payload(payload: bytes) -> bytes:
+    """Polygraphy JSON (one feed dict) whose array ``x`` carries ``payload`` as its bytes."""
+    array = base64.b64encode(payload).decode()
+    return json.dumps([{"x": {"polygraphy_class": "ndarray", "array": array}}]).encode()
+
+
+HOSTILE_TENSORS = {
+    "nested-int-list": b'{"lst": [[1]]}',
+    "nested-empty-list": b'{"lst": [[]]}',
+    "pk-array-not-a-zip": _json_array_payload(ZIP_LIKE),
+}
+
+
+@pytest.mark.parametrize("field", ["inputs", "golden"])
+@pytest.mark.parametrize("case", sorted(HOSTILE_TENSORS))
+def test_hostile_tensor_uploads_are_a_422_naming_the_field(
+    api: str, tokens: dict[str, str], db_url: str, data_dir: Path, field: str, case: str
+) -> None:
+    spec = "kind: golden\n" if field == "golden" else "kind: compare\ntarget: {runtime: onnxruntime, precision: fp16}\n"
+    files = {"model": ("m.onnx", EXAMPLE), field: (f"{field}.bin", HOSTILE_TENSORS[case])}
+    with client_for(api, tokens["team-a"]) as client:
+        response = client.post("/v1/jobs", files=files, data={"check_spec": spec})
+    assert response.status_code == 422, response.text
+    problem = response.json()
+    assert problem["errors"][0]["field"] == field, problem
+    assert "/" + "work" not in problem["detail"] and str(data_dir) not in problem["detail"]
+    assert _stored(db_url, data_dir) == (0, [])
+
+
+def test_a_spec_integer_of_thousands_of_digits_is_a_422(api: str, tokens: dict[str, str]) -> None:
+    spec = "kind: op-present\nops: [Mul]\nrepeat: " + "9" * 5000 + "\n"
+    with client_for(api, tokens["team-a"]) as client:
+        response = submit(client, EXAMPLE, spec)
+    assert response.status_code == 422, response.text
+    assert "repeat: an integer of 5000 characters" in response.json()["detail"]
