@@ -5,12 +5,15 @@ lifetime passes (the client reconnects with ``Last-Event-ID``; nothing is lost o
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import anyio
+import redis
 import redis.asyncio as aioredis
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
@@ -26,6 +29,8 @@ from persistence.models import Event
 from persistence.repositories import EventRepository, JobRepository, TeamRepository
 
 router = APIRouter(prefix="/v1/jobs", tags=["events"])
+log = logging.getLogger("onnx_reducer.api")
+REDIS_CONNECT_TIMEOUT_S = 5.0  # an unreachable Redis: the stream polls the database after this long
 
 
 def format_event(event: Event) -> str:
@@ -36,24 +41,40 @@ def format_event(event: Event) -> str:
 class _Follower:
     """Reads new event rows in a thread; waits for a wake-up from Redis or a poll interval. Every
     ``sse_token_check_s`` it also checks that the client's token is still valid: a revoked token
-    ends the stream."""
+    ends the stream. Redis only wakes it up (the event rows are the truth): while Redis cannot be
+    reached, at the start or later, it polls the database as the embedded mode does, so a stream
+    is never cut by a Redis outage."""
 
     def __init__(self, services: Services, job_id: str, token: str) -> None:
         self.services, self.job_id, self.token = services, job_id, token
         self.pubsub: Any = None
+        self.client: Any = None
         self.token_checked = time.monotonic()
 
     async def open(self) -> None:
         url = self.services.settings.redis_url
-        if url:
-            self.client = aioredis.Redis.from_url(url)
-            self.pubsub = self.client.pubsub()
+        if not url:
+            return
+        self.client = aioredis.Redis.from_url(url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S)
+        self.pubsub = self.client.pubsub()
+        try:
             await self.pubsub.subscribe(events_channel(self.job_id))
+        except (redis.RedisError, OSError) as exc:
+            await self._without_redis(exc)
+
+    async def _without_redis(self, exc: BaseException) -> None:
+        """Redis failed: the stream goes on polling the database."""
+        log.warning("events of job %s: Redis unreachable (%s); polling the database", self.job_id, exc)
+        await self.close()
 
     async def close(self) -> None:
-        if self.pubsub is not None:
-            await self.pubsub.aclose()
-            await self.client.aclose()
+        pubsub, client = self.pubsub, self.client
+        self.pubsub = self.client = None
+        with contextlib.suppress(redis.RedisError, OSError):
+            if pubsub is not None:
+                await pubsub.aclose()
+            if client is not None:
+                await client.aclose()
 
     def _read(self, after: int) -> tuple[list[Event], bool]:
         with self.services.db.session() as session:
@@ -80,10 +101,13 @@ class _Follower:
         )
 
     async def wait(self, timeout: float) -> None:
-        if self.pubsub is None:
-            await anyio.sleep(min(timeout, self.services.settings.sse_poll_s))
-            return
-        await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)
+        if self.pubsub is not None:
+            try:
+                await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)
+                return
+            except (redis.RedisError, OSError) as exc:
+                await self._without_redis(exc)
+        await anyio.sleep(min(timeout, self.services.settings.sse_poll_s))
 
 
 async def _stream(
