@@ -26,7 +26,7 @@ from worker.context import FarmSize, RunnerContext
 from worker.run_job import take_next
 from worker.unit_run import UnitRun, UnitTicket
 
-MODEL = chain_model(12, 7).SerializeToString()
+MODEL = chain_model(48, 29).SerializeToString()  # a job of 8 checks or more (the data step is off by default)
 
 
 @pytest.fixture
