@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from sqlalchemy import create_engine, text
 
 from api.app import create_app
+from api.problems import install_problem_handlers
 from api.settings import ApiSettings
 from persistence.db import normalize_url
 from tests.service.conftest import client_for
@@ -82,3 +83,38 @@ def test_verdict_racing_delete_or_cancel_never_deadlocks(client: httpx.Client, d
     for verdict, ended in answers:
         assert verdict.status_code in (200, 404, 409), verdict.text  # answered, or the job went first
         assert ended.status_code in ((204,) if how == "delete" else (200, 202)), ended.text
+
+
+def test_a_deadlock_that_reaches_a_route_is_a_409_with_retry_after(
+    db_url: str, serve_app: Callable[[FastAPI], str]
+) -> None:
+    """Two requests that lock two rows in opposite orders: PostgreSQL aborts one as a deadlock
+    (a real one, no retry around it); the api answers it 409 with Retry-After, not 503 (the
+    database is up)."""
+    engine = create_engine(normalize_url(db_url))
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE crossed (id int PRIMARY KEY, n int)"))
+        conn.execute(text("INSERT INTO crossed VALUES (1, 0), (2, 0)"))
+    both_hold_one = threading.Barrier(2, timeout=30)
+    app = FastAPI()
+    install_problem_handlers(app)
+
+    @app.post("/cross/{first}/{second}")
+    def cross(first: int, second: int) -> dict[str, str]:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE crossed SET n = n + 1 WHERE id = :id"), {"id": first})
+            both_hold_one.wait()
+            conn.execute(text("UPDATE crossed SET n = n + 1 WHERE id = :id"), {"id": second})
+        return {"status": "ok"}
+
+    url = serve_app(app)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda path: httpx.post(url + path, timeout=60), ["/cross/1/2", "/cross/2/1"]))
+    finally:
+        engine.dispose()
+    statuses = sorted(response.status_code for response in answers)
+    assert statuses == [200, 409], [response.text for response in answers]
+    refused = next(response for response in answers if response.status_code == 409)
+    assert refused.headers["retry-after"] == "1"
+    assert refused.headers["content-type"] == "application/problem+json"
