@@ -81,7 +81,7 @@ def retry_conflicts(work: Callable[[], T], what: str, tries: int = MAX_TRIES) ->
                 raise
             pause = FIRST_PAUSE_S * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
             log.warning(
-                "%s: PostgreSQL aborted the transaction with %s (SQLSTATE %s) against another worker's; "
+                "%s: PostgreSQL aborted the transaction with %s (SQLSTATE %s) against another transaction; "
                 "running it again in %.0f ms (try %d of %d)",
                 *(what, CONFLICTS[state], state, pause * 1000, attempt + 1, tries),
             )
