@@ -131,8 +131,8 @@ def test_drop_the_example_watch_it_and_compare_the_graphs(service: Service, brow
     assert good and "Mul" not in [n.get_attribute("data-op") for n in good]
     assert all("diff" in n.get_attribute("class") for n in good)  # none of them is in min-bad
     labels = browser.js("return [...document.querySelectorAll('#graph-min-bad text')].map(t => t.textContent)")
-    # the service shrinks the inputs once the graph is minimal: the Mul fails at any size (2 x 2 -> 1 x 1)
-    assert "onnx_graphsurgeon_node_5" in labels and "float32[1,1,1,1]" in labels
+    # the data step is opt-in (reduce_data): the answer keeps the example's 2 x 2 inputs
+    assert "onnx_graphsurgeon_node_5" in labels and "float32[1,1,2,2]" in labels
     summary = plain(EN["summary.single"], name="onnx_graphsurgeon_node_5", op="Mul")
     assert browser.text("job-summary") == summary
     assert "5" in browser.find("original-summary").text
