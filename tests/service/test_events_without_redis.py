@@ -33,6 +33,8 @@ class RedisServer:
         if self.process.poll() is None:
             self.process.terminate()
             self.process.wait(10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()  # else its pipe is closed at garbage collection: a ResourceWarning
 
 
 @pytest.fixture
