@@ -176,7 +176,7 @@ def fp32_nodes(model: onnx.ModelProto) -> int:
     )
 
 
-def _all_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def all_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every tensor of ``model`` (fp32 inputs), graph optimisations off."""
     marked = onnx.ModelProto()
     marked.CopyFrom(model)
@@ -198,7 +198,7 @@ def nonfinite_fp16(model: onnx.ModelProto, original: onnx.ModelProto) -> tuple[i
     tensors: set[str] = set()
     values = 0
     for feeds in samples(original):
-        for name, value in _all_values(real, feeds).items():
+        for name, value in all_values(real, feeds).items():
             if name in half and not np.isfinite(value).all():
                 tensors.add(name)
                 values += int((~np.isfinite(value)).sum())
@@ -212,7 +212,7 @@ def autocast_like(model: onnx.ModelProto, data_max: float = 65504.0) -> tuple[in
         t.name: float(np.abs(numpy_helper.to_array(t)).max(initial=0.0)) for t in model.graph.initializer
     }
     for feeds in samples(model):
-        for name, value in (_all_values(model, feeds) | feeds).items():
+        for name, value in (all_values(model, feeds) | feeds).items():
             if value.dtype.kind == "f":
                 peak[name] = max(peak.get(name, 0.0), float(np.abs(value).max(initial=0.0)))
     out = sum(1 for n in model.graph.node if any(peak.get(o, 0.0) > data_max for o in n.output))

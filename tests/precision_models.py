@@ -8,6 +8,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from bench.precision_bert import all_values
 from checks.fp16_model import storage_real
 from tests.models import IR_VERSION, OPSET
 
@@ -134,23 +135,11 @@ def real_fp16_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> l
 GELU_FINITE_KEEP = ["bias_add", "gelu_div", "gelu_erf", "gelu_mul", "gelu_half", "down_proj"]
 
 
-def _all_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    marked = onnx.ModelProto()
-    marked.CopyFrom(model)
-    names = {o.name for o in marked.graph.output}
-    for node in marked.graph.node:
-        marked.graph.output.extend(onnx.ValueInfoProto(name=o) for o in node.output if o and o not in names)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(marked.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return {o.name: np.asarray(v) for o, v in zip(session.get_outputs(), session.run(None, feeds), strict=True)}
-
-
 def nonfinite_fp16_tensors(mixed: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, int]:
     """Every tensor the mixed model types fp16 that holds inf or NaN, with fp16 storage made real
     (every intermediate captured): ``{name: how many values}``."""
     types = {v.name: v.type.tensor_type.elem_type for v in [*mixed.graph.value_info, *mixed.graph.output]}
-    values = _all_values(storage_real(mixed), feeds)
+    values = all_values(storage_real(mixed), feeds)
     counts = {name: int((~np.isfinite(values[name])).sum()) for name, t in types.items() if t == TensorProto.FLOAT16}
     return {name: count for name, count in counts.items() if count}
 
@@ -159,7 +148,7 @@ def autocast_like_fp32_nodes(model: onnx.ModelProto, feeds: dict[str, np.ndarray
     """How many nodes ModelOpt AutoCast with ``--data_max 65504`` keeps in fp32 by its range rule,
     emulated: the nodes one of whose float inputs or outputs (weights included) exceeds
     ``data_max`` in magnitude in the fp32 model's run."""
-    values = _all_values(model, feeds) | {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    values = all_values(model, feeds) | {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     values |= feeds
 
     def beyond(name: str) -> bool:
