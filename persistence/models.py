@@ -6,7 +6,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, false
 from sqlalchemy import UniqueConstraint as Unique
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -55,6 +55,8 @@ class ApiToken(Base):
     prefix: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+    name: Mapped[str] = mapped_column(String(100), default="", server_default="")  # what it is for
+    admin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())  # manages tokens
 
 
 class Job(Base):
@@ -223,3 +225,33 @@ class SessionVerdict(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     key: Mapped[str] = mapped_column(String(80))
     verdict: Mapped[dict[str, Any]] = mapped_column()
+
+
+class JobLabel(Base):
+    """A label a job was submitted with (``key=value``: the CI context ``onnx-reducer submit``
+    picks up, or ``--label``); indexed by key and value so the jobs list filters on it."""
+
+    __tablename__ = "job_labels"
+    __table_args__ = (
+        Unique("job_id", "key", name="uq_job_labels_job_key"),
+        Index("ix_job_labels_key_value", "key", "value"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(63))
+    value: Mapped[str] = mapped_column(String(1024))
+
+
+class AuditEvent(Base):
+    """A team's audit record: a token created or revoked, a job deleted; who did it (the acting
+    token's prefix, or ``cli`` for the server's command line) and to what."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_team_id_id", "team_id", "id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
+    action: Mapped[str] = mapped_column(String(32))
+    actor: Mapped[str] = mapped_column(String(120))
+    target: Mapped[str] = mapped_column(String(200))
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -25,6 +25,8 @@ TABLES = {
     "check_units",
     "farm_verdicts",
     "session_verdicts",
+    "job_labels",
+    "audit_events",
 }
 
 
