@@ -1,7 +1,9 @@
 """``POST /v1/jobs`` behind the route: stream the upload to a staging folder, inspect it in an
 intake worker process (``api.inspection``: spec, golden values, bundle, model), then store the
-original and create the job in one commit (in a thread). Whatever fails on the way leaves nothing
-behind (no job row, no blob, no folder). The event loop only moves bytes.
+original and create the job in one commit (in a thread). Whatever fails on the way leaves no job
+row and no folder; a blob it stored is left to the unreferenced-blob sweep (``_discard``: another
+upload of the same bytes may have stored it too and not committed yet). The event loop only moves
+bytes.
 
 An ``Idempotency-Key`` seen before returns that job when the request is the same (model, golden
 values, input samples, check spec and options), and 422 when it differs."""
@@ -21,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from api.golden import suffix_for
 from api.inputs import suffix_for as inputs_suffix
 from api.inspection import BOOL_FIELDS, Inspection, InspectRequest, Refusal, UploadLimits, safe_filename
+from api.labels import parse_labels
 from api.problems import ProblemError
 from api.services import Services
 from api.settings import ApiSettings
@@ -31,6 +34,8 @@ from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
 from persistence.events import record_event
 from persistence.models import Job, Team, new_id, utcnow
 from persistence.repositories import ArtifactRepository, JobRepository
+from persistence.repositories.labels import LabelRepository
+from persistence.retention import blob_grace_s
 from persistence.store import StoredBlob
 
 
@@ -94,12 +99,13 @@ class JobIntake:
         self.staging.mkdir(parents=True)
         try:
             form = await read_form(request, self.staging, self.settings.max_upload_bytes, self.settings.max_field_bytes)
+            labels = parse_labels(form.fields.get("labels"))
             if idempotency_key:
                 replay = await anyio.to_thread.run_sync(self._replay, form, idempotency_key)
                 if replay is not None:
                     return replay
             inspection = await self._inspect(form)
-            return await anyio.to_thread.run_sync(self._create, form, inspection, idempotency_key)
+            return await anyio.to_thread.run_sync(self._create, form, inspection, idempotency_key, labels)
         except BaseException:
             self._discard()
             raise
@@ -143,7 +149,9 @@ class JobIntake:
                 raise _key_reused()
             return Intake(job.id, job.queue, created=False, status=job.status)
 
-    def _create(self, form: UploadedForm, inspection: Inspection, idempotency_key: str | None) -> Intake:
+    def _create(
+        self, form: UploadedForm, inspection: Inspection, idempotency_key: str | None, labels: dict[str, str]
+    ) -> Intake:
         job_id = new_id()
         self.job_dir = self.services.layout.job_dir(job_id)
         self.job_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -178,6 +186,7 @@ class JobIntake:
         try:
             with self.services.db.session() as session:
                 JobRepository(session).add(job)
+                LabelRepository(session).add(job_id, labels)
                 meta: dict[str, Any] = {"bundle": inspection.bundle, "filename": job.model_filename}
                 ArtifactRepository(session).put(job_id, ArtifactKind.ORIGINAL, "original", self.blob, meta)
                 if form.golden is not None and self.golden_blob is not None and inspection.golden_format:
@@ -215,16 +224,21 @@ class JobIntake:
         return Intake(job_id, job.queue, created=True, status=status)
 
     def _discard(self) -> None:
-        """Undo what this request stored on disk (the row was never committed)."""
+        """Undo what this request stored on disk (the row was never committed). Its folder goes; a
+        blob only when no artifact row refers to it and nothing stored it within the blob grace
+        period (``persistence.retention.blob_grace_s``, R1's rule): the store is content-addressed,
+        and another upload of the same bytes (any team) may have stored it and not committed its
+        row yet. A blob this request just stored is therefore left to the unreferenced-blob sweep."""
         if self.job_dir is not None:
             shutil.rmtree(self.job_dir, ignore_errors=True)
             self.job_dir = None
-        for blob in (self.blob, self.golden_blob, *self.input_blobs):
-            if blob is None:
-                continue
+        keys = [blob.key for blob in (self.blob, self.golden_blob, *self.input_blobs) if blob is not None]
+        if keys:
+            grace = blob_grace_s(self.settings.job_time_limit_s)
             with self.services.db.session() as session:
-                referenced = ArtifactRepository(session).references(blob.key)
-            if not referenced:
-                self.services.layout.store.delete(blob.key)
+                referenced = ArtifactRepository(session).referenced(keys)
+            for key in keys:
+                if key not in referenced:
+                    self.services.layout.store.delete_if_stored_before(key, grace)
         self.blob = self.golden_blob = None
         self.input_blobs = []
