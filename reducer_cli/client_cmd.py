@@ -77,8 +77,13 @@ def _input_file(name: str, what: str) -> Path:
 
 
 def _read_spec(name: str) -> str:
+    """The spec's text, read once: a file, or a pipe (``--check-spec <(...)`` gives /dev/fd/N, a FIFO
+    that is no regular file and can be read only once)."""
+    path = Path(name)
+    if not path.exists() or path.is_dir():
+        _input_file(name, "--check-spec")  # says what is wrong with the name
     try:
-        return _input_file(name, "--check-spec").read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"--check-spec '{name}' cannot be read as UTF-8 text ({exc}).") from exc
 
@@ -292,10 +297,21 @@ def _jobs(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> in
             break
     summary.jobs = [job.raw for job in listed]
     if not ns.json:
-        for job in listed:
-            nodes = f"{job.nodes_before}->{job.nodes_after}" if job.nodes_after is not None else f"{job.nodes_before}"
-            print(f"{job.id}  {job.status:<9}  {nodes:>11}  {job.created_at[:19]}  {job.model_filename}", flush=True)
+        for line in job_table(listed):
+            print(line, flush=True)
     return EXIT_OK
+
+
+def job_table(jobs: list[Job]) -> list[str]:
+    """The ``jobs`` listing: a header naming the columns, then a row per job (none: a line that says so)."""
+    if not jobs:
+        return ["No jobs (submit one with: onnx-reducer submit MODEL --check-spec SPEC)."]
+    width = max(len("JOB"), *(len(job.id) for job in jobs))
+    rows = [f"{'JOB':<{width}}  {'STATUS':<9}  {'NODES':>11}  {'CREATED (UTC)':<19}  MODEL"]
+    for job in jobs:
+        nodes = f"{job.nodes_before}->{job.nodes_after}" if job.nodes_after is not None else f"{job.nodes_before}"
+        rows.append(f"{job.id:<{width}}  {job.status:<9}  {nodes:>11}  {job.created_at[:19]:<19}  {job.model_filename}")
+    return rows
 
 
 def _handler(action: Action) -> Callable[[argparse.Namespace], int]:

@@ -9,6 +9,7 @@ import contextlib
 import gc
 import os
 import shlex
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -178,7 +179,33 @@ def token_hint(database_url: str, home: Path) -> str:
     return command
 
 
+def port_taken(host: str, port: int) -> bool:
+    """Whether something already listens on ``host:port`` (bound the way uvicorn binds it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def port_hint(host: str, port: int) -> str:
+    """The one line ``serve`` prints for a port in use: the next free port, as ``make run`` (when
+    make started it) or this command takes it."""
+    free = next((p for p in range(port + 1, min(port + 50, 65536)) if not port_taken(host, p)), None)
+    if free is None:
+        return f"port {port} is in use: stop what listens there or choose another port with --port"
+    if os.environ.get("MAKELEVEL"):
+        return f"port {port} is in use: try make run PORT={free}"
+    return f"port {port} is in use: try make run PORT={free} (or onnx-reducer serve --port {free})"
+
+
 def serve_command(ns: argparse.Namespace) -> int:
+    if port_taken(ns.host, ns.port):
+        print(port_hint(ns.host, ns.port), file=sys.stderr)
+        return 2
     settings = load_api_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     _first_start(settings.database_url, settings.database_wait_s)
