@@ -80,11 +80,13 @@ def run_isolated(
     timeout_s: float,
     memory_limit_bytes: int | None = None,
     extra_env: Mapping[str, str] | None = None,
+    python: str | None = None,
 ) -> tuple[Verdict, str]:
     """Run ``payload['entry']`` in a child process; never raises for what happens in the child.
     Above ``memory_limit_bytes`` of resident memory (``checks.memory``) the child and everything
     it started are killed: a ``crash`` with signature ``memory-limit``. ``extra_env``: trusted
-    variables added to the child's allow-listed environment (a slot's ``CUDA_VISIBLE_DEVICES``)."""
+    variables added to the child's allow-listed environment (a slot's ``CUDA_VISIBLE_DEVICES``).
+    ``python``: another environment's interpreter runs the child (always cold); None: this one."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="onnx-reducer-check-") as tmp:
         result_path = Path(tmp) / "result.json"
@@ -92,7 +94,7 @@ def run_isolated(
         payload_path.write_text(json.dumps({**payload, "result": str(result_path)}))
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "checks.child", str(payload_path)],
+                [python or sys.executable, "-m", "checks.child", str(payload_path)],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -144,11 +146,13 @@ class IsolatedSpecCheck:
     golden: Path | None = None
     entry: str = SPEC_ENTRY
     extra_env: Mapping[str, str] = field(default_factory=dict, compare=False)  # a slot's device
+    python: str | None = None  # another environment's interpreter (``run_isolated``); None: this one
 
     @property
     def identity(self) -> str:
         golden = f" golden={self.golden.resolve()}" if self.golden is not None else ""
-        return self.spec.identity + golden
+        python = f" python={self.python}" if self.python is not None else ""
+        return self.spec.identity + golden + python
 
     def run(self, model_path: Path) -> tuple[Verdict, str]:
         payload = {
@@ -157,7 +161,7 @@ class IsolatedSpecCheck:
             "model": str(Path(model_path).resolve()),
             "golden": str(self.golden.resolve()) if self.golden is not None else None,
         }
-        return run_isolated(payload, self.spec.timeout, self.spec.memory_limit, self.extra_env)
+        return run_isolated(payload, self.spec.timeout, self.spec.memory_limit, self.extra_env, self.python)
 
 
 @dataclass(frozen=True)

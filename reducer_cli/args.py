@@ -11,6 +11,7 @@ from pathlib import Path
 from checks.memory import parse_size
 from reducer_cli.client_args import add_client_parsers
 from reducer_cli.phases import phase_legend
+from reducer_cli.release_cmd import add_release_parser
 from reducer_cli.service_args import add_service_parsers
 from reducer_core.strategies import MODES
 from reducer_core.verdict import Pinning
@@ -29,7 +30,7 @@ EXIT_INTERRUPTED = 130
 
 # Commands that read a local model file: a missing one is bad usage (exit 2) for each of them, as it
 # is for `submit`; exit 4 is kept for a model that was read and refused.
-LOCAL_MODEL_COMMANDS = frozenset({"reduce", "precision", "golden", "inspect"})
+LOCAL_MODEL_COMMANDS = frozenset({"reduce", "precision", "golden", "inspect", "bisect-releases"})
 
 
 def missing_file_message(name: str, what: str = "Model file") -> str | None:
@@ -633,6 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("model")
     inspect.add_argument("--mode", default="basic", help="Accepted for Polygraphy compatibility.")
     inspect.add_argument("--external-data-dir", default=None)
+    add_release_parser(sub)
     add_service_parsers(sub)
     add_client_parsers(sub)
     return parser

@@ -22,6 +22,7 @@ from reducer_cli.reduce_cmd import (
     speculative_checks,
     write_summary_json,
 )
+from reducer_cli.release_cmd import run_bisect_releases
 from reducer_cli.service_args import SERVICE_COMMANDS
 from reducer_cli.writable import check_writable
 from reducer_core.bodies import body_size
@@ -98,6 +99,10 @@ def _golden(ns: argparse.Namespace) -> int:
     return run_golden(ns)
 
 
+def _bisect_releases(ns: argparse.Namespace) -> int:
+    return run_bisect_releases(ns, _reporter(ns))
+
+
 def _inspect(ns: argparse.Namespace) -> int:
     print(inspect_model(ns.model, ns.external_data_dir))
     return cli_args.EXIT_OK
@@ -124,6 +129,7 @@ def _reporter(ns: argparse.Namespace) -> ProgressReporter:
 def run(argv: Sequence[str]) -> int:
     ns = cli_args.build_parser().parse_args(list(argv))
     handlers = {"reduce": _reduce, "precision": _precision, "inspect": _inspect, "golden": _golden}
+    handlers["bisect-releases"] = _bisect_releases
     handlers |= dict.fromkeys(SERVICE_COMMANDS, _service_command)
     handlers |= dict.fromkeys(CLIENT_COMMANDS, _client_command)
     with contextlib.ExitStack() as stack:

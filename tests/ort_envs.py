@@ -1,0 +1,70 @@
+"""Side-by-side onnxruntime releases for release-bisection tests: one virtual environment per
+release (``python -m venv`` + ``pip install onnxruntime==X onnx numpy``), cached under
+``build/ort-envs/`` (git-ignored) so that a rerun reuses them. A release whose environment cannot be
+built (no network to PyPI, no wheel for this Python) makes the caller skip with the reason."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# Three releases with wheels for CPython 3.11 on PyPI, in version order.
+RELEASES = ("1.30.0", "1.31.0", "1.32.0")
+CACHE = Path(__file__).resolve().parents[1] / "build" / "ort-envs"
+_INSTALL_TIMEOUT_S = 900
+
+
+class EnvUnavailableError(RuntimeError):
+    """The environment could not be built (pip could not reach PyPI, or no wheel)."""
+
+
+def env_python(version: str, cache: Path = CACHE) -> Path:
+    """The python of a venv holding ``onnxruntime==version`` (built once, then reused)."""
+    folder = cache / f"ort-{version}"
+    python = folder / "bin" / "python"
+    ready = folder / ".ready"
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f".ort-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test processes build one release once
+        if not ready.exists():
+            _build(folder, version)
+            ready.write_text(version)
+    return python
+
+
+def _build(folder: Path, version: str) -> None:
+    _run([sys.executable, "-m", "venv", "--clear", str(folder)], "create the venv")
+    pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+    _run([*pip, f"onnxruntime=={version}", "onnx", "numpy"], f"pip install onnxruntime=={version}")
+
+
+def _run(command: list[str], what: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=_INSTALL_TIMEOUT_S, env=env, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise EnvUnavailableError(f"{what}: no answer in {_INSTALL_TIMEOUT_S} s") from exc
+    if done.returncode != 0:
+        raise EnvUnavailableError(f"{what} failed: {(done.stderr or done.stdout).strip()[-400:]}")
+
+
+def all_env_pythons(cache: Path = CACHE) -> dict[str, Path]:
+    """``{release: python}`` for every release in ``RELEASES``."""
+    return {version: env_python(version, cache) for version in RELEASES}
+
+
+def report_version(payload: dict[str, object]) -> dict[str, str]:
+    """A check child's entry (``checks.child``) that reports the onnxruntime it imports as its
+    signature: which environment's interpreter ran the child."""
+    import onnxruntime  # the child's own onnxruntime, imported where it runs
+
+    version = str(onnxruntime.__version__)
+    return {"kind": "fail", "signature": f"onnxruntime={version}", "detail": sys.executable, "output": ""}
+
+
+if __name__ == "__main__":
+    for release, python in all_env_pythons().items():
+        print(release, python)
