@@ -77,6 +77,9 @@ class JobOut(BaseModel):
     nodes_before: int | None
     nodes_after: int | None
     keep_fp32: list[str] | None = None  # a succeeded precision job: the nodes that must stay fp32
+    labels: dict[str, str] = {}
+    """What the job was submitted with: the CI context ``onnx-reducer submit`` picks up (``ci``,
+    ``repo``, ``commit``, ``branch``, ``run_url``, ``traceparent``) and ``--label key=value``."""
     progress: Progress
     error: ErrorInfo | None
     attempts: int
@@ -207,6 +210,7 @@ def job_from_row(
     keep_fp32: list[str] | None = None,
     flaky: dict[str, Any] | None = None,
     awaiting: AwaitingVerdict | None = None,
+    labels: dict[str, str] | None = None,
 ) -> JobOut:
     """``keep_fp32``: a finished precision job's answer (its ``mixed`` artifact's); ``flaky``: the
     check's estimated failure rate when it proved flaky (from the session state); ``awaiting``:
@@ -242,6 +246,7 @@ def job_from_row(
         nodes_before=job.nodes_before,
         nodes_after=job.nodes_after,
         keep_fp32=keep_fp32,
+        labels=labels or {},
         progress=Progress(
             iteration=job.iterations_done,
             best_size=job.best_size,

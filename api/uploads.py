@@ -29,7 +29,7 @@ MULTIPART_OVERHEAD = 1024 * 1024
 MAX_PARTS = 16
 TEXT_FIELDS = frozenset(
     {"check_spec", "mode", "task", "model_path", "reduce_inputs", "reduce_outputs", "pin_signature", "confirm_flaky"}
-    | {"reduce_data"}
+    | {"reduce_data", "labels"}
 )
 MAX_INPUT_FILES = 8  # 'inputs' parts: several files are several samples, in order
 

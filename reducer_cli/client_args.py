@@ -146,6 +146,21 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="Take a 2-3-node answer as it is (as for reduce; sends confirm_flaky=false).",
     )
     submit.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="A label stored with the job (repeatable; `jobs --label` filters on it). Inside GitHub Actions, "
+        "GitLab CI, Jenkins or Buildkite the run's ci, repo, commit, branch and run_url are added, and "
+        "$TRACEPARENT as traceparent; a --label of the same key wins.",
+    )
+    submit.add_argument(
+        "--no-ci-labels",
+        dest="ci_labels",
+        action="store_false",
+        help="Do not add the CI run's labels (nor $TRACEPARENT).",
+    )
+    submit.add_argument(
         "--idempotency-key",
         default=None,
         help="Sent as Idempotency-Key (default: a new one per command; reuse one to never submit twice).",
@@ -182,3 +197,10 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     jobs = _command(sub, common, "jobs", "List the team's jobs, newest first.")
     jobs.add_argument("--status", choices=("queued", "running", "succeeded", "failed", "cancelled"), default=None)
     jobs.add_argument("--limit", type=int, default=20, help="At most this many jobs (default 20).")
+    jobs.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Only jobs carrying this label, e.g. --label repo=org/app (repeatable: every one must match).",
+    )

@@ -37,6 +37,7 @@ from reducer_client import (
     WaitTimeoutError,
     model_source,
 )
+from reducer_client.ci_context import ci_labels, parse_label
 
 RESULTS = ("min-bad", "min-good")
 PRECISION_RESULTS = ("mixed",)
@@ -200,6 +201,7 @@ def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
         idempotency_key=ns.idempotency_key,
         progress=bar,
         task=ns.task,
+        labels=_submit_labels(ns),
     )
     bar.done()
     summary.job_id, summary.status, summary.replayed = sent.job_id, sent.status, sent.replayed
@@ -211,6 +213,21 @@ def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
     if not ns.wait:
         return EXIT_OK
     return _wait_and_download(client, ns, summary, sent.job_id)
+
+
+def _labels(texts: list[str]) -> dict[str, str]:
+    try:
+        return dict(parse_label(text) for text in texts)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _submit_labels(ns: argparse.Namespace) -> dict[str, str]:
+    """The CI run's context (unless --no-ci-labels), then --label (which wins on a key)."""
+    found = ci_labels(os.environ) if ns.ci_labels else {}
+    if found:
+        log("[I] labels from the CI run: " + ", ".join(f"{k}={v}" for k, v in found.items()))
+    return found | _labels(ns.label)
 
 
 def _check_wait_options(ns: argparse.Namespace) -> None:
@@ -291,7 +308,7 @@ def _jobs(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> in
     if ns.limit < 1:
         raise InputError("--limit must be 1 or more.")
     listed: list[Job] = []
-    for job in client.iter_jobs(status=ns.status, page_size=min(ns.limit, 200)):
+    for job in client.iter_jobs(status=ns.status, page_size=min(ns.limit, 200), labels=_labels(ns.label)):
         listed.append(job)
         if len(listed) >= ns.limit:
             break

@@ -5,11 +5,12 @@ second job. Errors are typed exceptions carrying the server's problem document."
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Any
@@ -188,6 +189,7 @@ class ReducerClient:
         idempotency_key: str | None = None,
         progress: Progress | None = None,
         task: str | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> Submission:
         """Upload ``model`` (an ``.onnx`` file, a ``.tar``/``.zip`` bundle, or an ``.onnx`` whose
         external-data files lie next to it: those are bundled on the fly; or a prepared
@@ -195,7 +197,8 @@ class ReducerClient:
         ``reduce`` (the server's default) or ``precision`` (which nodes must stay fp32); an option left
         ``None`` is not sent (the server's default; ``confirm_flaky``: on, ``reduce_data``: off);
         ``reduce_data=True``: the answer's input sizes and weights shrink too; ``inputs``: input
-        samples (.npz or Polygraphy JSON) that the check judges, every one. Streamed from
+        samples (.npz or Polygraphy JSON) that the check judges, every one; ``labels``: ``key=value``
+        pairs stored with the job (``ci_context.ci_labels`` reads a CI run's). Streamed from
         disk; ``progress(sent, total)`` sees the file bytes go out. Retries reuse one
         ``Idempotency-Key`` (a new one unless given), so at most one job is created."""
         key = idempotency_key or uuid.uuid4().hex
@@ -211,6 +214,7 @@ class ReducerClient:
             "reduce_data": reduce_data,
         }
         fields = {"check_spec": check_spec, "mode": mode, "model_path": model_path, "task": task}
+        fields["labels"] = json.dumps(dict(labels)) if labels else None
         fields |= {name: str(value).lower() for name, value in options.items() if value is not None}
         body = MultipartBody({k: v for k, v in fields.items() if v is not None}, files)
         headers = {
@@ -236,16 +240,27 @@ class ReducerClient:
     def get_job(self, job_id: str) -> Job:
         return Job.from_json(self._get(self._path(job_id)))
 
-    def list_jobs(self, *, status: str | None = None, limit: int = 50, cursor: str | None = None) -> JobPage:
-        """One page of the team's jobs, newest first; pass ``next_cursor`` back for the next."""
-        data = self._get("/v1/jobs", {"status": status, "limit": limit, "cursor": cursor})
+    def list_jobs(
+        self,
+        *,
+        status: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> JobPage:
+        """One page of the team's jobs, newest first; pass ``next_cursor`` back for the next;
+        ``labels``: only the jobs carrying every one of them."""
+        label = [f"{key}={value}" for key, value in (labels or {}).items()] or None
+        data = self._get("/v1/jobs", {"status": status, "limit": limit, "cursor": cursor, "label": label})
         return JobPage([Job.from_json(item) for item in data.get("items", [])], data.get("next_cursor"))
 
-    def iter_jobs(self, *, status: str | None = None, page_size: int = 50) -> Iterator[Job]:
-        """Every job of the team, following the cursors."""
+    def iter_jobs(
+        self, *, status: str | None = None, page_size: int = 50, labels: Mapping[str, str] | None = None
+    ) -> Iterator[Job]:
+        """Every job of the team (carrying ``labels``), following the cursors."""
         cursor: str | None = None
         while True:
-            page = self.list_jobs(status=status, limit=page_size, cursor=cursor)
+            page = self.list_jobs(status=status, limit=page_size, cursor=cursor, labels=labels)
             yield from page.items
             if not page.next_cursor:
                 return

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
@@ -71,6 +71,7 @@ class Job:
     keep_fp32: list[str] | None = None  # a succeeded precision job's answer
     verified: dict[str, Any] | None = None  # a finished reduce job: how each final model was verified
     suspect: dict[str, Any] | None = None  # the check fails whatever the model: {message, output, ...}
+    labels: dict[str, str] = field(default_factory=dict)  # the CI context and --label pairs it was sent with
 
     @property
     def finished(self) -> bool:
@@ -100,6 +101,7 @@ class Job:
             keep_fp32=[str(n) for n in data["keep_fp32"]] if isinstance(data.get("keep_fp32"), list) else None,
             verified=data["verified"] if isinstance(data.get("verified"), dict) else None,
             suspect=data["suspect"] if isinstance(data.get("suspect"), dict) else None,
+            labels={str(k): str(v) for k, v in (data.get("labels") or {}).items()},
         )
 
 

@@ -18,6 +18,7 @@ from api.farm import WorkerView, load_workers, waiting_reason
 from api.intake import JobIntake
 from api.intake_pool import busy
 from api.interactive import answer, fail_to_start, iteration_link, start_interactive
+from api.labels import parse_filters
 from api.problems import ProblemError, not_found
 from api.queue_info import with_dispatch
 from api.schemas import (
@@ -46,6 +47,7 @@ from persistence.repositories import (
     IterationRepository,
     JobRepository,
 )
+from persistence.repositories.labels import LabelRepository
 from persistence.retry import transaction
 from reducer_core.samples import parse_samples_note
 
@@ -99,6 +101,12 @@ _UPLOAD_DOC = {
                             "description": "re-check what makes an answer of 2 to 3 nodes look minimal, up "
                             "to 3 checks, so a flaky single culprit is found (the CLI's default; false: "
                             "--no-confirm-flaky; reduce jobs only)",
+                        },
+                        "labels": {
+                            "type": "string",
+                            "description": 'a JSON object of labels stored with the job, e.g. {"repo": "org/app", '
+                            '"commit": "..."} (at most 32; keys: letters, digits, ".", "_", "-", up to 63 '
+                            "characters; values up to 1024 characters); GET /v1/jobs?label=key=value filters",
                         },
                     },
                 }
@@ -161,13 +169,19 @@ def list_jobs(
     status: JobStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: str | None = None,
+    label: Annotated[
+        list[str] | None,
+        Query(description="key=value: only jobs carrying this label (repeat it: every one must match)."),
+    ] = None,
 ) -> JobList:
     after = decode_cursor(cursor) if cursor else None
+    wanted = parse_filters(label or [])
     with services.db.session() as session:
-        page = JobRepository(session).page(team.id, status, limit, after)
+        page = JobRepository(session).page(team.id, status, limit, after, wanted)
         workers = _workers_for(session, services, page.jobs)
         answers = _precision_answers(session, page.jobs)
-        items = [_job_out(session, job, workers, answers) for job in page.jobs]
+        labels = LabelRepository(session).for_jobs([job.id for job in page.jobs])
+        items = [_job_out(session, job, workers, answers, labels=labels) for job in page.jobs]
     return JobList(items=items, next_cursor=encode_cursor(page.next_key) if page.next_key else None)
 
 
@@ -185,6 +199,7 @@ def _job_out(
     workers: Sequence[WorkerView] | None = None,
     answers: Mapping[str, list[str]] | None = None,
     flaky: dict[str, Any] | None = None,
+    labels: Mapping[str, dict[str, str]] | None = None,
 ) -> JobOut:
     """``workers``: the farm, to say why a queued job waits (``_workers_for``). The mean check time
     comes from the job's own counters (every finished iteration adds its duration to
@@ -196,7 +211,17 @@ def _job_out(
     mean = job.check_time_s / checked if checked > 0 else None
     if answers is None:
         answers = _precision_answers(session, [job])
-    return job_from_row(job, mean, reason, keep_fp32=answers.get(job.id), flaky=flaky, awaiting=_awaiting(session, job))
+    if labels is None:
+        labels = LabelRepository(session).for_jobs([job.id])
+    return job_from_row(
+        job,
+        mean,
+        reason,
+        keep_fp32=answers.get(job.id),
+        flaky=flaky,
+        awaiting=_awaiting(session, job),
+        labels=labels.get(job.id),
+    )
 
 
 def _samples(session: Session, job: Job) -> dict[str, Any] | None:

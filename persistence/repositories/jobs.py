@@ -4,7 +4,7 @@ and the end of a job."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from persistence.enums import TERMINAL_STATUSES, ErrorCode, JobStatus
 from persistence.models import CheckUnit, Job, Team, utcnow
+from persistence.repositories.labels import has_label
 
 RETRYABLE_ERRORS = (
     ErrorCode.CHECK_INFRA_ERROR,
@@ -86,8 +87,18 @@ class JobRepository:
     def by_idempotency_key(self, team_id: str, key: str) -> Job | None:
         return self.session.scalar(select(Job).where(Job.team_id == team_id, Job.idempotency_key == key))
 
-    def page(self, team_id: str, status: JobStatus | None, limit: int, after: tuple[datetime, str] | None) -> JobPage:
+    def page(
+        self,
+        team_id: str,
+        status: JobStatus | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        labels: Mapping[str, str] | None = None,
+    ) -> JobPage:
+        """``labels``: only jobs carrying every one of them."""
         query = select(Job).where(Job.team_id == team_id)
+        for key, value in (labels or {}).items():
+            query = query.where(has_label(key, value))
         if status is not None:
             query = query.where(Job.status == status)
         if after is not None:
