@@ -19,11 +19,11 @@ from typing import Any
 import anyio
 from fastapi import Request
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from api.golden import suffix_for
 from api.inputs import suffix_for as inputs_suffix
 from api.inspection import BOOL_FIELDS, Inspection, InspectRequest, Refusal, UploadLimits, safe_filename
-from api.labels import parse_labels
 from api.problems import ProblemError
 from api.services import Services
 from api.settings import ApiSettings
@@ -34,8 +34,8 @@ from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
 from persistence.events import record_event
 from persistence.models import Job, Team, new_id, utcnow
 from persistence.repositories import ArtifactRepository, JobRepository
-from persistence.repositories.labels import LabelRepository
 from persistence.retention import blob_grace_s
+from persistence.retry import transaction
 from persistence.store import StoredBlob
 
 
@@ -99,13 +99,12 @@ class JobIntake:
         self.staging.mkdir(parents=True)
         try:
             form = await read_form(request, self.staging, self.settings.max_upload_bytes, self.settings.max_field_bytes)
-            labels = parse_labels(form.fields.get("labels"))
             if idempotency_key:
                 replay = await anyio.to_thread.run_sync(self._replay, form, idempotency_key)
                 if replay is not None:
                     return replay
             inspection = await self._inspect(form)
-            return await anyio.to_thread.run_sync(self._create, form, inspection, idempotency_key, labels)
+            return await anyio.to_thread.run_sync(self._create, form, inspection, idempotency_key)
         except BaseException:
             self._discard()
             raise
@@ -149,9 +148,7 @@ class JobIntake:
                 raise _key_reused()
             return Intake(job.id, job.queue, created=False, status=job.status)
 
-    def _create(
-        self, form: UploadedForm, inspection: Inspection, idempotency_key: str | None, labels: dict[str, str]
-    ) -> Intake:
+    def _create(self, form: UploadedForm, inspection: Inspection, idempotency_key: str | None) -> Intake:
         job_id = new_id()
         self.job_dir = self.services.layout.job_dir(job_id)
         self.job_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -166,11 +163,47 @@ class JobIntake:
             self.input_blobs.append(store.adopt(uploaded.path, uploaded.sha256, uploaded.size))
         interactive = inspection.spec_kind == INTERACTIVE_KIND
         status = JobStatus.RUNNING if interactive else JobStatus.QUEUED  # interactive: the api runs it
-        job = Job(
+        queue = QUEUE_INTERACTIVE if interactive else queue_for(inspection.needs_gpu)
+
+        def submit(session: Session) -> None:
+            """The job's row, its artifact rows and its first event: run again from the start
+            when PostgreSQL aborts it as a conflict (``persistence.retry``)."""
+            job = self._job_row(job_id, form, inspection, idempotency_key, status, queue)
+            JobRepository(session).add(job)
+            self._artifact_rows(session, job, form, inspection)
+            nodes = inspection.nodes
+            if interactive:
+                record_event(session, job_id, EventKind.STARTED, {"status": status, "nodes_before": nodes})
+            else:
+                record_event(session, job_id, EventKind.QUEUED, {"status": status, "nodes_before": nodes})
+
+        try:
+            transaction(self.services.db, submit, f"the submission of job {job_id}")
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            self._discard()
+            existing = self._replay(form, idempotency_key)  # a concurrent request with the same key won
+            if existing is None:
+                raise
+            return existing
+        return Intake(job_id, queue, created=True, status=status)
+
+    def _job_row(
+        self,
+        job_id: str,
+        form: UploadedForm,
+        inspection: Inspection,
+        idempotency_key: str | None,
+        status: JobStatus,
+        queue: str,
+    ) -> Job:
+        interactive = status == JobStatus.RUNNING
+        return Job(
             id=job_id,
             team_id=self.team.id,
             status=status,
-            queue=QUEUE_INTERACTIVE if interactive else queue_for(inspection.needs_gpu),
+            queue=queue,
             started_at=utcnow() if interactive else None,
             mode=inspection.mode,
             options=inspection.options,
@@ -183,45 +216,28 @@ class JobIntake:
             model_path=str(PurePosixPath("jobs", job_id, "model", inspection.model_relative)),
             nodes_before=inspection.nodes,
         )
-        try:
-            with self.services.db.session() as session:
-                JobRepository(session).add(job)
-                LabelRepository(session).add(job_id, labels)
-                meta: dict[str, Any] = {"bundle": inspection.bundle, "filename": job.model_filename}
-                ArtifactRepository(session).put(job_id, ArtifactKind.ORIGINAL, "original", self.blob, meta)
-                if form.golden is not None and self.golden_blob is not None and inspection.golden_format:
-                    golden_meta = {
-                        "format": inspection.golden_format,
-                        "filename": safe_filename(
-                            form.golden.filename, "golden" + suffix_for(inspection.golden_format)
-                        ),
-                    }
-                    ArtifactRepository(session).put(
-                        job_id, ArtifactKind.GOLDEN, "golden", self.golden_blob, golden_meta
-                    )
-                for i, (uploaded, blob, fmt) in enumerate(
-                    zip(form.inputs, self.input_blobs, inspection.inputs_formats, strict=True)
-                ):
-                    inputs_meta = {
-                        "format": fmt,
-                        "filename": safe_filename(uploaded.filename, f"inputs-{i}{inputs_suffix(fmt)}"),
-                        "samples": inspection.samples,
-                    }
-                    ArtifactRepository(session).put(job_id, ArtifactKind.INPUTS, f"inputs-{i}", blob, inputs_meta)
-                nodes = inspection.nodes
-                if interactive:
-                    record_event(session, job_id, EventKind.STARTED, {"status": status, "nodes_before": nodes})
-                else:
-                    record_event(session, job_id, EventKind.QUEUED, {"status": status, "nodes_before": nodes})
-        except IntegrityError:
-            if idempotency_key is None:
-                raise
-            self._discard()
-            existing = self._replay(form, idempotency_key)  # a concurrent request with the same key won
-            if existing is None:
-                raise
-            return existing
-        return Intake(job_id, job.queue, created=True, status=status)
+
+    def _artifact_rows(self, session: Session, job: Job, form: UploadedForm, inspection: Inspection) -> None:
+        """The original, the golden values and the input samples as artifact rows of ``job``."""
+        assert self.blob is not None
+        artifacts = ArtifactRepository(session)
+        meta: dict[str, Any] = {"bundle": inspection.bundle, "filename": job.model_filename}
+        artifacts.put(job.id, ArtifactKind.ORIGINAL, "original", self.blob, meta)
+        if form.golden is not None and self.golden_blob is not None and inspection.golden_format:
+            golden_meta = {
+                "format": inspection.golden_format,
+                "filename": safe_filename(form.golden.filename, "golden" + suffix_for(inspection.golden_format)),
+            }
+            artifacts.put(job.id, ArtifactKind.GOLDEN, "golden", self.golden_blob, golden_meta)
+        for i, (uploaded, blob, fmt) in enumerate(
+            zip(form.inputs, self.input_blobs, inspection.inputs_formats, strict=True)
+        ):
+            inputs_meta = {
+                "format": fmt,
+                "filename": safe_filename(uploaded.filename, f"inputs-{i}{inputs_suffix(fmt)}"),
+                "samples": inspection.samples,
+            }
+            artifacts.put(job.id, ArtifactKind.INPUTS, f"inputs-{i}", blob, inputs_meta)
 
     def _discard(self) -> None:
         """Undo what this request stored on disk (the row was never committed). Its folder goes; a

@@ -111,3 +111,30 @@ def test_a_discarded_upload_leaves_the_blob_of_a_concurrent_upload_of_the_same_m
         original = client_b.get(f"/v1/jobs/{job_id}/artifacts/original")
         assert original.status_code == 200, original.text
         assert hashlib.sha256(original.content).hexdigest() == hashlib.sha256(MODEL).hexdigest()
+
+
+def test_a_submission_aborted_as_a_deadlock_is_run_again_and_accepted(
+    api: str, database: Database, tokens: dict[str, str]
+) -> None:
+    """A real deadlock with the intake's commit: the test's transaction locks team-a's row, the
+    upload inserts its job row (Idempotency-Key ``k``) and waits for that team row (its foreign key);
+    the test's transaction then inserts a job with key ``k`` and so waits for the upload. PostgreSQL
+    aborts the upload's transaction (the test's waits longer before it looks for deadlocks); the
+    intake runs it again in place (``persistence.retry``) and, once the test's transaction is rolled
+    back, the upload is accepted: 202, not the 409 of a conflict left to the client."""
+    with client_for(api, tokens["team-a"]) as client, ThreadPoolExecutor(2) as pool:
+        with Session(database.engine) as holder:
+            holder.execute(text("SET LOCAL deadlock_timeout = '120s'"))
+            team_id = TeamRepository(holder).get_or_create("team-a").id
+            holder.execute(text("SELECT id FROM teams WHERE id = :id FOR UPDATE"), {"id": team_id})
+            upload: Future[httpx.Response] = pool.submit(_upload, client, "k")
+            _until(lambda: _waiting_on_locks(database) == 1, "the upload to wait for the team's row")
+            job = stored_job(holder, team_id)
+            job.idempotency_key = "k"
+            holder.flush()  # waits for the upload's uncommitted key, until PostgreSQL aborts the upload
+            holder.rollback()
+        accepted = upload.result(WAIT_S)
+    assert accepted.status_code == 202, accepted.text
+    with database.session() as session:
+        keys = session.execute(text("SELECT idempotency_key FROM jobs WHERE idempotency_key = 'k'")).scalars().all()
+    assert keys == ["k"]
