@@ -31,6 +31,7 @@ import onnx
 from checks.golden import GoldenStore
 from checks.ort_runtime import random_inputs
 from checks.runtimes import RuntimeUnavailableError, make_runner
+from checks.runtimes.onnxruntime import OrtRunner
 from checks.spec import CheckSpec, Tolerance, check_spec_from_dict
 from reducer_core.localization import TensorError, TensorErrors
 from reducer_core.modelio import load_model_with_weights
@@ -167,7 +168,7 @@ def _golden_samples(payload: Mapping[str, Any]) -> list[Mapping[str, np.ndarray]
 def run_spec(payload: Mapping[str, Any]) -> Result:
     spec = check_spec_from_dict(payload["spec"])
     model_path = Path(payload["model"])
-    if spec.kind == "op-present":
+    if spec.kind == "op-present" and spec.target is None:
         return _op_present(spec, onnx.load(str(model_path), load_external_data=False))  # no weights needed
 
     try:
@@ -176,6 +177,8 @@ def run_spec(payload: Mapping[str, Any]) -> Result:
         return _result("infra-error", detail=f"cannot load {model_path}: {exc}")
     try:
         with tempfile.TemporaryDirectory(prefix="runtime-", dir=".") as workdir:
+            if spec.kind == "op-present":
+                return _op_present_optimized(spec, model, Path(workdir))
             if spec.kind == "error":
                 return _error(spec, model, Path(workdir), _golden_samples(payload))
             return _accuracy(spec, model, Path(workdir), _golden_samples(payload))
@@ -226,6 +229,24 @@ def _op_present(spec: CheckSpec, model: onnx.ModelProto) -> Result:
     if not matched:
         return _result("pass", detail="none of the listed ops/names is present")
     return _result("fail", "op-present:" + ",".join(matched), f"present: {', '.join(matched)}")
+
+
+def _op_present_optimized(spec: CheckSpec, model: onnx.ModelProto, workdir: Path) -> Result:
+    """op-present with a ``target``: the ops are looked for in the graph onnxruntime optimized for
+    that target (its level, provider, precision and disabled optimizers), as it saves it
+    (``optimized_model_filepath``): a fusion's op (FusedMatMul, Gelu, ...) shows there."""
+    assert spec.target is not None
+    saved = workdir / "optimized.onnx"
+    try:
+        OrtRunner(spec.target, model, workdir, optimized_model=saved)
+    except RuntimeUnavailableError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a model onnxruntime cannot load has no optimized graph
+        message = f"{type(exc).__name__}: {exc}"
+        return not_registered(message) or _result("crash", f"error:{type(exc).__name__}", message[:500], message)
+    result = _op_present(spec, onnx.load(str(saved), load_external_data=False))
+    result["detail"] += f" (in the graph onnxruntime optimized: {spec.target.label})"
+    return result
 
 
 def _error(

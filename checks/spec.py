@@ -47,6 +47,10 @@ RUNTIMES = ("onnxruntime", "tensorrt")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 ORT_PRECISIONS = ("fp32", "fp16")
 OPTIMIZATIONS = ("all", "extended", "basic", "none")
+# What a TensorRT build may be told to leave out: builder flags, then tactic sources (TensorRT's names)
+TRT_BUILDER_FLAGS = ("TF32", "FP16")
+TRT_TACTIC_SOURCES = ("CUBLAS", "CUBLAS_LT", "CUDNN", "EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+TRT_BUILD_OPTIONS = (*TRT_BUILDER_FLAGS, *TRT_TACTIC_SOURCES)
 DEFAULT_TIMEOUT_S = 600.0
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week; the service also holds timeout x repeat to its job time limit
 MAX_REPEAT = 100
@@ -84,6 +88,10 @@ class RuntimeSpec:
     precision: str = "fp32"
     optimization: str = "all"
     provider: str | None = None
+    # onnxruntime: graph optimizers (transformers or rules) left out, InferenceSession's
+    # ``disabled_optimizers``; tensorrt: builder flags / tactic sources turned off (TRT_BUILD_OPTIONS)
+    disabled_optimizers: tuple[str, ...] = ()
+    disabled_build_options: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"runtime": self.runtime, "precision": self.precision}
@@ -91,6 +99,10 @@ class RuntimeSpec:
             data["optimization"] = self.optimization
             if self.provider is not None:
                 data["provider"] = self.provider
+            if self.disabled_optimizers:
+                data["disabled_optimizers"] = list(self.disabled_optimizers)
+        elif self.disabled_build_options:
+            data["disabled_build_options"] = list(self.disabled_build_options)
         return data
 
     @property
@@ -102,6 +114,10 @@ class RuntimeSpec:
         parts = [self.runtime, self.precision]
         if self.runtime == "onnxruntime":
             parts += [self.provider or "CPUExecutionProvider", f"opt={self.optimization}"]
+            if self.disabled_optimizers:
+                parts.append("without=" + ",".join(self.disabled_optimizers))
+        elif self.disabled_build_options:
+            parts.append("without=" + ",".join(self.disabled_build_options))
         return "/".join(parts)
 
 
@@ -169,7 +185,7 @@ class CheckSpec:
             data["input_range"] = list(self.input_range)
         if self.kind == "error" and self.match is not None:
             data["match"] = self.match
-        if self.kind == "op-present":
+        if self.kind == "op-present":  # target: the ops are looked for in what onnxruntime optimized
             data["ops"] = list(self.ops)
             data["names"] = list(self.names)
         if self.kind == "command":
@@ -307,7 +323,7 @@ _ALLOWED: dict[str, set[str]] = {
     "compare": _COMMON | {"reference", "target", "tolerance", "seed", "input_range"},
     "golden": _COMMON | {"target", "tolerance", "seed", "input_range"},
     "error": _COMMON | {"target", "match", "seed", "input_range"},
-    "op-present": _COMMON | {"ops", "names"},
+    "op-present": _COMMON | {"ops", "names", "target"},
     "command": _COMMON | {"command", "fail_codes", "ignore_fail_codes", "fail_regex"},
 }
 
@@ -400,7 +416,15 @@ def _parse_op_present(doc: Mapping[str, Any]) -> dict[str, Any]:
     names = _strings(doc, "names")
     if not ops and not names:
         raise CheckSpecError("ops: give at least one op type (ops: [Mul]) or node name (names: [...])")
-    return {"ops": ops, "names": names}
+    if "target" not in doc:
+        return {"ops": ops, "names": names}
+    target = _runtime(doc["target"], "target")
+    if target.runtime != "onnxruntime":
+        raise CheckSpecError(
+            "target.runtime: op-present looks into the model onnxruntime optimized (optimized_model_filepath); "
+            "only runtime onnxruntime saves one"
+        )
+    return {"ops": ops, "names": names, "target": target}
 
 
 def _parse_command(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -435,7 +459,7 @@ _KIND_PARSERS = {
 def _runtime(value: Any, where: str) -> RuntimeSpec:
     if not isinstance(value, Mapping):
         raise CheckSpecError(f"{where}: must be a mapping like {{runtime: onnxruntime}}, got {_show(value)}")
-    allowed = {"runtime", "precision", "optimization", "provider"}
+    allowed = {"runtime", "precision", "optimization", "provider", "disabled_optimizers", "disabled_build_options"}
     unknown = sorted(str(k) for k in value if k not in allowed)
     if unknown:
         raise _unknown_field(f"{where}.{unknown[0]}", allowed)
@@ -443,10 +467,14 @@ def _runtime(value: Any, where: str) -> RuntimeSpec:
     precisions = ORT_PRECISIONS if runtime == "onnxruntime" else PRECISIONS
     precision = _choice(value, "precision", precisions, "fp32", where)
     if runtime == "tensorrt":
-        for key in ("optimization", "provider"):
+        for key in ("optimization", "provider", "disabled_optimizers"):
             if key in value:
                 raise CheckSpecError(f"{where}.{key}: only for runtime onnxruntime")
-        return RuntimeSpec(runtime, precision)
+        return RuntimeSpec(runtime, precision, disabled_build_options=_build_options(value, where))
+    if "disabled_build_options" in value:
+        raise CheckSpecError(
+            f"{where}.disabled_build_options: only for runtime tensorrt (onnxruntime: disabled_optimizers)"
+        )
     optimization = _choice(value, "optimization", OPTIMIZATIONS, "all", where)
     provider = value.get("provider")
     if provider is not None and (not isinstance(provider, str) or not provider.endswith("ExecutionProvider")):
@@ -454,7 +482,24 @@ def _runtime(value: Any, where: str) -> RuntimeSpec:
             f"{where}.provider: must name an onnxruntime execution provider such as "
             f"'CUDAExecutionProvider', got {_show(provider)}"
         )
-    return RuntimeSpec(runtime, precision, optimization, provider)
+    disabled = _strings(value, "disabled_optimizers", where)
+    if any(not re.fullmatch(r"[A-Za-z][\w.]*", name) for name in disabled):
+        raise CheckSpecError(
+            f"{where}.disabled_optimizers: onnxruntime optimizer names are words like 'MatmulTransposeFusion' "
+            f"or 'Level1_RuleBasedTransformer', got {_show(list(disabled))}"
+        )
+    return RuntimeSpec(runtime, precision, optimization, provider, tuple(sorted(set(disabled))))
+
+
+def _build_options(value: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    options = _strings(value, "disabled_build_options", where)
+    for name in options:
+        if name not in TRT_BUILD_OPTIONS:
+            raise CheckSpecError(
+                f"{where}.disabled_build_options: must name TensorRT builder flags or tactic sources "
+                f"({', '.join(TRT_BUILD_OPTIONS)}), got {_show(name)}{_did_you_mean(name, TRT_BUILD_OPTIONS)}"
+            )
+    return tuple(sorted(set(options)))
 
 
 def _tolerance(value: Any) -> Tolerance:
@@ -549,12 +594,12 @@ def _choice(doc: Mapping[str, Any], key: str, choices: Sequence[str], default: s
     return str(value)
 
 
-def _strings(doc: Mapping[str, Any], key: str) -> tuple[str, ...]:
+def _strings(doc: Mapping[str, Any], key: str, where: str | None = None) -> tuple[str, ...]:
     value = doc.get(key, [])
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise CheckSpecError(f"{key}: must be a list of non-empty strings, got {_show(value)}")
+        raise CheckSpecError(f"{_path(where, key)}: must be a list of non-empty strings, got {_show(value)}")
     return tuple(value)
 
 

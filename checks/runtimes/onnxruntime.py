@@ -162,7 +162,18 @@ def session_source(model: onnx.ModelProto, workdir: Path, stem: str) -> str | by
 
 
 class OrtRunner:
-    def __init__(self, spec: RuntimeSpec, model: onnx.ModelProto, workdir: Path) -> None:
+    """A session for ``spec``. ``optimized_model``: where onnxruntime saves the graph it optimized
+    (``optimized_model_filepath``); ``log_severity``: the session's log level (0: verbose, which
+    names every graph transformer applied and whether it changed the graph: ``checks.ort_passes``)."""
+
+    def __init__(
+        self,
+        spec: RuntimeSpec,
+        model: onnx.ModelProto,
+        workdir: Path,
+        optimized_model: Path | None = None,
+        log_severity: int = 3,
+    ) -> None:
         import onnxruntime as ort  # noqa: PLC0415 - onnxruntime loads only in the check's child process that runs the model
 
         provider = spec.provider or "CPUExecutionProvider"
@@ -187,9 +198,16 @@ class OrtRunner:
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[optimization]
-        options.log_severity_level = 3
+        options.log_severity_level = log_severity
         options.intra_op_num_threads = 1
-        self.session = ort.InferenceSession(session_source(model, workdir, "target"), options, providers=[provider])
+        if optimized_model is not None:
+            options.optimized_model_filepath = str(optimized_model)
+        self.session = ort.InferenceSession(
+            session_source(model, workdir, "target"),
+            options,
+            providers=[provider],
+            disabled_optimizers=list(spec.disabled_optimizers) or None,
+        )
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         inputs = {i.name: i.type for i in self.session.get_inputs()}

@@ -22,7 +22,7 @@ import onnx
 from checks.mixed_precision import keep_fp32_of
 from checks.runtimes.base import RuntimeUnavailableError
 from checks.runtimes.onnxruntime import to_fp16
-from checks.spec import RuntimeSpec
+from checks.spec import TRT_TACTIC_SOURCES, RuntimeSpec
 
 STRONGLY_TYPED_FROM = 11  # the first TensorRT major without builder precision flags
 
@@ -64,6 +64,35 @@ def build_plan(precision: str, major: int) -> BuildPlan:
     return BuildPlan(convert_to_fp16=precision == "fp16", strongly_typed=True)
 
 
+def default_tactic_sources(trt: Any) -> list[str]:
+    """The tactic sources a fresh builder config enables (``IBuilderConfig.get_tactic_sources``, a
+    bit mask over ``trt.TacticSource``), by name."""
+    builder = trt.Builder(trt.Logger(trt.Logger.WARNING))
+    mask = int(builder.create_builder_config().get_tactic_sources())
+    return [name for name, source in trt.TacticSource.__members__.items() if mask & (1 << int(source))]
+
+
+def config_options(plan: BuildPlan, disabled: tuple[str, ...], trt: Any) -> dict[str, Any]:
+    """Polygraphy ``CreateConfig`` keywords of a weakly typed build with the spec's
+    ``disabled_build_options`` turned off: the FP16 flag and tactic sources (the default ones less
+    the disabled; none given: TensorRT's default). TF32 stays off, Polygraphy's default."""
+    options: dict[str, Any] = {
+        "fp16": plan.fp16 and "FP16" not in disabled,
+        "bf16": plan.bf16,
+        "int8": plan.int8,
+    }
+    options.update(tactic_options(disabled, trt))
+    return options
+
+
+def tactic_options(disabled: tuple[str, ...], trt: Any) -> dict[str, Any]:
+    """``tactic_sources`` for ``CreateConfig`` when a tactic source is disabled; {} otherwise."""
+    if not any(name in TRT_TACTIC_SOURCES for name in disabled):
+        return {}
+    sources = trt.TacticSource.__members__
+    return {"tactic_sources": [sources[name] for name in default_tactic_sources(trt) if name not in disabled]}
+
+
 class TensorRTRunner:
     def __init__(self, spec: RuntimeSpec, model: onnx.ModelProto, workdir: Path) -> None:
         try:
@@ -72,6 +101,7 @@ class TensorRTRunner:
         except ImportError as exc:
             raise RuntimeUnavailableError(f"TensorRT is not installed here ({exc}); run on a GPU worker") from exc
         self._trt = poly_trt
+        self._tensorrt = tensorrt
         self.spec = spec
         self.major = tensorrt_major(str(getattr(tensorrt, "__version__", "")))
         self.plan = build_plan(spec.precision, self.major)
@@ -84,10 +114,12 @@ class TensorRTRunner:
     def loaders(self, feeds: Mapping[str, np.ndarray]) -> tuple[Any, Any]:
         """Polygraphy's network and config loaders for this build (nothing is built yet)."""
         poly_trt, plan = self._trt, self.plan
+        disabled = self.spec.disabled_build_options
         if plan.strongly_typed:
-            return poly_trt.NetworkFromOnnxPath(str(self.path), strongly_typed=True), poly_trt.CreateConfig()
+            tactics = tactic_options(disabled, self._tensorrt)
+            return poly_trt.NetworkFromOnnxPath(str(self.path), strongly_typed=True), poly_trt.CreateConfig(**tactics)
         calibrator = poly_trt.Calibrator([dict(feeds)]) if plan.int8 else None
-        config = poly_trt.CreateConfig(fp16=plan.fp16, bf16=plan.bf16, int8=plan.int8, calibrator=calibrator)
+        config = poly_trt.CreateConfig(**config_options(plan, disabled, self._tensorrt), calibrator=calibrator)
         return poly_trt.NetworkFromOnnxPath(str(self.path)), config
 
     def _build(self, feeds: Mapping[str, np.ndarray]) -> Any:

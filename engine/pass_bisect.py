@@ -1,0 +1,156 @@
+"""Run a pass bisection (``reducer_core.pass_bisect``) with real checks: every probe is the spec's
+check, built by ``checks.build.build_check`` and run in its isolated child, with the target's
+``disabled_optimizers`` (onnxruntime) or ``disabled_build_options`` (TensorRT) set, or at
+onnxruntime's level ``none`` for the no-optimizer probe. The candidates come from one build of
+the model (``checks.pass_candidates.find_candidates``); that build is no check (nothing is run)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from checks.build import build_check
+from checks.isolated import RepeatedCheck
+from checks.pass_candidates import CandidateError, bisected_runtime, find_candidates
+from checks.spec import CheckSpec, CheckSpecError, RuntimeSpec
+from reducer_core.errors import UsageError
+from reducer_core.pass_bisect import (
+    LEVEL_OF_OPTIMIZATION,
+    Outcome,
+    PassAnswer,
+    PassCandidate,
+    ProbeRecord,
+    first_failing_level,
+    flaky_builds_note,
+    smallest_disabling_set,
+)
+from reducer_core.verdict import Pinning, Verdict, VerdictKind
+
+ProbeListener = Callable[[ProbeRecord], None]
+
+
+class PassBisectError(UsageError):
+    """The bisection cannot run: a check that could not run (infra-error), a spec without target."""
+
+
+@dataclasses.dataclass
+class PassBisection:
+    """The search over one model. ``on_probe`` hears each probe as it ends (progress, events)."""
+
+    spec: CheckSpec
+    model: Path
+    golden: Path | None = None
+    pinning: Pinning = Pinning.KIND
+    allow_command: bool = True
+    on_probe: ProbeListener | None = None
+    work_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            self.target = bisected_runtime(self.spec)
+        except ValueError as exc:
+            raise PassBisectError(f"--check-spec: {exc}") from exc
+        self.answer = PassAnswer(self.target.runtime, self._level_name(), Outcome.UNRESOLVED)
+        self.pinned: Verdict | None = None
+
+    def _level_name(self) -> str:
+        return LEVEL_OF_OPTIMIZATION[self.target.optimization] if self.target.runtime == "onnxruntime" else ""
+
+    def run(self) -> PassAnswer:
+        answer = self.answer
+        if self.target.runtime == "onnxruntime":
+            first = self._probe("no-optimizer", (), optimization="none")
+            if first.is_failure:
+                return self._done(Outcome.NO_OPTIMIZER, first)
+        pinned = self._probe("all-on", ())
+        if not pinned.is_failure:
+            return self._done(Outcome.NO_FAILURE, None)
+        self.pinned = pinned
+        answer.pinned_signature = pinned.signature
+        try:
+            answer.candidates = find_candidates(self.spec, self.model)
+        except CandidateError as exc:
+            raise PassBisectError(str(exc)) from exc
+        if self.target.runtime == "tensorrt" and self._fails(
+            frozenset(c.name for c in answer.candidates), "no-optimizer"
+        ):
+            return self._done(Outcome.NO_OPTIMIZER, pinned)
+        names = [c.name for c in answer.candidates]
+        found = smallest_disabling_set(names, lambda disabled: self._fails(disabled, "bisect"))
+        if not found:
+            return self._done(Outcome.UNRESOLVED, pinned)
+        answer.optimizers = list(found)
+        answer.first_failing_level = first_failing_level(found, answer.candidates)
+        answer.verified = self._verified(frozenset(found))
+        return self._done(Outcome.OPTIMIZERS, pinned)
+
+    # --- probes ------------------------------------------------------------------------------
+
+    def _fails(self, disabled: frozenset[str], role: str) -> bool:
+        assert self.pinned is not None
+        verdict = self._probe(role, tuple(sorted(disabled)))
+        return verdict.reproduces(self.pinned, self.pinning)
+
+    def _verified(self, found: frozenset[str]) -> bool:
+        """The probe with exactly ``found`` disabled passed (run now when no probe had that set)."""
+        key = tuple(sorted(found))
+        earlier = [p for p in self.answer.probes if p.disabled == key and p.role != "no-optimizer"]
+        if not earlier:
+            self._probe("verify", key)
+            earlier = [self.answer.probes[-1]]
+        return earlier[-1].verdict == VerdictKind.PASS.value
+
+    def _probe(self, role: str, disabled: tuple[str, ...], optimization: str | None = None) -> Verdict:
+        runtime = self._runtime(disabled, optimization)
+        check = build_check(
+            dataclasses.replace(self.spec, target=runtime), self.golden, self.allow_command, self.work_dir
+        )
+        verdict, output = check.run(self.model)
+        if verdict.kind is VerdictKind.INFRA_ERROR:
+            raise PassBisectError(f"the check could not run ({runtime.label}): {verdict.detail or output[-300:]}")
+        pinned = verdict if role == "all-on" else self.pinned  # the all-on check is the pin
+        reproduces = pinned is not None and verdict.reproduces(pinned, self.pinning)
+        level = LEVEL_OF_OPTIMIZATION[runtime.optimization] if runtime.runtime == "onnxruntime" else ""
+        record = ProbeRecord(role, disabled, level, verdict.kind.value, verdict.signature, reproduces, verdict.detail)
+        self.answer.probes.append(record)
+        if role == "all-on" and isinstance(check, RepeatedCheck):
+            self.answer.flaky_note = flaky_builds_note(*check.last_rate, self.target.runtime)
+        if self.on_probe is not None:
+            self.on_probe(record)
+        return verdict
+
+    def _runtime(self, disabled: tuple[str, ...], optimization: str | None) -> RuntimeSpec:
+        target = self.target
+        if target.runtime == "tensorrt":
+            options = tuple(sorted({*target.disabled_build_options, *disabled}))
+            return dataclasses.replace(target, disabled_build_options=options)
+        optimizers = tuple(sorted({*target.disabled_optimizers, *disabled}))
+        return dataclasses.replace(
+            target, disabled_optimizers=optimizers, optimization=optimization or target.optimization
+        )
+
+    def _done(self, outcome: Outcome, pinned: Verdict | None) -> PassAnswer:
+        self.answer.outcome = outcome
+        if pinned is not None:
+            self.answer.pinned_signature = pinned.signature
+        return self.answer
+
+
+def bisect_passes(
+    spec: CheckSpec,
+    model: Path,
+    golden: Path | None = None,
+    pinning: Pinning = Pinning.KIND,
+    allow_command: bool = True,
+    on_probe: ProbeListener | None = None,
+) -> PassAnswer:
+    """The answer for ``model`` (see ``PassBisection``). Raises ``PassBisectError``/``CheckSpecError``."""
+    if spec.kind == "command":
+        raise CheckSpecError(
+            "kind: a command check names no runtime to bisect; use compare, golden, error or op-present"
+        )
+    return PassBisection(spec, model, golden, pinning, allow_command, on_probe).run()
+
+
+__all__ = ["PassAnswer", "PassBisectError", "PassBisection", "PassCandidate", "bisect_passes"]

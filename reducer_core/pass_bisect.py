@@ -1,0 +1,230 @@
+"""Pass bisection: which runtime transformation brings a failure in (``onnx-reducer bisect-passes``).
+
+The candidates are what the target runtime actually did to this model (for onnxruntime the graph
+transformers that changed it at the check's level, for TensorRT the builder flags and tactic
+sources of the build: ``checks.pass_candidates``). The search finds the smallest set of them
+whose *disabling* makes the failure vanish, like PyTorch's ``CompilerBisector`` over its passes.
+
+The probes, each one real check run (``engine.pass_bisect`` runs them):
+1. ``no-optimizer``: the check with nothing optimized (onnxruntime's level ``disable``; TensorRT:
+   every candidate off). When the failure is still there it needs no optimizer: one check.
+2. ``all-on``: the check as the spec gives it. It must fail; its verdict is the pinned one.
+3. ``bisect``: halving for the single optimizer a fusion bug usually is: disable one half; when
+   the failure vanishes the culprit is in that half, else in the other. ``ceil(log2 P)`` checks.
+4. ``verify``: the answer's set disabled, the rest on: the check must pass (a probe already run
+   is not run again). When it does not, ``ddmin`` over all candidates (Zeller's delta
+   debugging) finds a 1-minimal set (several optimizers that bring the failure in together).
+
+So a single culprit among ``P`` candidates is named and verified both ways in at most
+``ceil(log2 P) + 2`` checks after the ``no-optimizer`` check (the ``all-on`` check, the halving,
+and the verification).
+
+A probe *fails* when its verdict reproduces the pinned one (``Verdict.reproduces``, by failure
+family unless pinned strictly)."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+ORT_LEVELS = ("disable", "basic", "extended", "all")  # the order they include each other
+LEVEL_OF_OPTIMIZATION = {"none": "disable", "basic": "basic", "extended": "extended", "all": "all"}
+
+
+class Outcome(enum.StrEnum):
+    OPTIMIZERS = "optimizers"  # the answer names the optimizers to disable
+    NO_OPTIMIZER = "no-optimizer"  # it fails with nothing optimized
+    NO_FAILURE = "no-failure"  # the check passes with everything on: nothing to bisect
+    UNRESOLVED = "unresolved"  # no set of candidates made the failure vanish
+
+
+@dataclass(frozen=True)
+class PassCandidate:
+    """One thing the bisection may turn off: its name (as the spec's disabled list takes it) and
+    the onnxruntime level it belongs to (``ORT_LEVELS``) or, for TensorRT, ``flag``/``tactic``."""
+
+    name: str
+    level: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "level": self.level}
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """One check of the search: what was disabled (or the level it ran at), and what it said."""
+
+    role: str  # no-optimizer | all-on | bisect | verify | ddmin
+    disabled: tuple[str, ...]
+    level: str
+    verdict: str  # the verdict kind
+    signature: str
+    reproduces: bool
+    detail: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "role": self.role,
+            "disabled": list(self.disabled),
+            "level": self.level,
+            "verdict": self.verdict,
+            "signature": self.signature,
+            "reproduces": self.reproduces,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class PassAnswer:
+    """The answer of a pass bisection (``--summary-json``, ``GET /v1/jobs/{id}``'s ``passes``)."""
+
+    runtime: str
+    level: str  # the check's own level (onnxruntime), or "" (TensorRT)
+    outcome: Outcome
+    optimizers: list[str] = field(default_factory=list)
+    first_failing_level: str | None = None
+    candidates: list[PassCandidate] = field(default_factory=list)
+    probes: list[ProbeRecord] = field(default_factory=list)
+    verified: bool = False
+    pinned_signature: str = ""
+    flaky_note: str = ""
+
+    @property
+    def checks(self) -> int:
+        return len(self.probes)
+
+    @property
+    def check_bound(self) -> int:
+        """``ceil(log2 P) + 2`` after the no-optimizer check: the single-culprit budget."""
+        return 1 + halving_steps(len(self.candidates)) + 2
+
+    def message(self) -> str:
+        return answer_message(self)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "runtime": self.runtime,
+            "level": self.level,
+            "outcome": self.outcome.value,
+            "optimizers": list(self.optimizers),
+            "first_failing_level": self.first_failing_level,
+            "verified": self.verified,
+            "pinned_signature": self.pinned_signature,
+            "candidates": [c.to_json() for c in self.candidates],
+            "checks": self.checks,
+            "check_bound": self.check_bound,
+            "probes": [p.to_json() for p in self.probes],
+            "flaky_note": self.flaky_note,
+            "message": self.message(),
+        }
+
+
+def halving_steps(count: int) -> int:
+    return math.ceil(math.log2(count)) if count > 1 else 0
+
+
+def smallest_disabling_set(candidates: Sequence[str], fails: Callable[[frozenset[str]], bool]) -> list[str] | None:
+    """The smallest set of ``candidates`` whose disabling makes ``fails`` False: halving for a
+    single culprit, verified, then ddmin when that is not the answer. None when even disabling
+    every candidate leaves the failure. ``fails`` is called at most once per set (cached)."""
+    seen: dict[frozenset[str], bool] = {}
+
+    def vanishes(disabled: Sequence[str]) -> bool:
+        key = frozenset(disabled)
+        if key not in seen:
+            seen[key] = not fails(key)
+        return seen[key]
+
+    pool = list(candidates)
+    while len(pool) > 1:
+        half = pool[: len(pool) // 2]
+        pool = half if vanishes(half) else pool[len(half) :]
+    if pool and vanishes(pool):
+        return pool
+    if not vanishes(list(candidates)):
+        return None
+    return ddmin(list(candidates), vanishes)
+
+
+def ddmin(items: list[str], interesting: Callable[[Sequence[str]], bool]) -> list[str]:
+    """Zeller's ddmin: a 1-minimal subset of ``items`` (``interesting(items)`` holds) for which
+    ``interesting`` holds (no single item can be left out)."""
+    granularity = 2
+    while len(items) >= 2:
+        chunks = _split(items, granularity)
+        reduced = next((c for c in chunks if interesting(c)), None)
+        if reduced is not None:
+            items, granularity = reduced, 2
+            continue
+        complements = ([i for i in items if i not in chunk] for chunk in chunks)
+        reduced = next((c for c in complements if interesting(c)), None) if granularity > 2 else None
+        if reduced is not None:
+            items, granularity = reduced, max(granularity - 1, 2)
+            continue
+        if granularity >= len(items):
+            break
+        granularity = min(granularity * 2, len(items))
+    return items
+
+
+def _split(items: list[str], parts: int) -> list[list[str]]:
+    size, extra = divmod(len(items), parts)
+    chunks, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        chunks.append(items[start:end])
+        start = end
+    return [c for c in chunks if c]
+
+
+def first_failing_level(found: Sequence[str], candidates: Sequence[PassCandidate]) -> str | None:
+    """The lowest onnxruntime level at which every optimizer of ``found`` runs (the highest of
+    their levels); None for TensorRT's flags and tactics."""
+    levels = {c.name: c.level for c in candidates}
+    named = [levels.get(name, "") for name in found]
+    if not named or any(level not in ORT_LEVELS for level in named):
+        return None
+    return max(named, key=ORT_LEVELS.index)
+
+
+def flaky_builds_note(failed: int, runs: int, runtime: str) -> str:
+    """The flowchart's first branch: a check that fails on some builds of the same model only is
+    flaky (the build, e.g. TensorRT's tactic choice, decides). "" when every run agreed."""
+    if runs < 2 or failed in (0, runs):
+        return ""
+    note = (
+        f"the failure comes and goes between builds: fails ~{round(100 * failed / runs)} % of builds ({failed}/{runs})"
+    )
+    if runtime == "tensorrt":
+        note += (
+            "; TensorRT picks tactics anew on each build: bisect its builder flags and tactic sources "
+            "(onnx-reducer bisect-passes) with a repeat high enough to see the failure"
+        )
+    return note
+
+
+def answer_message(answer: PassAnswer) -> str:
+    """One paragraph for the command line, the page and the bundle's repro.py."""
+    where = f"{answer.runtime} at level {answer.level}" if answer.level else answer.runtime
+    counted = f"{answer.checks} {'check' if answer.checks == 1 else 'checks'} over {len(answer.candidates)} candidates"
+    if answer.outcome is Outcome.NO_OPTIMIZER:
+        text = f"The failure needs no optimizer: the check fails with nothing optimized ({counted})."
+    elif answer.outcome is Outcome.NO_FAILURE:
+        text = f"The check passes on {where} with every optimizer on: nothing to bisect ({counted})."
+    elif answer.outcome is Outcome.UNRESOLVED:
+        text = (
+            f"The failure needs optimizations on {where}, but disabling the {len(answer.candidates)} optimizers "
+            f"that changed the model did not make it vanish ({counted})."
+        )
+    else:
+        names = ", ".join(answer.optimizers)
+        level = f"; it first appears at level {answer.first_failing_level}" if answer.first_failing_level else ""
+        verified = (
+            "verified: with them disabled the check passes, with all on it fails"
+            if answer.verified
+            else ("NOT verified: with them disabled the check still does not pass")
+        )
+        text = f"Disable {names} on {where} and the failure vanishes{level} ({verified}; {counted})."
+    return f"{text} {answer.flaky_note}." if answer.flaky_note else text

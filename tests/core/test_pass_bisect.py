@@ -1,0 +1,82 @@
+"""The pure search of pass bisection (``reducer_core.pass_bisect``): a single culprit among P
+candidates in at most ceil(log2 P) probes plus its verification, several culprits by ddmin, and
+the answer's words (first failing level, the flaky-builds note)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+
+from reducer_core.pass_bisect import (
+    Outcome,
+    PassAnswer,
+    PassCandidate,
+    first_failing_level,
+    flaky_builds_note,
+    smallest_disabling_set,
+)
+
+
+def _needs(*culprits: str) -> tuple[Callable[[frozenset[str]], bool], list[frozenset[str]]]:
+    """A failure that needs every one of ``culprits``: disabling any one of them removes it."""
+    asked: list[frozenset[str]] = []
+
+    def fails(disabled: frozenset[str]) -> bool:
+        asked.append(disabled)
+        return not disabled & set(culprits)
+
+    return fails, asked
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5, 8, 13, 31, 32, 33])
+def test_a_single_culprit_is_found_and_verified_in_ceil_log2_p_plus_one_probes(count: int) -> None:
+    names = [f"T{i}" for i in range(count)]
+    for culprit in names:
+        fails, asked = _needs(culprit)
+        assert smallest_disabling_set(names, fails) == [culprit]
+        assert len(asked) <= math.ceil(math.log2(count)) + 1
+        assert frozenset([culprit]) in asked  # verified: exactly the answer disabled was run
+
+
+def test_two_optimizers_that_each_bring_the_failure_in_need_both_disabled() -> None:
+    names = [f"T{i}" for i in range(8)]
+    asked: list[frozenset[str]] = []
+
+    def fails(disabled: frozenset[str]) -> bool:  # either T2 or T6 alone makes the bad op
+        asked.append(disabled)
+        return not {"T2", "T6"} <= disabled
+
+    assert sorted(smallest_disabling_set(names, fails) or []) == ["T2", "T6"]
+    assert len(set(asked)) == len(asked)  # no set is checked twice
+
+
+def test_nothing_found_when_disabling_every_candidate_leaves_the_failure() -> None:
+    assert smallest_disabling_set(["A", "B", "C"], lambda disabled: True) is None
+
+
+def test_the_first_failing_level_is_the_highest_level_among_the_answer() -> None:
+    candidates = [PassCandidate("Level1_RuleBasedTransformer", "basic"), PassCandidate("GeluFusionL2", "extended")]
+    assert first_failing_level(["Level1_RuleBasedTransformer"], candidates) == "basic"
+    assert first_failing_level(["GeluFusionL2", "Level1_RuleBasedTransformer"], candidates) == "extended"
+    assert first_failing_level(["CUBLAS"], [PassCandidate("CUBLAS", "tactic")]) is None
+
+
+def test_a_failure_of_some_builds_only_is_called_flaky_with_its_rate() -> None:
+    assert flaky_builds_note(3, 3, "onnxruntime") == ""
+    assert flaky_builds_note(0, 3, "onnxruntime") == ""
+    note = flaky_builds_note(1, 4, "tensorrt")
+    assert note.startswith("the failure comes and goes between builds: fails ~25 % of builds (1/4)")
+    assert "builder flags and tactic sources" in note
+    assert "tactic" not in flaky_builds_note(2, 4, "onnxruntime")
+
+
+def test_the_answer_names_the_optimizers_and_the_level() -> None:
+    answer = PassAnswer("onnxruntime", "all", Outcome.OPTIMIZERS, ["GeluFusionL2"], "extended", verified=True)
+    assert answer.message().startswith("Disable GeluFusionL2 on onnxruntime at level all and the failure vanishes")
+    assert "first appears at level extended" in answer.message()
+    data = answer.to_json()
+    assert data["outcome"] == "optimizers" and data["optimizers"] == ["GeluFusionL2"]
+    no_optimizer = PassAnswer("onnxruntime", "all", Outcome.NO_OPTIMIZER)
+    assert "needs no optimizer" in no_optimizer.message()
