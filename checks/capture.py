@@ -35,7 +35,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Protocol
 
 import regex
 
@@ -210,8 +210,18 @@ REGEX_TIMED_OUT = Stopped(
 )
 
 
+class CheckProcess(Protocol):
+    """What ``pump`` needs of a check's process: a ``subprocess.Popen``, or a check forked by a
+    warm runner (``checks.warm``), whose exit status comes from the runner."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 def pump(
-    proc: subprocess.Popen[bytes],
+    proc: CheckProcess,
     streams: Sequence[tuple[IO[bytes], StreamCapture]],
     timeout_s: float | None,
     memory_limit_bytes: int | None = None,
@@ -293,7 +303,7 @@ def signal_name(number: int) -> str:
         return str(number)
 
 
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
+def kill_group(proc: CheckProcess) -> None:
     """SIGKILL the process group a check was started in (``start_new_session=True``)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)

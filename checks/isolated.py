@@ -25,6 +25,7 @@ from checks.capture import BoundedText, StreamCapture, kill_group, pump, signal_
 from checks.command import KILL_GRACE_S, CommandCheck
 from checks.lifeline import OWNER_ENV
 from checks.spec import CheckSpec, ModelCheck
+from checks.warm import ChildRun, run_warm
 from reducer_core.verdict import Verdict, VerdictKind
 
 SPEC_ENTRY = "checks.kinds:run_spec"
@@ -81,40 +82,62 @@ def run_isolated(
     memory_limit_bytes: int | None = None,
     extra_env: Mapping[str, str] | None = None,
     python: str | None = None,
+    *,
+    warm: bool = False,
 ) -> tuple[Verdict, str]:
     """Run ``payload['entry']`` in a child process; never raises for what happens in the child.
     Above ``memory_limit_bytes`` of resident memory (``checks.memory``) the child and everything
     it started are killed: a ``crash`` with signature ``memory-limit``. ``extra_env``: trusted
     variables added to the child's allow-listed environment (a slot's ``CUDA_VISIBLE_DEVICES``).
-    ``python``: another environment's interpreter runs the child (always cold); None: this one."""
+    ``python``: another environment's interpreter runs the child (always cold); None: this one.
+    ``warm``: the child is forked by a warm runner of this process (``checks.warm``: the same
+    isolation without the interpreter's start-up) where one runs, else started cold."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="onnx-reducer-check-") as tmp:
         result_path = Path(tmp) / "result.json"
         payload_path = Path(tmp) / "payload.json"
         payload_path.write_text(json.dumps({**payload, "result": str(result_path)}))
-        try:
-            proc = subprocess.Popen(
-                [python or sys.executable, "-m", "checks.child", str(payload_path)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=tmp,
-                env=child_env(extra_env),
-            )
-        except OSError as exc:
-            return Verdict(VerdictKind.INFRA_ERROR, "", f"cannot start the check process: {exc}"), str(exc)
-        output = StreamCapture()
-        assert proc.stdout is not None
-        with proc:
-            stopped = pump(proc, [(proc.stdout, output)], timeout_s, memory_limit_bytes)
-            kill_group(proc)  # on timeout, or grandchildren left behind by the runtime
-            if stopped is not None:
-                pump(proc, [(proc.stdout, output)], KILL_GRACE_S)
+        env = child_env(extra_env)
+        warm_here = warm and python is None  # a runner forks this interpreter only
+        ran = run_warm(env, payload_path, Path(tmp), timeout_s, memory_limit_bytes) if warm_here else None
+        if ran is None:
+            try:
+                ran = _run_cold(python or sys.executable, payload_path, Path(tmp), env, timeout_s, memory_limit_bytes)
+            except OSError as exc:
+                return Verdict(VerdictKind.INFRA_ERROR, "", f"cannot start the check process: {exc}"), str(exc)
         duration = time.monotonic() - started
+        if ran.stopped is not None:
+            return ran.stopped.verdict(duration), ran.output
+        return _verdict_from(ran.returncode, result_path, ran.output, duration)
+
+
+def _run_cold(
+    python: str,
+    payload_path: Path,
+    folder: Path,
+    env: Mapping[str, str],
+    timeout_s: float,
+    memory_limit_bytes: int | None,
+) -> ChildRun:
+    """``PYTHON -m checks.child PAYLOAD`` in ``folder``, a session of its own; raises ``OSError``
+    when it cannot start."""
+    proc = subprocess.Popen(
+        [python, "-m", "checks.child", str(payload_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=folder,
+        env=dict(env),
+    )
+    output = StreamCapture()
+    assert proc.stdout is not None
+    with proc:
+        stopped = pump(proc, [(proc.stdout, output)], timeout_s, memory_limit_bytes)
+        kill_group(proc)  # on timeout, or grandchildren left behind by the runtime
         if stopped is not None:
-            return stopped.verdict(duration), output.text()
-        return _verdict_from(proc.returncode, result_path, output.text(), duration)
+            pump(proc, [(proc.stdout, output)], KILL_GRACE_S)
+    return ChildRun(stopped, proc.returncode, output.text())
 
 
 def _verdict_from(code: int, result_path: Path, text: str, duration: float) -> tuple[Verdict, str]:
@@ -161,7 +184,7 @@ class IsolatedSpecCheck:
             "model": str(Path(model_path).resolve()),
             "golden": str(self.golden.resolve()) if self.golden is not None else None,
         }
-        return run_isolated(payload, self.spec.timeout, self.spec.memory_limit, self.extra_env, self.python)
+        return run_isolated(payload, self.spec.timeout, self.spec.memory_limit, self.extra_env, self.python, warm=True)
 
 
 @dataclass(frozen=True)
