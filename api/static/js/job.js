@@ -307,6 +307,39 @@ function optionalFact(id, text) {
   $(`${id}-label`).hidden = !text;
 }
 
+// the job's labels (the CI run it came from, --label pairs) as "key value" chips, and the CI
+// run's page as a link (http and https only)
+const RUN_URL = "run_url";
+
+function renderLabels(job) {
+  const labels = job.labels || {};
+  const keys = Object.keys(labels).filter((key) => key !== RUN_URL);
+  const box = $("job-labels");
+  box.replaceChildren();
+  for (const key of keys) {
+    const chip = document.createElement("span");
+    chip.className = "label-chip";
+    chip.dataset.key = key;
+    const name = document.createElement("b");
+    name.textContent = key;
+    chip.append(name, ` ${labels[key]}`);
+    box.append(chip);
+  }
+  const run = labels[RUN_URL] || "";
+  if (/^https?:\/\//i.test(run)) {
+    const link = document.createElement("a");
+    link.id = "job-run-link";
+    link.href = run;
+    link.target = "_blank";
+    link.rel = "noopener noreferrer";
+    link.textContent = t("job.labels.run");
+    box.append(link);
+  }
+  const shown = box.childElementCount > 0;
+  box.hidden = !shown;
+  $("job-labels-label").hidden = !shown;
+}
+
 function render(state) {
   const job = state.job;
   badge($("job-status"), job.status);
@@ -320,6 +353,7 @@ function render(state) {
   fact("job-eta", job.status === "running" ? formatSeconds(job.progress.eta_s) : "–");
   fact("job-started", formatDate(job.started_at));
   renderClock(state);
+  renderLabels(job);
   optionalFact("job-waiting", job.status === "queued" ? job.waiting_reason || "" : "");
   optionalFact("job-localization", localization(job));
   optionalFact("job-flaky", flakiness(job));
