@@ -1,5 +1,7 @@
 """What a worker can run a check on: its GPU models and runtime versions, advertised in the farm's
-worker list and matched against a spec's ``requires`` (``checks.requirements``).
+worker list and matched against a spec's ``requires`` (``checks.requirements``). ``runtime_envs``:
+the onnxruntime releases of the other environments the operator gave it (``RUNTIME_ENVS``), which
+meet a ``requires.onnxruntime`` as its own release does.
 
 ``detect_capabilities()`` runs ``python -m checks.capabilities`` in a child process, so that
 onnxruntime (and TensorRT, when installed) are never imported into the worker itself; the child
@@ -32,6 +34,7 @@ class Capabilities:
     onnxruntime: str | None = None  # version
     providers: tuple[str, ...] = ()  # onnxruntime execution providers available
     tensorrt: str | None = None  # version
+    runtime_envs: tuple[str, ...] = ()  # onnxruntime releases of other environments (RUNTIME_ENVS)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,6 +42,7 @@ class Capabilities:
             "onnxruntime": self.onnxruntime,
             "providers": list(self.providers),
             "tensorrt": self.tensorrt,
+            "runtime_envs": list(self.runtime_envs),
         }
 
     @classmethod
@@ -48,6 +52,7 @@ class Capabilities:
             onnxruntime=_optional_text(data.get("onnxruntime")),
             providers=tuple(str(p) for p in data.get("providers") or ()),
             tensorrt=_optional_text(data.get("tensorrt")),
+            runtime_envs=tuple(str(v) for v in data.get("runtime_envs") or ()),
         )
 
     @property
@@ -67,11 +72,17 @@ def unmet(requirements: Requirements, offered: Capabilities) -> list[str]:
     if requirements.gpu and not any(want.lower() in gpu.lower() for want in requirements.gpu for gpu in offered.gpus):
         missing.append("GPU " + " or ".join(requirements.gpu))
     missing += [f"provider {p}" for p in requirements.providers if p not in offered.providers]
-    if requirements.onnxruntime and not version_matches(requirements.onnxruntime, offered.onnxruntime):
+    if requirements.onnxruntime and not offers_onnxruntime(requirements.onnxruntime, offered):
         missing.append(f"onnxruntime {requirements.onnxruntime}")
     if requirements.tensorrt and not version_matches(requirements.tensorrt, offered.tensorrt):
         missing.append(f"TensorRT {requirements.tensorrt}")
     return missing
+
+
+def offers_onnxruntime(spec: str, offered: Capabilities) -> bool:
+    """The worker's own onnxruntime, or one of its runtime environments' (the check then runs in
+    that environment: ``checks.runtime_envs``), satisfies ``spec``."""
+    return any(version_matches(spec, version) for version in (offered.onnxruntime, *offered.runtime_envs))
 
 
 def parse_gpu_names(text: str) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checks.isolated import IsolatedSpecCheck, RepeatedCheck, SpecCommandCheck, safe_child_env
+from checks.requirements import version_matches
 from checks.spec import ModelCheck
 from reducer_core.release_bisect import ReleaseError, parse_release_envs, release_key, split_release_envs
 
@@ -103,3 +104,13 @@ def env_variables(env: RuntimeEnv, base: Mapping[str, str] | None = None) -> dic
     variables["PATH"] = os.pathsep.join(p for p in (str(folder), variables.get("PATH", "")) if p)
     variables["VIRTUAL_ENV"] = str(folder.parent)
     return variables
+
+
+def env_for_requirement(wanted: str | None, own: str | None, envs: Iterable[RuntimeEnv]) -> RuntimeEnv | None:
+    """The environment a check whose spec ``requires.onnxruntime: wanted`` runs in on a worker whose
+    own onnxruntime is ``own``: None when there is no such requirement or ``own`` meets it (the
+    check runs as usual), else the newest environment that meets it (None: none does)."""
+    if wanted is None or version_matches(wanted, own):
+        return None
+    matching = [env for env in envs if version_matches(wanted, env.release)]
+    return max(matching, key=lambda env: release_key(env.release)) if matching else None

@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from checks.build import build_check
+from checks.runtime_envs import RuntimeEnv, in_env
 from checks.spec import CheckSpec, ModelCheck
 
 
@@ -29,7 +30,10 @@ def job_check(
     allow_command: bool,
     memory_limit_bytes: int | None = None,
     golden: Path | None = None,
+    env: RuntimeEnv | None = None,
 ) -> ModelCheck:
     """The runnable check of a job: ``golden`` feeds it (``build_check``), a command runs in
-    ``work_dir`` (the iteration model's folder), command checks only when the operator allows them."""
-    return build_check(capped(spec, memory_limit_bytes), golden=golden, allow_command=allow_command, work_dir=work_dir)
+    ``work_dir`` (the iteration model's folder), command checks only when the operator allows them;
+    ``env``: another onnxruntime release's environment it runs in (``worker.release_envs``)."""
+    check = build_check(capped(spec, memory_limit_bytes), golden=golden, allow_command=allow_command, work_dir=work_dir)
+    return check if env is None else in_env(check, env)

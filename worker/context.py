@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from checks.capabilities import Capabilities
+from checks.runtime_envs import RuntimeEnv
 from persistence.contracts import QUEUES, Enqueue, Notifier, no_notify
 from persistence.db import Database
 from persistence.fairshare import parse_shares
@@ -62,6 +63,7 @@ class RunnerContext:
     worker: str = field(default_factory=process_name)
     queues: tuple[str, ...] = QUEUES  # the queues whose work this process takes
     capabilities: Capabilities | None = None  # what this worker offers (None: it takes any job)
+    runtime_envs: tuple[RuntimeEnv, ...] = ()  # other onnxruntime releases' environments (RUNTIME_ENVS)
     on_work: Callable[[str], None] = field(default=lambda job_id: None)  # the job whose work it takes now
     # what this worker runs checks on (set by ``WorkerNode``); None: unknown, verdicts not shared
     runtime: Capabilities | None = None

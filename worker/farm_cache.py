@@ -38,6 +38,7 @@ from reducer_core.candidate import Candidate
 from reducer_core.localization import LayerwiseResult
 from reducer_core.verdict import Verdict, VerdictKind
 from worker.context import RunnerContext
+from worker.release_envs import job_runtime
 
 log = logging.getLogger("onnx_reducer.worker")
 LAYERWISE = "layerwise"  # the fingerprint the layerwise run's result is kept under
@@ -65,9 +66,10 @@ def farm_scope(model_sha256: str, cache: VerdictCache, runtime: str) -> str:
 def job_scope(ctx: RunnerContext, job: Job, reduction: ReductionSession) -> str | None:
     """The farm scope of ``job``'s verdicts; None when they are not shared (farm cache off, an
     unknown runtime, a check without a spec)."""
-    if not ctx.farm_verdict_cache or ctx.runtime is None or reduction.check.spec is None:
+    runtime_of_job = job_runtime(ctx, reduction.check.spec)  # a RUNTIME_ENVS release's, where it runs there
+    if not ctx.farm_verdict_cache or runtime_of_job is None or reduction.check.spec is None:
         return None
-    runtime = runtime_identity(ctx.runtime, ctx.check_memory_limit_bytes)
+    runtime = runtime_identity(runtime_of_job, ctx.check_memory_limit_bytes)
     return farm_scope(job.model_sha256, reduction.cache, runtime)
 
 

@@ -13,6 +13,7 @@ from checks.capabilities import detect_capabilities, parse_gpu_names
 from worker.context import RunnerContext
 from worker.poll import WorkPoller
 from worker.presence import Activity, PresenceTimings, WorkerIdentity, WorkerPresence
+from worker.release_envs import load_runtime_envs, with_runtime_envs
 from worker.runner import JobHandler
 from worker.settings import WorkerSettings
 
@@ -55,13 +56,15 @@ class WorkerNode:
         name: str | None = None,
     ) -> None:
         gpus = parse_gpu_names(settings.worker_gpus) if settings.worker_gpus is not None else None
+        envs = load_runtime_envs(settings.runtime_envs)
         self.identity = WorkerIdentity(
             name=name or worker_name(),
             host=socket.gethostname(),
             queues=tuple(queues),
-            capabilities=detect_capabilities(gpus),
+            capabilities=with_runtime_envs(detect_capabilities(gpus), envs),
         )
         ctx.capabilities = self.identity.capabilities
+        ctx.runtime_envs = envs
         ctx.runtime = self.identity.capabilities  # the runtime its jobs' verdicts are shared under
         self.activity = Activity()
         self.handler = JobHandler(ctx, self.activity)

@@ -42,6 +42,7 @@ from worker.context import RunnerContext
 from worker.endings import JobCancelledError
 from worker.precision_job import precision_plan, start_precision
 from worker.preparing import PREPARING, PreparationStopped
+from worker.release_envs import job_env
 
 log = logging.getLogger("onnx_reducer.worker")
 KEEP_JOBS = 3
@@ -162,13 +163,15 @@ def prepare(job: JobInput, ctx: RunnerContext) -> PreparedJob:
         golden, sha256 = _place_golden(ctx.layout.store, work_dir, *job.golden) if job.golden else (None, None)
         if job.inputs:
             golden, sha256 = _golden_from_inputs(ctx.layout.store, work_dir, options.model, spec, job.inputs)
-        check = job_check(spec, work_dir, ctx.allow_command, ctx.check_memory_limit_bytes, golden)
+        check = job_check(spec, work_dir, ctx.allow_command, ctx.check_memory_limit_bytes, golden, job_env(ctx, spec))
         session_check = SessionCheck(check, spec, golden, sha256)
         plan = None
         if job.task is JobTask.PRECISION:  # judged against the fp32 original (engine/precision.py)
 
             def build(judged: CheckSpec, values: Path | None) -> ModelCheck:
-                return job_check(judged, work_dir, ctx.allow_command, ctx.check_memory_limit_bytes, values)
+                return job_check(
+                    judged, work_dir, ctx.allow_command, ctx.check_memory_limit_bytes, values, job_env(ctx, spec)
+                )
 
             plan = precision_plan(workspace, session_check, build, work_dir)
             check, session_check = plan.check.check, plan.check

@@ -18,6 +18,9 @@ class WorkerSettings(ServiceSettings):
     worker_poll_s: float = Field(default=5.0, gt=0)
     # GPU models this worker advertises, comma-separated ("none": no GPU); unset: detected
     worker_gpus: str | None = None
+    # other onnxruntime releases this worker runs checks on: VERSION=PYTHON of an environment holding
+    # each, comma-separated ("1.20=/opt/ort-1.20/bin/python,1.21=..."; docs/deployment.md); empty: none
+    runtime_envs: str = ""
     blob_sweep_interval_s: float = Field(default=3600.0, gt=0)
     # unset: JOB_TIME_LIMIT_S + 1 h (a running check's model is unreferenced until its verdict)
     blob_sweep_age_s: float | None = Field(default=None, ge=0)

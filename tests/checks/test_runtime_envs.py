@@ -1,0 +1,72 @@
+"""A worker's other onnxruntime releases (RUNTIME_ENVS): advertised, matched against a spec's
+``requires.onnxruntime``, and the job's check run in that release's environment (real venvs:
+tests/ort_envs.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import helper
+
+from checks.capabilities import Capabilities, unmet
+from checks.requirements import parse_requirements
+from checks.runtime_envs import RuntimeEnv, env_for_requirement
+from checks.spec import parse_check_spec
+from reducer_core.errors import UsageError
+from reducer_core.verdict import VerdictKind
+from tests.models import make_model
+from tests.ort_envs import RELEASES, EnvUnavailableError, all_env_pythons
+from worker.checking import job_check
+from worker.release_envs import load_runtime_envs, with_runtime_envs
+
+OLD, MIDDLE, NEW = RELEASES
+
+
+@pytest.fixture(scope="module")
+def pythons() -> dict[str, Path]:
+    try:
+        return all_env_pythons()
+    except EnvUnavailableError as exc:
+        pytest.skip(f"cannot build the onnxruntime venvs (is PyPI reachable?): {exc}")
+
+
+def test_capabilities_advertise_releases_and_meet_requirements() -> None:
+    offered = Capabilities(onnxruntime=NEW, runtime_envs=(OLD, MIDDLE))
+    assert Capabilities.from_json(json.loads(json.dumps(offered.to_json()))) == offered
+    assert unmet(parse_requirements({"onnxruntime": OLD}), offered) == []
+    assert unmet(parse_requirements({"onnxruntime": NEW}), offered) == []
+    assert unmet(parse_requirements({"onnxruntime": "1.29"}), offered) == ["onnxruntime ==1.29.*"]
+    assert unmet(parse_requirements({"onnxruntime": OLD}), Capabilities(onnxruntime=NEW)) != []
+
+
+def test_the_environment_a_requirement_picks() -> None:
+    envs = [RuntimeEnv(OLD, "/a/python"), RuntimeEnv(MIDDLE, "/b/python")]
+    assert env_for_requirement(None, NEW, envs) is None
+    assert env_for_requirement(f"=={NEW}", NEW, envs) is None  # the worker's own release
+    assert env_for_requirement(f"=={OLD}", NEW, envs) == envs[0]
+    assert env_for_requirement(f"<{NEW}", NEW, envs) == envs[1]  # the newest that meets it
+    assert env_for_requirement("==1.29.*", NEW, envs) is None
+
+
+def test_runtime_envs_setting_probes_each_environment(pythons: dict[str, Path]) -> None:
+    text = f"{OLD}={pythons[OLD]}, {MIDDLE}={pythons[OLD]},{NEW}=/nowhere/bin/python"
+    envs = load_runtime_envs(text)  # the mislabelled and the missing environment are left out
+    assert envs == (RuntimeEnv(OLD, str(pythons[OLD])),)
+    assert with_runtime_envs(Capabilities(onnxruntime="1.32.0"), envs).runtime_envs == (OLD,)
+    with pytest.raises(UsageError, match="RUNTIME_ENVS.*VERSION=PYTHON"):
+        load_runtime_envs(str(pythons[OLD]))
+
+
+def test_job_check_runs_in_the_environment(pythons: dict[str, Path], tmp_path: Path) -> None:
+    model = tmp_path / "model.onnx"
+    onnx.save(make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], ["x"], ["y"]), model)
+    program = "import sys, onnxruntime as o; print('ort', o.__version__); sys.exit(1)"
+    spec = parse_check_spec(
+        json.dumps({"kind": "command", "command": ["python", "-c", program], "requires": {"onnxruntime": OLD}})
+    )
+    check = job_check(spec, tmp_path, allow_command=True, env=RuntimeEnv(OLD, str(pythons[OLD])))
+    verdict, output = check.run(model)
+    assert verdict.kind is VerdictKind.FAIL and f"ort {OLD}" in output
