@@ -23,6 +23,7 @@ from api.problems import ProblemError
 from api.routes.artifacts import locate_artifact
 from api.routes.jobs import load_job
 from api.services import Services
+from checks.spec import CheckSpecError, parse_check_spec
 from persistence.enums import ArtifactKind
 from persistence.models import Artifact, Job
 from persistence.repositories import ArtifactRepository
@@ -74,11 +75,33 @@ class TensorErrorOut(BaseModel):
     beyond: bool = Field(description="beyond the check's tolerance")
 
 
+class ToleranceOut(BaseModel):
+    atol: float = Field(description="absolute tolerance: a tensor within it (or within rtol) is within tolerance")
+    rtol: float = Field(description="relative tolerance")
+    per_output: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="graph outputs with their own {atol, rtol}"
+    )
+
+
 class NodeErrorsOut(BaseModel):
     sample: int = Field(description="the input sample measured: the first with a tensor beyond tolerance")
     total: int = Field(description="tensors compared")
     truncated: bool = Field(description="more tensors were compared than kept: only the worst are listed")
     tensors: list[TensorErrorOut] = Field(description="in node order; floats rounded to 4 significant digits")
+    tolerance: ToleranceOut | None = Field(
+        default=None,
+        description="the check spec's tolerance, which the page's colour scale is anchored at (errors within it "
+        "in neutral tones, beyond it in warm ones); null when the spec has none",
+    )
+
+
+def _tolerance_of(job: Job) -> ToleranceOut | None:
+    """The tolerance of the job's check spec (validated at intake; None if it no longer parses)."""
+    try:
+        tolerance = parse_check_spec(job.check_spec).tolerance
+    except CheckSpecError:
+        return None
+    return None if tolerance is None else ToleranceOut.model_validate(tolerance.to_json())
 
 
 def _no_errors(job: Job) -> ProblemError:
@@ -102,4 +125,5 @@ def node_errors(job_id: str, services: ServicesDep, team: TeamDep) -> NodeErrors
     if artifact is None:
         raise _no_errors(job)
     with services.layout.store.open(artifact.storage_key) as stream:
-        return NodeErrorsOut.model_validate(json.loads(stream.read()))
+        document = json.loads(stream.read())
+    return NodeErrorsOut.model_validate(document | {"tolerance": _tolerance_of(job)})

@@ -20,7 +20,7 @@ from api.graph_view import describe_graph
 from tests.checks.conftest import COMPARE_FP16
 from tests.checks.models import chain_model
 from tests.service.conftest import client_for
-from tests.service.graph_models import transformer_model
+from tests.service.graph_models import add_chain, transformer_model
 from tests.service.helpers import wait_job
 from tests.service.web_harness import Browser, Service, catalogue, plain, severe
 
@@ -110,7 +110,9 @@ def test_the_overlay_colours_nodes_by_their_error_and_hover_shows_the_value(
     values = [float(fills[n]["error"]) for n in before]
     assert values == [by_tensor[f"t{i}"]["max_abs"] for i in range(FAULT_AT)]
     shades = [_luminance(str(fills[n]["fill"])) for n in before]
-    assert all(a >= b for a, b in pairwise(shades)), shades
+    beyond = [by_tensor[f"t{i}"]["beyond"] for i in range(FAULT_AT)]
+    for side in (False, True):  # within the tolerance (greys) and beyond it (warm): each its own scale
+        assert all(a >= b for a, b in pairwise(s for s, k in zip(shades, beyond, strict=True) if k == side)), shades
     assert shades[0] > shades[-1] + 100  # the smallest error light, the largest dark
     assert all(fills[n]["fill"] != PLAIN_FILL for n in before)
     legend = browser.text("error-legend")
@@ -250,3 +252,117 @@ def test_a_closed_name_scope_takes_the_colour_of_its_worst_node(
     assert group(softmax[4])["error"] == "0.002" and group(softmax[3])["error"] == "0.5"
     assert _luminance(group(softmax[4])["fill"]) > _luminance(group(softmax[3])["fill"]) + 100
     assert group(softmax[10])["fill"] != group(softmax[4])["fill"] and group(softmax[10])["error"] is None
+
+
+def _chroma(rgb: str) -> int:
+    """How far from grey a colour is: its largest channel less its smallest."""
+    r, g, b = (int(v) for v in re.findall(r"\d+", rgb)[:3])
+    return max(r, g, b) - min(r, g, b)
+
+
+def _warm(rgb: str) -> bool:
+    r, _, b = (int(v) for v in re.findall(r"\d+", rgb)[:3])
+    return _chroma(rgb) > 80 and r > b + 80
+
+
+AT_TOLERANCE = [  # (max_abs, max_rel, beyond) around the spec's tolerance, atol = rtol = 0.001
+    (1e-6, 1e-6, False),
+    (4e-4, 2e-4, False),
+    (0.001, 0.001, False),  # at the tolerance: still within
+    (0.00101, 0.0011, True),  # just beyond
+    (0.05, 0.02, True),
+    (3.0, 1.5, True),
+]
+
+
+def _draw_with_overlay(browser: Browser, graph: dict[str, Any], doc: dict[str, Any], metric: str) -> dict[str, Any]:
+    """The page's own drawing and overlay code on ``graph`` with ``doc``: per node its fill and
+    value, and the legend's text."""
+    result: dict[str, Any] = browser.driver.execute_async_script(
+        r"""
+        const [graph, doc, metric, done] = arguments;
+        Promise.all([import('/ui/js/graph.js'), import('/ui/js/overlay.js')]).then(([g, o]) => {
+          document.getElementById('probe-graph')?.remove();
+          const box = document.createElement('div');
+          box.className = 'graph-view';
+          box.id = 'probe-graph';
+          box.style.width = '1000px';
+          box.style.height = '600px';
+          document.getElementById('main').prepend(box);
+          const overlay = o.buildOverlay(graph, doc, metric);
+          const control = g.drawGraph(box, graph, new Set(), { overlay });
+          control.flush();
+          const legend = document.createElement('div');
+          o.drawOverlayLegend(legend, overlay);
+          box.append(legend);
+          done({ nodes: Object.fromEntries([...box.querySelectorAll('g.gnode.node')].map((el) => [el.dataset.id,
+            { fill: getComputedStyle(el.querySelector('rect')).fill, error: el.dataset.error || null }])),
+            legend: legend.innerText });
+        });
+        """,
+        graph,
+        doc,
+        metric,
+    )
+    browser.js("document.getElementById('probe-graph').remove()")
+    return result
+
+
+@pytest.mark.parametrize("metric", ["max_abs", "max_rel"])
+def test_the_colour_scale_is_anchored_at_the_tolerance(service: Service, browser: Browser, metric: str) -> None:
+    """Errors within the spec's tolerance (up to and at it) are in neutral greys, lighter for
+    smaller ones; beyond it, from the first step past it, in the warm scale, darker for larger
+    ones; the legend names the tolerance. (A min->max scale put 0.0004, within tolerance, in warm
+    orange.)"""
+    graph = describe_graph(add_chain(len(AT_TOLERANCE)), 1000).model_dump()
+    nodes = graph["nodes"]
+    entries = [
+        {"tensor": node["outputs"][0], "node": node["id"], "op": "Add", "max_abs": a, "max_rel": r}
+        | {"nonfinite": False, "beyond": beyond}
+        for node, (a, r, beyond) in zip(nodes, AT_TOLERANCE, strict=True)
+    ]
+    doc = {"sample": 0, "total": len(entries), "truncated": False, "tensors": entries}
+    doc["tolerance"] = {"atol": 0.001, "rtol": 0.001}
+    browser.open(service.url + "/#/jobs")
+    drawn = _draw_with_overlay(browser, graph, doc, metric)
+    fills = [drawn["nodes"][node["id"]]["fill"] for node in nodes]
+    within = [fill for fill, (_, _, beyond) in zip(fills, AT_TOLERANCE, strict=True) if not beyond]
+    beyond = [fill for fill, (_, _, over) in zip(fills, AT_TOLERANCE, strict=True) if over]
+    assert all(_chroma(fill) < 40 for fill in within), within  # greys, up to and at the tolerance
+    assert all(_warm(fill) for fill in beyond), beyond  # warm from the first step past it
+    assert [_luminance(f) for f in within] == sorted((_luminance(f) for f in within), reverse=True), within
+    assert [_luminance(f) for f in beyond] == sorted((_luminance(f) for f in beyond), reverse=True), beyond
+    assert _luminance(within[0]) > _luminance(within[-1]) + 40  # the scale spreads within the tolerance too
+    key = "graphs.overlay.tolerance.rtol" if metric == "max_rel" else "graphs.overlay.tolerance.atol"
+    assert plain(EN[key], value="0.001") in drawn["legend"]
+    assert EN["graphs.overlay.scale"] in drawn["legend"]
+    top = max(entry[metric] for entry in entries)
+    assert f"{top:.4g}" in drawn["legend"]
+
+
+def test_the_job_page_colours_within_and_beyond_by_the_jobs_tolerance(
+    service: Service, browser: Browser, jobs: dict[str, Any]
+) -> None:
+    """The compare job's node errors carry its spec's tolerance; on its page every measured node
+    within it is grey and every one beyond it warm (or the non-finite colour)."""
+    assert jobs["errors"]["tolerance"] == {"atol": 0.001, "rtol": 0.001, "per_output": {}}
+    _open(service, browser, jobs["compare"])
+    browser.wait(lambda d: browser.find("error-overlay").is_displayed(), "the overlay switch")
+    if browser.find("error-overlay-on").get_attribute("checked") is None:
+        browser.find("error-overlay-on").click()
+    browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, f"{ORIGINAL} g.gnode.err"), "coloured nodes")
+    fills = _fills(browser)
+    by_node = {e["node"]: e for e in jobs["errors"]["tensors"]}
+    measured = {node: fills[node]["fill"] for node in by_node if node in fills}
+    assert measured
+    for node, fill in measured.items():
+        entry = by_node[node]
+        if entry["nonfinite"]:
+            assert fill == NONFINITE_FILL
+        elif entry["beyond"]:
+            assert _warm(fill), (node, entry, fill)
+        else:
+            assert _chroma(fill) < 40, (node, entry, fill)
+    assert plain(EN["graphs.overlay.tolerance.atol"], value="0.001") in browser.text("error-legend")
+    browser.find("error-overlay-on").click()
+    browser.wait(lambda d: not d.find_elements(By.CSS_SELECTOR, f"{ORIGINAL} g.gnode.err"), "plain nodes")

@@ -1,14 +1,19 @@
 // The error overlay of the graph drawings: a compare/golden job's per-tensor errors from its
 // localisation step (GET /v1/jobs/{id}/node-errors) mapped onto a graph's nodes (a node takes its
-// worst output) and a colour scale: a log scale from the smallest to the largest finite error of
-// the measured nodes, and a colour of its own for non-finite values (inf/NaN: an overflow).
+// worst output) and a colour scale anchored at the check spec's tolerance: errors within it in
+// neutral greys (log scale from the smallest measured error up to the tolerance), errors beyond it
+// in the warm scale (from the tolerance up to the largest measured error); a colour of its own for
+// non-finite values (inf/NaN: an overflow). Within or beyond is the check's own verdict on the
+// tensor (Polygraphy's rule: beyond when the error passes both atol and rtol).
 
 import { t } from "./i18n.js";
 
-// light yellow -> orange -> red -> dark red (sequential, readable with dark text up to red)
-const STOPS = [[255, 244, 194], [253, 174, 97], [215, 48, 31], [127, 0, 0]];
+// within tolerance: near-white -> slate grey (dark text stays readable on every one)
+const NEUTRAL = [[246, 247, 249], [150, 163, 181]];
+// beyond tolerance: yellow -> orange -> red -> dark red (sequential, warm from its first step)
+const STOPS = [[254, 217, 118], [253, 174, 97], [215, 48, 31], [127, 0, 0]];
 export const NONFINITE_COLOUR = "#4a148c";
-const DARK_FROM = 0.62; // from this position on the scale, labels are drawn light
+const DARK_FROM = 0.62; // from this position on the warm scale, labels are drawn light
 
 /** A number as the overlay shows it: 4 significant digits, exponent for the very large or small. */
 export function errorNumber(value) {
@@ -18,18 +23,40 @@ export function errorNumber(value) {
   return size >= 1e4 || size < 1e-3 ? value.toExponential(2) : String(Number(value.toPrecision(4)));
 }
 
-/** The colour at position `at` (0..1) on the scale, as `rgb(...)`. */
-export function scaleColour(at) {
-  const x = Math.min(Math.max(at, 0), 1) * (STOPS.length - 1);
-  const i = Math.min(Math.floor(x), STOPS.length - 2);
+function mixAt(stops, at) {
+  const x = Math.min(Math.max(at, 0), 1) * (stops.length - 1);
+  const i = Math.min(Math.floor(x), stops.length - 2);
   const f = x - i;
-  const mix = STOPS[i].map((c, k) => Math.round(c + (STOPS[i + 1][k] - c) * f));
+  const mix = stops[i].map((c, k) => Math.round(c + (stops[i + 1][k] - c) * f));
   return `rgb(${mix.join(",")})`;
 }
 
-/** The CSS gradient of the legend's scale bar. */
-export function scaleGradient() {
-  return `linear-gradient(to right, ${STOPS.map((s) => `rgb(${s.join(",")})`).join(", ")})`;
+/** The colour at position `at` (0..1) on the warm scale (beyond tolerance), as `rgb(...)`. */
+export const scaleColour = (at) => mixAt(STOPS, at);
+
+/** The colour at position `at` (0..1) on the neutral scale (within tolerance), as `rgb(...)`. */
+export const neutralColour = (at) => mixAt(NEUTRAL, at);
+
+/** The CSS gradient of the legend's warm scale bar (or its neutral one). */
+export function scaleGradient(neutral = false) {
+  const stops = neutral ? NEUTRAL : STOPS;
+  return `linear-gradient(to right, ${stops.map((s) => `rgb(${s.join(",")})`).join(", ")})`;
+}
+
+/** The tolerance the scale is anchored at for `metric` (atol for max_abs, rtol for max_rel) of
+ * tensor `name` (a graph output may have its own); null without one. */
+export function toleranceOf(doc, metric, name = "") {
+  const tolerance = doc.tolerance;
+  if (!tolerance) return null;
+  const own = (tolerance.per_output || {})[name];
+  const pick = own || tolerance;
+  return metric === "max_rel" ? pick.rtol : pick.atol;
+}
+
+/** Where `value` sits between `lo` and `hi` on a log scale (0..1); `whenEqual` for lo == hi. */
+function logPosition(value, lo, hi, whenEqual) {
+  if (!(value > 0) || !(lo > 0) || !(hi > lo)) return value >= hi && hi > 0 ? whenEqual : 0;
+  return Math.min(Math.max((Math.log10(value) - Math.log10(lo)) / (Math.log10(hi) - Math.log10(lo)), 0), 1);
 }
 
 /** Whether overlay entry `a` is worse than `b`. */
@@ -41,8 +68,9 @@ export const worse = (a, b) => {
 };
 
 /** The overlay of `doc` (node-errors) on `graph` by `metric`: per node id its worst output's
- * {entry, value, colour, dark, text}; the scale's ends (the same for every graph of the job);
- * null when no node of the graph is measured. */
+ * {entry, value, colour, dark, text, beyond}; the scale's ends and its anchor (the same for every
+ * graph of the job): lo (the smallest finite error), tol (the spec's tolerance for the metric, or
+ * null), hi (the largest); null when no node of the graph is measured. */
 export function buildOverlay(graph, doc, metric = "max_abs") {
   const byTensor = new Map(doc.tensors.map((e) => [e.tensor, e]));
   const byNode = new Map();
@@ -57,23 +85,36 @@ export function buildOverlay(graph, doc, metric = "max_abs") {
     if (worst) byNode.set(node.id, worst);
   }
   if (!byNode.size) return null;
-  // one scale for every graph of the job: the ends come from all the tensors measured
-  const finite = doc.tensors.map((e) => (e.nonfinite ? null : e[metric])).filter((v) => v !== null && v > 0);
-  const lo = finite.length ? Math.min(...finite) : 0;
-  const hi = finite.length ? Math.max(...finite) : 0;
-  const span = hi > lo ? Math.log10(hi) - Math.log10(lo) : 0;
+  // one scale for every graph of the job: its ends come from all the tensors measured, its middle
+  // is the tolerance (without one, the largest error within tolerance)
+  const finite = doc.tensors.filter((e) => !e.nonfinite && e[metric] !== null && e[metric] > 0);
+  const values = finite.map((e) => e[metric]);
+  const lo = values.length ? Math.min(...values) : 0;
+  const hi = values.length ? Math.max(...values) : 0;
+  const within = finite.filter((e) => !e.beyond).map((e) => e[metric]);
+  const tol = toleranceOf(doc, metric);
+  const anchor = tol !== null && tol > 0 ? tol : within.length ? Math.max(...within) : lo;
+  const beyondValues = finite.filter((e) => e.beyond).map((e) => e[metric]);
+  const top = Math.max(hi, anchor);
+  const bottom = Math.min(lo, anchor);
   for (const info of byNode.values()) {
+    info.beyond = Boolean(info.entry.beyond);
     if (info.entry.nonfinite) {
       Object.assign(info, { colour: NONFINITE_COLOUR, dark: true });
     } else if (info.value === null) {
       Object.assign(info, { colour: "#9e9e9e", dark: false });
-    } else {
-      const at = info.value <= 0 ? 0 : span > 0 ? (Math.log10(info.value) - Math.log10(lo)) / span : 1;
+    } else if (info.beyond) {
+      // the warm scale runs from the tolerance (its first step) to the largest error
+      const from = beyondValues.length ? Math.min(anchor, ...beyondValues) : anchor;
+      const at = logPosition(info.value, from, top, 1);
       Object.assign(info, { colour: scaleColour(at), dark: at >= DARK_FROM, at });
+    } else {
+      const at = logPosition(info.value, bottom, anchor, 1);
+      Object.assign(info, { colour: neutralColour(at), dark: false, at });
     }
     info.text = errorLine(info.entry);
   }
-  return { byNode, lo, hi, metric, doc };
+  return { byNode, lo, hi, tol, anchor, metric, doc };
 }
 
 /** What one tensor's error says, in words (the tooltip and the hover box). */
@@ -101,13 +142,30 @@ export function drawOverlayLegend(box, overlay) {
     span.textContent = value;
     return span;
   };
-  const bar = document.createElement("span");
-  bar.className = "error-scale";
-  bar.style.background = scaleGradient();
+  const bar = (neutral) => {
+    const span = document.createElement("span");
+    span.className = neutral ? "error-scale neutral" : "error-scale";
+    span.style.background = scaleGradient(neutral);
+    return span;
+  };
   const metric = t(overlay.metric === "max_rel" ? "graphs.overlay.metric.max_rel" : "graphs.overlay.metric.max_abs");
+  const value = errorNumber(overlay.tol);
+  const anchor = overlay.tol === null
+    ? t("graphs.overlay.tolerance.none")
+    : overlay.metric === "max_rel" ? t("graphs.overlay.tolerance.rtol", { value }) : t("graphs.overlay.tolerance.atol", { value });
+  const tolerance = text(anchor, "error-tol");
+  // within tolerance: lo .. tolerance in greys; beyond: tolerance .. hi in warm colours
   box.append(
-    item(text(`${metric}:`), text(errorNumber(overlay.lo), "error-lo"), bar, text(errorNumber(overlay.hi), "error-hi")),
+    item(
+      text(`${metric}:`),
+      text(errorNumber(Math.min(overlay.lo, overlay.anchor)), "error-lo"),
+      bar(true),
+      tolerance,
+      bar(false),
+      text(errorNumber(Math.max(overlay.hi, overlay.anchor)), "error-hi"),
+    ),
   );
+  box.append(item(text(t("graphs.overlay.scale"), "muted")));
   const nonfinite = text("", "swatch");
   nonfinite.style.background = NONFINITE_COLOUR;
   box.append(item(nonfinite, text(t("graphs.overlay.nonfinite"))));
