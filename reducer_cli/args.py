@@ -10,6 +10,7 @@ from pathlib import Path
 
 from checks.memory import parse_size
 from reducer_cli.client_args import add_client_parsers
+from reducer_cli.passes_cmd import add_passes_parser
 from reducer_cli.phases import phase_legend
 from reducer_cli.release_cmd import add_release_parser
 from reducer_cli.service_args import add_service_parsers
@@ -30,7 +31,7 @@ EXIT_INTERRUPTED = 130
 
 # Commands that read a local model file: a missing one is bad usage (exit 2) for each of them, as it
 # is for `submit`; exit 4 is kept for a model that was read and refused.
-LOCAL_MODEL_COMMANDS = frozenset({"reduce", "precision", "golden", "inspect", "bisect-releases"})
+LOCAL_MODEL_COMMANDS = frozenset({"reduce", "precision", "golden", "inspect", "bisect-releases", "bisect-passes"})
 
 
 def missing_file_message(name: str, what: str = "Model file") -> str | None:
@@ -635,6 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--mode", default="basic", help="Accepted for Polygraphy compatibility.")
     inspect.add_argument("--external-data-dir", default=None)
     add_release_parser(sub)
+    add_passes_parser(sub)
     add_service_parsers(sub)
     add_client_parsers(sub)
     return parser

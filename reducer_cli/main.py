@@ -12,6 +12,7 @@ from reducer_cli import args as cli_args
 from reducer_cli.client_args import CLIENT_COMMANDS
 from reducer_cli.golden_cmd import run_golden
 from reducer_cli.inspect_cmd import inspect_model
+from reducer_cli.passes_cmd import run_bisect_passes
 from reducer_cli.precision_cmd import PrecisionRun, build_precision_check
 from reducer_cli.progress import ProgressReporter, reporter_from_args
 from reducer_cli.reduce_cmd import (
@@ -103,6 +104,10 @@ def _bisect_releases(ns: argparse.Namespace) -> int:
     return run_bisect_releases(ns, _reporter(ns))
 
 
+def _bisect_passes(ns: argparse.Namespace) -> int:
+    return run_bisect_passes(ns, _reporter(ns))
+
+
 def _inspect(ns: argparse.Namespace) -> int:
     print(inspect_model(ns.model, ns.external_data_dir))
     return cli_args.EXIT_OK
@@ -130,6 +135,7 @@ def run(argv: Sequence[str]) -> int:
     ns = cli_args.build_parser().parse_args(list(argv))
     handlers = {"reduce": _reduce, "precision": _precision, "inspect": _inspect, "golden": _golden}
     handlers["bisect-releases"] = _bisect_releases
+    handlers["bisect-passes"] = _bisect_passes
     handlers |= dict.fromkeys(SERVICE_COMMANDS, _service_command)
     handlers |= dict.fromkeys(CLIENT_COMMANDS, _client_command)
     with contextlib.ExitStack() as stack:
