@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from persistence.fairshare import parse_shares
 from persistence.s3store import S3Config
+from persistence.webhooks import parse_networks
 
 PLACEHOLDER_SECRETS = frozenset({"changeme", "change-me", "changethis", "secret", "password", "placeholder", "xxx"})
 
@@ -83,6 +84,12 @@ class ServiceSettings(BaseSettings):
     s3_multipart_threshold_bytes: int = Field(default=64 * 2**20, ge=5 * 2**20)
     s3_multipart_chunk_bytes: int = Field(default=16 * 2**20, ge=5 * 2**20)
     s3_create_bucket: bool = True
+    # Webhooks (persistence/webhooks.py): a target that resolves to a loopback, private,
+    # link-local or metadata address is refused, at registration and before every delivery, unless
+    # the operator allows private targets altogether or names the networks allowed (comma-separated
+    # addresses or CIDR blocks, e.g. "10.20.0.0/16,192.168.1.5")
+    webhook_allow_private: bool = False
+    webhook_allowed_networks: str = ""
 
     def s3_config(self) -> S3Config | None:
         """The object store's settings when ``ARTIFACT_STORE=s3``; None for the local folder."""
@@ -107,6 +114,12 @@ class ServiceSettings(BaseSettings):
         if self.artifact_store == "s3" and not self.s3_bucket:
             raise ValueError("ARTIFACT_STORE=s3 needs S3_BUCKET (and S3_ENDPOINT_URL for MinIO/Ceph).")
         return self
+
+    @field_validator("webhook_allowed_networks")
+    @classmethod
+    def _webhook_allowed_networks(cls, value: str) -> str:
+        parse_networks(value)
+        return value
 
     @field_validator("team_shares")
     @classmethod

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from persistence.enums import EventKind, JobStatus
 from persistence.models import Job
 from persistence.repositories.events import EventRepository
+from persistence.webhooks import queue_deliveries
 
 __all__ = [
     "PAYLOADS",
@@ -160,10 +161,13 @@ def record_event(db: Session, job: Job | str, kind: EventKind, payload: Mapping[
     checking ``payload`` against ``kind``'s type; returns the sequence number to announce. Given
     the job's row (``Job``), the caller holds its lock in this transaction
     (``JobRepository.lock_running``): the number is taken from the row in memory, written with the
-    row's other changes, with no statement of its own."""
+    row's other changes, with no statement of its own. An end or a question (``verdict.needed``)
+    also queues its webhook deliveries (``persistence.webhooks``)."""
     validate_payload(kind, payload)
     events = EventRepository(db)
-    return (events.append_locked(job, kind, payload) if isinstance(job, Job) else events.append(job, kind, payload)).seq
+    seq = (events.append_locked(job, kind, payload) if isinstance(job, Job) else events.append(job, kind, payload)).seq
+    queue_deliveries(db, job, kind, payload)  # the webhooks' outbox, in this transaction
+    return seq
 
 
 def validate_payload(kind: EventKind, payload: Mapping[str, Any]) -> None:

@@ -255,3 +255,44 @@ class AuditEvent(Base):
     target: Mapped[str] = mapped_column(String(200))
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebhookEndpoint(Base):
+    """A URL a team registered for its jobs' events (``persistence.webhooks``): the event types
+    it wants and the secret its deliveries are signed with (Standard Webhooks: ``whsec_`` +
+    base64; shown once, when it is created)."""
+
+    __tablename__ = "webhook_endpoints"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
+    url: Mapped[str] = mapped_column(String(2000))
+    events: Mapped[list[str]] = mapped_column(JSON, default=list)
+    secret: Mapped[str] = mapped_column(String(120))
+    description: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """One event for one endpoint: the outbox row a worker delivers (``worker.webhooks``) and its
+    log. ``id`` is the ``webhook-id`` of every attempt and ``body`` the bytes each one signs and
+    sends; ``next_attempt_at`` is when it is due, and while a worker delivers it (``delivering``)
+    the end of that worker's lease: a worker killed mid-delivery leaves it to be sent again."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+        Index("ix_webhook_deliveries_endpoint_created", "endpoint_id", "created_at"),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    endpoint_id: Mapped[str] = mapped_column(ForeignKey("webhook_endpoints.id", ondelete="CASCADE"))
+    job_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    event_type: Mapped[str] = mapped_column(String(40))
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending|delivering|succeeded|failed
+    attempts: Mapped[int] = mapped_column(default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_status_code: Mapped[int | None] = mapped_column(default=None)
+    last_error: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_attempt_at: Mapped[datetime | None] = mapped_column(default=None)
+    delivered_at: Mapped[datetime | None] = mapped_column(default=None)

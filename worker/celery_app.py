@@ -30,6 +30,7 @@ from worker.cancel_watch import start_cancel_watch
 from worker.context import RunnerContext, context_from_settings
 from worker.node import WorkerNode, lower_priority, worker_name
 from worker.settings import WorkerSettings, load_worker_settings
+from worker.webhooks import WebhookDelivery
 
 log = logging.getLogger("onnx_reducer.worker")
 
@@ -46,6 +47,7 @@ class _CeleryWorker:
         self.app, self.settings = app, settings
         self.queues: list[str] = list(QUEUES)
         self._node: WorkerNode | None = None
+        self._webhooks: WebhookDelivery | None = None
 
     @functools.cached_property
     def ctx(self) -> RunnerContext:
@@ -95,8 +97,11 @@ class _CeleryWorker:
             self.node.presence.start()
             self.node.poller.start()
             start_cancel_watch(self.ctx)  # a cancel reaches a job in preparation at once
+            self._webhooks = WebhookDelivery(self.ctx.db, self.settings).start()
 
     def on_shutdown(self, sender: Any = None, **_: Any) -> None:
+        if self._webhooks is not None:
+            self._webhooks.stop()
         if self._node is not None:
             self._node.poller.stop()
             self._node.presence.stop()

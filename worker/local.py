@@ -25,6 +25,7 @@ from persistence.repositories import ClaimResult
 from worker.context import RunnerContext
 from worker.node import WorkerNode, worker_name
 from worker.settings import WorkerSettings
+from worker.webhooks import WebhookDelivery
 
 log = logging.getLogger("onnx_reducer.worker")
 _STOP = ""
@@ -52,6 +53,7 @@ class LocalRunner:
         ]
         self.children: dict[str, subprocess.Popen[str]] = {}
         self._stopping = threading.Event()
+        self.webhooks = WebhookDelivery(ctx.db, self.settings)  # this server's deliveries (worker.webhooks)
         if jobs_in_child:
             for node in self.nodes:
                 node.handler.run_job = self._run_in_child
@@ -67,6 +69,7 @@ class LocalRunner:
             thread.start()
         for node in self.nodes:
             node.presence.start()
+        self.webhooks.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -80,6 +83,7 @@ class LocalRunner:
             thread.join(timeout)
         for node in self.nodes:
             node.presence.stop()
+        self.webhooks.stop()
         self.ctx.db.dispose()
 
     def _run_in_child(self, job_id: str, ctx: RunnerContext) -> ClaimResult:

@@ -40,6 +40,17 @@ class WorkerSettings(ServiceSettings):
     # how much a worker lowers its own CPU priority (and so its checks'): an api or a database on
     # the same machine keeps answering while checks run (0..19; 0 keeps the priority it started with)
     worker_nice: int = Field(default=10, ge=0, le=19)
+    # webhooks (worker/webhooks.py): each worker looks for due deliveries this often ...
+    webhook_poll_s: float = Field(default=2.0, gt=0)
+    # ... waits this long for a receiver's answer ...
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    # ... retries a failed one after WEBHOOK_BACKOFF_S, doubling each time (at most 2 h apart) ...
+    webhook_backoff_s: float = Field(default=5.0, gt=0)
+    # ... and gives up once the event is this old (a day)
+    webhook_max_age_s: float = Field(default=24 * 3600.0, gt=0)
+    # the service's public address (https://reducer.example.com): a webhook's links start with it
+    # (empty: they are paths on the api's address)
+    public_url: str = ""
 
     @property
     def blob_sweep_min_age_s(self) -> float:

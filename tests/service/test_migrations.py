@@ -27,6 +27,8 @@ TABLES = {
     "session_verdicts",
     "job_labels",
     "audit_events",
+    "webhook_endpoints",
+    "webhook_deliveries",
 }
 
 

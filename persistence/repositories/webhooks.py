@@ -1,0 +1,138 @@
+"""Webhook endpoints (a team's) and their deliveries: the outbox the workers deliver from.
+
+A delivery is ``pending`` until due (``next_attempt_at``), ``delivering`` while a worker holds it
+(claimed by a conditional UPDATE, so one worker wins it on PostgreSQL and SQLite alike; its
+``next_attempt_at`` is then the end of that worker's lease, after which any worker takes it again
+with the same id: at-least-once), and ends ``succeeded`` or ``failed`` (out of time)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from persistence.models import WebhookDelivery, WebhookEndpoint, utcnow
+
+PENDING, DELIVERING, SUCCEEDED, FAILED = "pending", "delivering", "succeeded", "failed"
+DUE = (PENDING, DELIVERING)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A delivery a worker holds for one attempt (``attempt``: its number, from 1)."""
+
+    id: str
+    attempt: int
+    url: str
+    secret: str
+    body: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """How an attempt went: ``status_code`` (None when no answer came) and ``error`` (None: a 2xx)."""
+
+    status_code: int | None
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class WebhookRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    # -- endpoints --
+
+    def add_endpoint(self, endpoint: WebhookEndpoint) -> WebhookEndpoint:
+        self.session.add(endpoint)
+        self.session.flush()
+        return endpoint
+
+    def endpoints(self, team_id: str) -> Sequence[WebhookEndpoint]:
+        query = select(WebhookEndpoint).where(WebhookEndpoint.team_id == team_id)
+        return self.session.scalars(query.order_by(WebhookEndpoint.created_at, WebhookEndpoint.id)).all()
+
+    def endpoint(self, team_id: str, endpoint_id: str) -> WebhookEndpoint | None:
+        """The team's endpoint ``endpoint_id``; None for another team's (it answers 404)."""
+        found = self.session.get(WebhookEndpoint, endpoint_id)
+        return found if found is not None and found.team_id == team_id else None
+
+    def delete_endpoint(self, team_id: str, endpoint_id: str) -> bool:
+        """Remove the team's endpoint and its delivery log; False when it has none such."""
+        query = delete(WebhookEndpoint).where(WebhookEndpoint.id == endpoint_id, WebhookEndpoint.team_id == team_id)
+        self.session.execute(delete(WebhookDelivery).where(WebhookDelivery.endpoint_id == endpoint_id))
+        return bool(getattr(self.session.execute(query), "rowcount", 0))
+
+    # -- deliveries --
+
+    def add_delivery(self, delivery: WebhookDelivery) -> None:
+        delivery.next_attempt_at = delivery.created_at = utcnow()
+        self.session.add(delivery)
+
+    def deliveries(self, endpoint_id: str, limit: int = 50) -> Sequence[WebhookDelivery]:
+        """The endpoint's log, newest first."""
+        query = select(WebhookDelivery).where(WebhookDelivery.endpoint_id == endpoint_id)
+        return self.session.scalars(query.order_by(WebhookDelivery.created_at.desc()).limit(limit)).all()
+
+    def due(self, limit: int) -> list[str]:
+        """Deliveries due now: pending ones whose time came, and held ones whose worker's lease ran out."""
+        query = (
+            select(WebhookDelivery.id)
+            .where(WebhookDelivery.status.in_(DUE), WebhookDelivery.next_attempt_at <= utcnow())
+            .order_by(WebhookDelivery.next_attempt_at)
+            .limit(limit)
+        )
+        return list(self.session.scalars(query))
+
+    def claim(self, delivery_id: str, lease_s: float) -> Claimed | None:
+        """Take ``delivery_id`` for one attempt if it is still due (another worker may have won it)."""
+        now = utcnow()
+        taken = self.session.execute(
+            update(WebhookDelivery)
+            .where(
+                WebhookDelivery.id == delivery_id,
+                WebhookDelivery.status.in_(DUE),
+                WebhookDelivery.next_attempt_at <= now,
+            )
+            .values(
+                status=DELIVERING,
+                attempts=WebhookDelivery.attempts + 1,
+                next_attempt_at=now + timedelta(seconds=lease_s),
+                last_attempt_at=now,
+            )
+        )
+        if not getattr(taken, "rowcount", 0):
+            return None
+        row = self.session.execute(
+            select(WebhookDelivery, WebhookEndpoint.url, WebhookEndpoint.secret)
+            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
+            .where(WebhookDelivery.id == delivery_id)
+        ).one()
+        delivery: WebhookDelivery = row[0]
+        return Claimed(delivery.id, delivery.attempts, row[1], row[2], delivery.body, delivery.created_at)
+
+    def record_attempt(self, claimed: Claimed, result: AttemptResult, retry_at: datetime | None) -> bool:
+        """Write how ``claimed``'s attempt went: succeeded, due again at ``retry_at``, or failed
+        for good (``retry_at`` None). Only while this worker still holds it (the same attempt):
+        returns False when its lease ran out and another attempt took over."""
+        if result.ok:
+            values: dict[str, object] = {"status": SUCCEEDED, "delivered_at": utcnow()}
+        else:
+            values = {"status": PENDING if retry_at else FAILED, "next_attempt_at": retry_at or utcnow()}
+        done = self.session.execute(
+            update(WebhookDelivery)
+            .where(
+                WebhookDelivery.id == claimed.id,
+                WebhookDelivery.status == DELIVERING,
+                WebhookDelivery.attempts == claimed.attempt,
+            )
+            .values(last_status_code=result.status_code, last_error=result.error, **values)
+        )
+        return bool(getattr(done, "rowcount", 0))

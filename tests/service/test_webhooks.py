@@ -1,0 +1,343 @@
+"""Webhooks (issue 29): endpoints registered over the API, deliveries signed the Standard Webhooks
+way (verified here with the ``standardwebhooks`` reference library), delivered by the workers (the
+embedded server's and the Celery farm's) to a real HTTP receiver on 127.0.0.1, retried with the
+same ``webhook-id``, logged per endpoint; private-network targets refused unless the operator
+allows them."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+from examples.build_example_model import build_example_model
+from persistence.db import Database
+from persistence.models import WebhookEndpoint, utcnow
+from persistence.repositories import TeamRepository
+from persistence.repositories.webhooks import Claimed, WebhookRepository
+from persistence.webhooks import (
+    TEST_EVENT,
+    TargetPolicy,
+    WebhookTargetError,
+    check_target,
+    event_body,
+    new_delivery,
+    new_secret,
+    sign,
+)
+from tests.service.conftest import Processes, client_for, start_api
+from tests.service.helpers import submit, wait_job
+from tests.service.web_harness import embedded_service
+from worker.settings import WorkerSettings
+from worker.webhooks import WebhookDelivery, retry_at
+
+EXAMPLE = build_example_model().SerializeToString()
+FAST = {"WEBHOOK_ALLOW_PRIVATE": "1", "WEBHOOK_POLL_S": "0.2", "WEBHOOK_BACKOFF_S": "0.2"}
+WAIT_S = 120.0
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Receiver:
+    """An HTTP server on 127.0.0.1 (a thread) that records each POST and answers the statuses of
+    ``script`` in turn, then 200."""
+
+    script: list[int] = field(default_factory=list)
+    received: list[Received] = field(default_factory=list)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    url: str = ""
+
+    def wait_for(self, count: int, timeout: float = WAIT_S) -> list[Received]:
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.received) >= count, timeout), self.received
+            return list(self.received)
+
+    def handle(self, headers: dict[str, str], body: bytes) -> int:
+        with self.changed:
+            self.received.append(Received(headers, body))
+            self.changed.notify_all()
+            return self.script.pop(0) if self.script else 200
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    state = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            status = state.handle({k.lower(): v for k, v in self.headers.items()}, body)
+            self.send_response(status)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/reducer"
+    yield state
+    server.shutdown()
+    server.server_close()
+    thread.join(10)
+
+
+def verified(secret: str, received: Received) -> dict[str, Any]:
+    """The delivery's event, its signature checked by the Standard Webhooks reference library."""
+    event: dict[str, Any] = Webhook(secret).verify(received.body, received.headers)
+    return event
+
+
+def register(client: httpx.Client, url: str, events: list[str] | None = None) -> dict[str, Any]:
+    response = client.post("/v1/webhooks", json={"url": url} | ({"events": events} if events else {}))
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+def wait_logged(client: httpx.Client, webhook_id: str, status: str, timeout: float = WAIT_S) -> list[dict[str, Any]]:
+    """The endpoint's log once its newest delivery has ``status`` (the receiver already saw it;
+    the worker writes the outcome right after the answer)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        items: list[dict[str, Any]] = client.get(f"/v1/webhooks/{webhook_id}/deliveries").json()["items"]
+        if items and items[0]["status"] == status:
+            return items
+        assert time.monotonic() < deadline, items
+        time.sleep(0.1)
+
+
+# -- the embedded server (in-process workers) --
+
+
+@pytest.fixture
+def fast_webhooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator allows private targets (the receiver is on 127.0.0.1) and retries fast."""
+    for name, value in FAST.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.usefixtures("fast_webhooks")
+def test_a_job_end_delivers_one_signed_event(tmp_path: Path, receiver: Receiver) -> None:
+    with embedded_service(tmp_path) as service, client_for(service.url, service.token) as client:
+        created = register(client, receiver.url, ["job.succeeded", "job.failed"])
+        assert created["secret"].startswith("whsec_") and len(base64.b64decode(created["secret"][6:])) >= 24
+        listed = client.get("/v1/webhooks").json()["items"]
+        assert [item["id"] for item in listed] == [created["id"]] and "secret" not in listed[0]
+        job_id = submit(client, EXAMPLE).json()["id"]
+        assert wait_job(client, job_id)["status"] == "succeeded"
+        (delivery,) = receiver.wait_for(1)
+        log = wait_logged(client, created["id"], "succeeded")
+    event = verified(created["secret"], delivery)
+    assert event["type"] == "job.succeeded"
+    data = event["data"]
+    assert data["job_id"] == job_id and data["outcome"] == "succeeded"
+    assert data["min_bad_nodes"] and data["verified"] is not None
+    assert data["links"]["self"] == f"/v1/jobs/{job_id}" and data["links"]["min_bad"].endswith("/artifacts/min-bad")
+    assert delivery.headers["webhook-id"].startswith("msg_")
+    assert [(d["id"], d["event_type"], d["attempts"]) for d in log] == [
+        (delivery.headers["webhook-id"], "job.succeeded", 1)
+    ]
+    assert len(receiver.received) == 1  # the job's other events (queued, iterations) are not sent
+
+
+@pytest.mark.usefixtures("fast_webhooks")
+def test_a_failing_receiver_gets_the_same_id_until_it_answers(tmp_path: Path, receiver: Receiver) -> None:
+    receiver.script = [500, 500]
+    with embedded_service(tmp_path) as service, client_for(service.url, service.token) as client:
+        created = register(client, receiver.url)
+        queued = client.post(f"/v1/webhooks/{created['id']}/test")
+        assert queued.status_code == 202 and queued.json()["status"] == "pending"
+        deliveries = receiver.wait_for(3)
+        log = wait_logged(client, created["id"], "succeeded")
+    assert {d.headers["webhook-id"] for d in deliveries} == {queued.json()["id"]}
+    assert len({d.body for d in deliveries}) == 1  # the same event each time, signed each time
+    assert [verified(created["secret"], d)["type"] for d in deliveries] == ["webhook.test"] * 3
+    (entry,) = log
+    assert entry["attempts"] == 3 and entry["last_status_code"] == 200 and entry["last_error"] is None
+
+
+@pytest.mark.usefixtures("fast_webhooks")
+def test_the_log_shows_a_failing_receiver_and_when_it_is_tried_again(tmp_path: Path, receiver: Receiver) -> None:
+    receiver.script = [503] * 100
+    with embedded_service(tmp_path) as service, client_for(service.url, service.token) as client:
+        created = register(client, receiver.url)
+        client.post(f"/v1/webhooks/{created['id']}/test")
+        receiver.wait_for(2)
+        entry = client.get(f"/v1/webhooks/{created['id']}/deliveries").json()["items"][0]
+        gone = client.delete(f"/v1/webhooks/{created['id']}")
+        after = client.get(f"/v1/webhooks/{created['id']}/deliveries")
+    assert entry["status"] in ("pending", "delivering") and entry["attempts"] >= 2
+    assert entry["last_status_code"] == 503 or entry["status"] == "delivering"
+    assert entry["last_error"] is None or "503" in entry["last_error"]
+    assert gone.status_code == 204 and after.status_code == 404
+
+
+# -- the Celery farm --
+
+
+@pytest.mark.slow
+def test_the_farm_delivers_a_failed_job_and_retries(
+    processes: Processes, tokens: dict[str, str], receiver: Receiver
+) -> None:
+    receiver.script = [500, 500]
+    processes.env.update(FAST)
+    api_url = start_api(processes)
+    processes.worker()
+    with client_for(api_url, tokens["team-a"]) as client:
+        created = register(client, receiver.url, ["job.failed"])
+        job_id = submit(client, EXAMPLE, "kind: op-present\nops: [Conv]\n").json()["id"]  # the original passes
+        assert wait_job(client, job_id)["status"] == "failed"
+        deliveries = receiver.wait_for(3)
+        (entry,) = wait_logged(client, created["id"], "succeeded")
+    events = [verified(created["secret"], d) for d in deliveries]
+    assert {d.headers["webhook-id"] for d in deliveries} == {entry["id"]}
+    assert [e["type"] for e in events] == ["job.failed"] * 3
+    assert events[0]["data"]["error"]["code"] == "original-did-not-fail"
+    assert entry["attempts"] == 3 and entry["job_id"] == job_id
+
+
+# -- the guard against private targets --
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/hook",
+        "http://localhost/hook",
+        "http://[::1]/hook",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.1.2.3/hook",
+        "http://192.168.0.10/hook",
+        "http://[::ffff:127.0.0.1]/hook",
+    ],
+)
+def test_private_targets_are_refused_by_default(quiet_client: httpx.Client, url: str) -> None:
+    refused = quiet_client.post("/v1/webhooks", json={"url": url})
+    assert refused.status_code == 422, refused.text
+    assert "WEBHOOK_ALLOW_PRIVATE" in refused.json()["detail"]
+    assert quiet_client.get("/v1/webhooks").json()["items"] == []
+
+
+def test_bad_urls_and_events_say_how_to_fix_them(quiet_client: httpx.Client) -> None:
+    scheme = quiet_client.post("/v1/webhooks", json={"url": "ftp://example.com/x"})
+    events = quiet_client.post("/v1/webhooks", json={"url": "https://example.com/x", "events": ["job.done"]})
+    assert scheme.status_code == 422 and "https://" in scheme.json()["detail"]
+    assert events.status_code == 422 and "job.succeeded" in events.json()["detail"]
+
+
+def test_a_target_is_checked_again_at_delivery(database: Database) -> None:
+    """Registered while private targets were allowed; a worker without the allowance refuses to
+    call it, logs why and tries again later."""
+    with database.session() as session:
+        team = TeamRepository(session).get_or_create("team-a")
+        endpoint_id = _endpoint(WebhookRepository(session), team.id, "http://127.0.0.1:9/hook")
+    worker = WebhookDelivery(database, WorkerSettings(database_url=database.url, webhook_backoff_s=60))
+    _queue_test_event(database, endpoint_id)
+    assert worker.run_once() == 1
+    with database.session() as session:
+        (entry,) = WebhookRepository(session).deliveries(endpoint_id)
+        assert entry.status == "pending" and entry.attempts == 1 and entry.last_status_code is None
+        assert "WEBHOOK_ALLOW_PRIVATE" in (entry.last_error or "")
+        assert entry.next_attempt_at > utcnow() + timedelta(seconds=50)
+    assert worker.run_once() == 0  # not due again yet
+
+
+def test_a_delivery_held_by_a_killed_worker_is_sent_again_with_its_id(database: Database, receiver: Receiver) -> None:
+    with database.session() as session:
+        team = TeamRepository(session).get_or_create("team-a")
+        endpoint_id = _endpoint(WebhookRepository(session), team.id, receiver.url)
+    _queue_test_event(database, endpoint_id)
+    with database.session() as session:
+        (delivery_id,) = WebhookRepository(session).due(10)
+        assert WebhookRepository(session).claim(delivery_id, lease_s=0.0) is not None  # then the worker died
+    worker = WebhookDelivery(database, WorkerSettings(database_url=database.url, webhook_allow_private=True))
+    assert worker.run_once() == 1
+    (delivery,) = receiver.wait_for(1)
+    with database.session() as session:
+        (entry,) = WebhookRepository(session).deliveries(endpoint_id)
+    assert delivery.headers["webhook-id"] == delivery_id
+    assert entry.status == "succeeded" and entry.attempts == 2
+
+
+def test_another_teams_webhook_is_not_found(quiet_api: str, tokens: dict[str, str]) -> None:
+    with client_for(quiet_api, tokens["team-a"]) as a, client_for(quiet_api, tokens["team-b"]) as b:
+        created = a.post("/v1/webhooks", json={"url": "https://93.184.215.14/hook"})
+        assert created.status_code == 201, created.text
+        hook = created.json()["id"]
+        assert b.get(f"/v1/webhooks/{hook}").status_code == 404
+        assert b.get(f"/v1/webhooks/{hook}/deliveries").status_code == 404
+        assert b.post(f"/v1/webhooks/{hook}/test").status_code == 404
+        assert b.delete(f"/v1/webhooks/{hook}").status_code == 404
+        assert b.get("/v1/webhooks").json()["items"] == []
+        assert a.get(f"/v1/webhooks/{hook}").json()["secret_hint"].startswith("whsec_")
+
+
+# -- the parts without services --
+
+
+def test_the_signature_is_the_standard_webhooks_one() -> None:
+    secret = new_secret()
+    body = json.dumps({"type": "job.succeeded", "data": {"job_id": "x"}})
+    timestamp = int(utcnow().timestamp())
+    headers = {"webhook-id": "msg_1", "webhook-timestamp": str(timestamp)}
+    headers["webhook-signature"] = sign(secret, "msg_1", timestamp, body)
+    assert Webhook(secret).verify(body, headers) == json.loads(body)
+    with pytest.raises(Exception, match="signature"):
+        Webhook(new_secret()).verify(body, headers)
+
+
+def test_the_operator_allows_named_networks_only() -> None:
+    policy = TargetPolicy.from_settings(False, "127.0.0.0/8")
+    assert check_target("http://127.0.0.1:8080/x", policy).addresses == ("127.0.0.1",)
+    with pytest.raises(WebhookTargetError):
+        check_target("http://10.0.0.1/x", policy)
+    assert check_target("http://10.0.0.1/x", TargetPolicy(allow_private=True)).port == 80
+
+
+def test_retries_back_off_exponentially_for_a_day() -> None:
+    settings = WorkerSettings(webhook_backoff_s=5, webhook_max_age_s=24 * 3600)
+    start = utcnow()
+    pauses: list[float] = []
+    for attempt in range(1, 40):
+        claimed = Claimed("msg_x", attempt, "", "", "", start)
+        now = start + timedelta(seconds=sum(pauses))
+        again = retry_at(settings, claimed, now)
+        if again is None:
+            break
+        pauses.append((again - now).total_seconds())
+    assert pauses[:4] == [5, 10, 20, 40] and max(pauses) == 2 * 3600
+    assert sum(pauses) == 24 * 3600  # the last attempt when the event is a day old, then no more
+
+
+def _endpoint(webhooks: WebhookRepository, team_id: str, url: str) -> str:
+    endpoint = webhooks.add_endpoint(
+        WebhookEndpoint(team_id=team_id, url=url, events=["job.succeeded"], secret=new_secret())
+    )
+    return endpoint.id
+
+
+def _queue_test_event(database: Database, endpoint_id: str) -> None:
+    with database.session() as session:
+        webhooks = WebhookRepository(session)
+        endpoint = session.get(WebhookEndpoint, endpoint_id)
+        assert endpoint is not None
+        webhooks.add_delivery(new_delivery(endpoint, TEST_EVENT, event_body(TEST_EVENT, {}), None))
