@@ -42,7 +42,8 @@ def real_runs() -> None:
 def simulated() -> None:
     print()
     print(
-        "| P | single culprit: most checks | bound ceil(log2 P)+1 (+1 no-optimizer, +1 all-on) | two optimizers, either brings it in: most checks |"
+        "| P | single culprit: most checks | ceil(log2 P)+1 "
+        "| two optimizers, either brings it in (ddmin): most checks |"
     )
     print("|---|---|---|---|")
     for count in (2, 3, 4, 8, 16, 32, 64):
