@@ -25,7 +25,7 @@ from checks.capture import BoundedText, StreamCapture, kill_group, pump, signal_
 from checks.command import KILL_GRACE_S, CommandCheck
 from checks.lifeline import OWNER_ENV
 from checks.spec import CheckSpec, ModelCheck
-from checks.warm import ChildRun, run_warm
+from checks.warm import ChildRun, reuse_folder, run_warm
 from reducer_core.verdict import Verdict, VerdictKind
 
 SPEC_ENTRY = "checks.kinds:run_spec"
@@ -183,6 +183,7 @@ class IsolatedSpecCheck:
             "spec": self.spec.to_json(),
             "model": str(Path(model_path).resolve()),
             "golden": str(self.golden.resolve()) if self.golden is not None else None,
+            "reference_cache": reuse_folder() if self.python is None else None,  # checks.reference_cache
         }
         return run_isolated(payload, self.spec.timeout, self.spec.memory_limit, self.extra_env, self.python, warm=True)
 

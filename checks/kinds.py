@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from checks import reference_cache
 from checks.golden import GoldenStore
 from checks.ort_runtime import random_inputs
 from checks.runtimes import RuntimeUnavailableError, make_runner
@@ -40,6 +41,7 @@ from reducer_core.samples import samples_note
 from reducer_core.verdict import OP_NOT_REGISTERED_SIGNATURE
 
 Result = dict[str, Any]
+_REUSE: dict[str, str | None] = {}  # the payload's ``reference_cache`` folder (``checks.reference_cache``)
 
 
 def _result(kind: str, signature: str = "", detail: str = "", output: str = "") -> Result:
@@ -167,6 +169,7 @@ def _golden_samples(payload: Mapping[str, Any]) -> list[Mapping[str, np.ndarray]
 
 def run_spec(payload: Mapping[str, Any]) -> Result:
     spec = check_spec_from_dict(payload["spec"])
+    _REUSE["folder"] = payload.get("reference_cache")  # this process runs this one check
     model_path = Path(payload["model"])
     if spec.kind == "op-present" and spec.target is None:
         return _op_present(spec, onnx.load(str(model_path), load_external_data=False))  # no weights needed
@@ -321,8 +324,11 @@ def _reference_values(
         assert golden is not None
         return {o.name: golden[o.name] for o in model.graph.output if o.name in golden}
 
-    assert spec.reference is not None
-    return make_runner(spec.reference, model, workdir).run(feeds)
+    reference = spec.reference
+    assert reference is not None
+    return reference_cache.reference_values(  # the same candidate and inputs again: stored values
+        _REUSE.get("folder"), reference, model, feeds, lambda: make_runner(reference, model, workdir).run(feeds)
+    )
 
 
 def _accuracy(

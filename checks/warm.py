@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -222,6 +223,38 @@ class RunnerPool:
 POOL = RunnerPool()
 atexit.register(POOL.close_all)
 os.register_at_fork(after_in_child=POOL.forget)
+
+
+class ReuseFolder:
+    """This process's folder for what checks may reuse (``checks.reference_cache``): made when
+    first asked for, removed when the process that made it exits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._path: Path | None = None
+        self._owner = 0
+
+    def path(self) -> Path:
+        with self._lock:
+            if self._path is None or self._owner != os.getpid():
+                self._path = Path(tempfile.mkdtemp(prefix="onnx-reducer-reuse-"))
+                self._owner = os.getpid()
+            return self._path
+
+    def remove(self) -> None:
+        if self._path is not None and self._owner == os.getpid():
+            shutil.rmtree(self._path, ignore_errors=True)
+            self._path = None
+
+
+REUSE = ReuseFolder()
+atexit.register(REUSE.remove)
+
+
+def reuse_folder() -> str | None:
+    """Where this process's spec checks store and read reusable reference values; None (nothing
+    reused) when warm runners are off."""
+    return str(REUSE.path()) if enabled() else None
 
 
 def run_warm(

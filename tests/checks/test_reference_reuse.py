@@ -1,0 +1,98 @@
+"""Reference values reused between checks (``checks.reference_cache``, issue 31): the same
+candidate with the same inputs reads what its first reference run stored, and the verdict is the
+one a cold run without reuse gives."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from checks import reference_cache, warm
+from checks.build import build_check
+from checks.runtimes.onnxruntime import OrtRunner
+from checks.spec import RuntimeSpec, parse_check_spec
+from tests.checks.conftest import COMPARE_FP16
+from tests.checks.models import chain_model
+
+CPU = RuntimeSpec()
+
+
+@pytest.fixture(autouse=True)
+def warm_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv(warm.WARM_ENV, raising=False)
+    yield
+    warm.POOL.close_all()
+
+
+def stored_entries() -> list[Path]:
+    return sorted(Path(warm.REUSE.path()).glob("*.npz"))
+
+
+def test_a_repeated_compare_check_reuses_its_reference_and_answers_as_a_cold_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tmp_path / "model.onnx"
+    onnx.save(chain_model(22, 11), str(model))
+    check = build_check(parse_check_spec(COMPARE_FP16 + "repeat: 3\n"))
+    before = set(stored_entries())
+    warm_verdict, _ = check.run(model)
+    assert len(set(stored_entries()) - before) == 1  # three runs, one reference run stored
+    monkeypatch.setenv(warm.WARM_ENV, "0")  # cold children, nothing reused
+    cold_verdict, _ = check.run(model)
+    assert (warm_verdict.kind, warm_verdict.signature, warm_verdict.detail) == (
+        cold_verdict.kind,
+        cold_verdict.signature,
+        cold_verdict.detail,
+    )
+    assert warm_verdict.signature == "mismatch:nonfinite"
+
+
+def _runner_values(
+    model: onnx.ModelProto, folder: Path, feeds: dict[str, np.ndarray], runs: list[int]
+) -> dict[str, np.ndarray]:
+    def run() -> dict[str, np.ndarray]:
+        runs.append(1)
+        return dict(OrtRunner(CPU, model, folder).run(feeds))
+
+    return dict(reference_cache.reference_values(str(folder), CPU, model, feeds, run))
+
+
+def test_the_same_model_and_inputs_read_the_stored_values_bit_for_bit(tmp_path: Path) -> None:
+    model = chain_model(6, 3)
+    feeds = {"x": np.random.default_rng(0).random((1, 16), dtype=np.float32)}
+    runs: list[int] = []
+    first = _runner_values(model, tmp_path, feeds, runs)
+    again = _runner_values(model, tmp_path, feeds, runs)
+    assert len(runs) == 1
+    assert first.keys() == again.keys()
+    for name, value in first.items():
+        assert again[name].dtype == value.dtype and np.array_equal(again[name], value)
+
+
+def test_other_inputs_weights_or_runtime_run_the_reference_again(tmp_path: Path) -> None:
+    model = chain_model(6, 3)
+    feeds = {"x": np.ones((1, 16), dtype=np.float32)}
+    runs: list[int] = []
+    _runner_values(model, tmp_path, feeds, runs)
+    _runner_values(model, tmp_path, {"x": np.full((1, 16), 2.0, dtype=np.float32)}, runs)
+    other = onnx.ModelProto()
+    other.CopyFrom(model)
+    first = other.graph.initializer[0]
+    first.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(first) * 2, first.name))
+    _runner_values(other, tmp_path, feeds, runs)
+    assert len(runs) == 3
+    optimized = RuntimeSpec(optimization="disable")
+    assert reference_cache.cache_key(optimized, model, feeds) != reference_cache.cache_key(CPU, model, feeds)
+
+
+def test_any_tensor_name_round_trips(tmp_path: Path) -> None:
+    values = {"file": np.arange(3, dtype=np.int64), "a/b:0": np.ones((2, 2), dtype=np.float16)}
+    reference_cache.store(tmp_path, "k", values)
+    found = reference_cache.load(tmp_path, "k")
+    assert found is not None and list(found) == ["file", "a/b:0"]
+    assert all(np.array_equal(found[n], v) and found[n].dtype == v.dtype for n, v in values.items())
