@@ -13,7 +13,7 @@ from pathlib import Path
 from checks.build import build_check
 from checks.isolated import RepeatedCheck
 from checks.pass_candidates import CandidateError, bisected_runtime, find_candidates
-from checks.spec import CheckSpec, CheckSpecError, RuntimeSpec
+from checks.spec import CheckSpec, CheckSpecError, ModelCheck, RuntimeSpec
 from reducer_core.errors import UsageError
 from reducer_core.pass_bisect import (
     LEVEL_OF_OPTIMIZATION,
@@ -28,6 +28,7 @@ from reducer_core.pass_bisect import (
 from reducer_core.verdict import Pinning, Verdict, VerdictKind
 
 ProbeListener = Callable[[ProbeRecord], None]
+CheckBuilder = Callable[[CheckSpec], ModelCheck]  # the service's: ``worker.checking.job_check``
 
 
 class PassBisectError(UsageError):
@@ -36,7 +37,8 @@ class PassBisectError(UsageError):
 
 @dataclasses.dataclass
 class PassBisection:
-    """The search over one model. ``on_probe`` hears each probe as it ends (progress, events)."""
+    """The search over one model. ``on_probe`` hears each probe as it ends (progress, events);
+    ``build`` makes each probe's check (default: ``checks.build.build_check`` with ``golden``)."""
 
     spec: CheckSpec
     model: Path
@@ -45,6 +47,7 @@ class PassBisection:
     allow_command: bool = True
     on_probe: ProbeListener | None = None
     work_dir: Path | None = None
+    build: CheckBuilder | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -103,16 +106,20 @@ class PassBisection:
 
     def _probe(self, role: str, disabled: tuple[str, ...], optimization: str | None = None) -> Verdict:
         runtime = self._runtime(disabled, optimization)
-        check = build_check(
-            dataclasses.replace(self.spec, target=runtime), self.golden, self.allow_command, self.work_dir
-        )
+        probed = dataclasses.replace(self.spec, target=runtime)
+        if self.build is not None:
+            check = self.build(probed)
+        else:
+            check = build_check(probed, self.golden, self.allow_command, self.work_dir)
         verdict, output = check.run(self.model)
         if verdict.kind is VerdictKind.INFRA_ERROR:
             raise PassBisectError(f"the check could not run ({runtime.label}): {verdict.detail or output[-300:]}")
-        pinned = verdict if role == "all-on" else self.pinned  # the all-on check is the pin
+        pinned = self.pinned if self.pinned is not None and role != "all-on" else verdict  # the first failure pins
         reproduces = pinned is not None and verdict.reproduces(pinned, self.pinning)
         level = LEVEL_OF_OPTIMIZATION[runtime.optimization] if runtime.runtime == "onnxruntime" else ""
-        record = ProbeRecord(role, disabled, level, verdict.kind.value, verdict.signature, reproduces, verdict.detail)
+        record = ProbeRecord(
+            role, disabled, level, verdict.kind.value, verdict.signature, reproduces, verdict.detail, verdict.duration_s
+        )
         self.answer.probes.append(record)
         if role == "all-on" and isinstance(check, RepeatedCheck):
             self.answer.flaky_note = flaky_builds_note(*check.last_rate, self.target.runtime)

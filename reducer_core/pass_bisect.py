@@ -61,8 +61,9 @@ class ProbeRecord:
     level: str
     verdict: str  # the verdict kind
     signature: str
-    reproduces: bool
+    reproduces: bool  # the pinned failure (the first failing probe pins it)
     detail: str = ""
+    duration_s: float = 0.0
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -73,6 +74,7 @@ class ProbeRecord:
             "signature": self.signature,
             "reproduces": self.reproduces,
             "detail": self.detail,
+            "duration_s": round(self.duration_s, 3),
         }
 
 
