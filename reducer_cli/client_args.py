@@ -93,10 +93,11 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     submit.add_argument("--mode", choices=MODES, default=None, help="Reduction mode (server default: auto).")
     submit.add_argument(
         "--task",
-        choices=("reduce", "precision"),
+        choices=("reduce", "precision", "bisect-passes"),
         default=None,
         help="reduce (the server's default), or precision: the fewest nodes that must stay fp32 for the fp16 "
-        "model to pass the spec (with --wait, downloads mixed.onnx).",
+        "model to pass the spec (with --wait, downloads mixed.onnx), or bisect-passes: the runtime optimizers "
+        "the failure needs (docs/bisect-passes.md; no file to download).",
     )
     submit.add_argument("--model-path", default=None, help="The model inside a bundle that holds several.")
     submit.add_argument(

@@ -159,6 +159,8 @@ def _wait_and_download(client: ReducerClient, ns: argparse.Namespace, summary: S
 
 def results_of(job: Job) -> tuple[str, ...]:
     """What a finished job's results are: min-bad and min-good, or a precision job's mixed model."""
+    if job.task == "bisect-passes":
+        return ()  # the answer is the job's passes field
     return PRECISION_RESULTS if job.task == "precision" else RESULTS
 
 
@@ -254,7 +256,7 @@ def _download_cmd(client: ReducerClient, ns: argparse.Namespace, summary: Summar
     if ns.artifact:
         _download(client, job.id, tuple(ns.artifact), Path(ns.output_dir), summary)
         return EXIT_OK
-    if job.status in ("cancelled", "failed") and job.task != "precision":
+    if job.status in ("cancelled", "failed") and job.task not in ("precision", "bisect-passes"):
         return _download_best_so_far(client, job, Path(ns.output_dir), summary)
     if job.status != "succeeded":
         log(f"[E] job {job.id} is {job.status}: it has no reduced model to download yet.")

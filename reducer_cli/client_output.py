@@ -125,6 +125,8 @@ def job_lines(job: Job) -> list[str]:
         lines.append(f"flaky: fails ~{flaky.get('fails_percent')} % of runs ({flaky.get('rechecks')} re-checks)")
     if job.keep_fp32 is not None:
         lines.append(f"must stay fp32: {', '.join(job.keep_fp32) or 'none (the fp16 model passes)'}")
+    if job.passes is not None and job.passes.get("done"):
+        lines.append(f"optimizers: {job.passes.get('message', '')}")
     if job.verified is not None:
         lines.append("verified: " + verified_line(job.verified))
     if job.suspect is not None:
@@ -161,6 +163,7 @@ class Summary:
     nodes_after: int | None = None
     checks_run: int | None = None
     keep_fp32: list[str] | None = None  # a precision job's answer
+    passes: dict[str, Any] | None = None  # a bisect-passes job's answer
     verified: dict[str, Any] | None = None  # how each final model was verified (GET /v1/jobs/{id})
     suspect: dict[str, Any] | None = None  # the check fails whatever the model
     cache_hits: int | None = None
@@ -173,6 +176,7 @@ class Summary:
         self.nodes_before, self.nodes_after = job.nodes_before, job.nodes_after
         self.checks_run = job.progress.checks_run
         self.keep_fp32 = job.keep_fp32
+        self.passes = job.passes
         self.verified, self.suspect = job.verified, job.suspect
         self.cache_hits, self.farm_cache_hits = job.progress.cache_hits, job.progress.farm_cache_hits
         if job.error is not None:

@@ -72,6 +72,7 @@ class Job:
     verified: dict[str, Any] | None = None  # a finished reduce job: how each final model was verified
     suspect: dict[str, Any] | None = None  # the check fails whatever the model: {message, output, ...}
     labels: dict[str, str] = field(default_factory=dict)  # the CI context and --label pairs it was sent with
+    passes: dict[str, Any] | None = None  # a bisect-passes job's answer (or its probes so far)
 
     @property
     def finished(self) -> bool:
@@ -102,6 +103,7 @@ class Job:
             verified=data["verified"] if isinstance(data.get("verified"), dict) else None,
             suspect=data["suspect"] if isinstance(data.get("suspect"), dict) else None,
             labels={str(k): str(v) for k, v in (data.get("labels") or {}).items()},
+            passes=data["passes"] if isinstance(data.get("passes"), dict) else None,
         )
 
 
