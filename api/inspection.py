@@ -18,6 +18,7 @@ from api.bundles import extract_bundle, find_model, is_bundle
 from api.golden import check_golden_fits, validate_golden
 from api.inputs import stage_inputs, validate_inputs
 from api.problems import ProblemError, about_field, field_errors
+from api.release_answers import release_options
 from api.validation import validate_model
 from checks.build import build_check
 from checks.mixed_precision import require_fp16_target
@@ -223,6 +224,8 @@ def _task(fields: dict[str, str], spec: CheckSpec | None) -> dict[str, Any]:
         raise ProblemError(422, "Invalid option", detail, errors=field_errors("task", detail))
     if raw == JobTask.REDUCE.value:
         return {}
+    if raw == JobTask.BISECT_RELEASES.value:
+        return release_options(fields, spec)
     if spec is None:
         detail = (
             "task precision needs an automatic check spec (kind compare, golden or error), not kind: 'interactive'."

@@ -77,6 +77,8 @@ class JobOut(BaseModel):
     nodes_before: int | None
     nodes_after: int | None
     keep_fp32: list[str] | None = None  # a succeeded precision job: the nodes that must stay fp32
+    # a bisect-releases job: its answer, or the strip of releases judged so far (api.release_answers)
+    releases: dict[str, Any] | None = None
     labels: dict[str, str] = {}
     """What the job was submitted with: the CI context ``onnx-reducer submit`` picks up (``ci``,
     ``repo``, ``commit``, ``branch``, ``run_url``, ``traceparent``) and ``--label key=value``."""
@@ -154,6 +156,7 @@ class RuntimesOut(BaseModel):
     onnxruntime: str | None
     providers: list[str]
     tensorrt: str | None
+    runtime_envs: list[str] = []  # other onnxruntime releases it runs checks in (RUNTIME_ENVS)
 
 
 class WorkerCheckOut(BaseModel):

@@ -43,6 +43,7 @@ class JobTask(enum.StrEnum):
 
     REDUCE = "reduce"
     PRECISION = "precision"
+    BISECT_RELEASES = "bisect-releases"  # the first onnxruntime release that fails (worker.release_job)
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> JobTask:

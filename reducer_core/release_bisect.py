@@ -34,6 +34,7 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -92,6 +93,10 @@ class Run:
 
     def to_json(self) -> dict[str, object]:
         return {"release": self.release, "repeat": self.repeat, "verdict": self.verdict.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Run:
+        return cls(str(data["release"]), int(data["repeat"]), Verdict.from_json(dict(data["verdict"])))
 
 
 @dataclass(frozen=True)
@@ -233,7 +238,7 @@ class ReleaseBisection:
         run = Run(release, len(pending.runs), verdict)
         pending.runs.append(run)
         self.runs.append(run)
-        if self._fails(verdict):
+        if self.counts_as_failing(verdict):
             if self.reference is None:
                 self.reference = verdict
             if pending.passes_in_row:
@@ -244,7 +249,8 @@ class ReleaseBisection:
         if pending.passes_in_row >= self._passes_needed(pending):
             self._settle(pending, fails=False, verdict=verdict)
 
-    def _fails(self, verdict: Verdict) -> bool:
+    def counts_as_failing(self, verdict: Verdict) -> bool:
+        """``verdict`` is the failure bisected (the newest release's, as pinned; any failure before it)."""
         if self.reference is None:
             return verdict.is_failure
         return verdict.reproduces(self.reference, self.pinned)
@@ -257,12 +263,12 @@ class ReleaseBisection:
 
     def rate(self) -> FailureRate:
         """Failures among the runs of releases that failed at least once."""
-        failing = {run.release for run in self.runs if self._fails(run.verdict)}
+        failing = {run.release for run in self.runs if self.counts_as_failing(run.verdict)}
         held = [run for run in self.runs if run.release in failing]
-        return FailureRate(sum(1 for run in held if self._fails(run.verdict)), len(held))
+        return FailureRate(sum(1 for run in held if self.counts_as_failing(run.verdict)), len(held))
 
     def _settle(self, pending: _Pending, fails: bool, verdict: Verdict) -> None:
-        failures = sum(1 for run in pending.runs if self._fails(run.verdict))
+        failures = sum(1 for run in pending.runs if self.counts_as_failing(run.verdict))
         self.judged.append(ReleaseVerdict(pending.release, fails, verdict, len(pending.runs), failures))
         index = self.releases.index(pending.release)
         if index == len(self.releases) - 1 and not fails:

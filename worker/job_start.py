@@ -11,7 +11,7 @@ import shutil
 
 from sqlalchemy.orm import Session
 
-from persistence.enums import ArtifactKind, EventKind
+from persistence.enums import ArtifactKind, EventKind, JobTask
 from persistence.events import record_event
 from persistence.jsonlog import bind_job
 from persistence.models import utcnow
@@ -24,6 +24,7 @@ from worker.endings import JobCancelledError, JobTimedOutError, deadline_of, end
 from worker.final_checks import Finals, run_finals
 from worker.lease import Heartbeat
 from worker.prepared import PREPARED, JobInput
+from worker.release_job import run_release_job
 from worker.unit_run import announce
 
 
@@ -58,6 +59,9 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
         if utcnow() > deadline_of(job, ctx):
             raise JobTimedOutError()
         job_input = JobInput.of(session, job)
+    if job_input.task is JobTask.BISECT_RELEASES:  # no reduction session: worker.release_job
+        run_release_job(ctx, job_id, attempt)
+        return
     prepared = PREPARED.get(job_input, ctx)
     nodes = len(prepared.workspace.index)
     weights = {loc: ctx.layout.store.put_file(path) for loc, path in prepared.workspace.sources.files.items()}

@@ -21,6 +21,7 @@ from api.interactive import answer, fail_to_start, iteration_link, start_interac
 from api.labels import parse_filters
 from api.problems import ProblemError, not_found
 from api.queue_info import with_dispatch
+from api.release_answers import release_view
 from api.schemas import (
     MAX_SEQ,
     AwaitingVerdict,
@@ -85,11 +86,22 @@ _UPLOAD_DOC = {
                         "mode": {"type": "string", "enum": ["auto", "bisect", "linear", "minimize"]},
                         "task": {
                             "type": "string",
-                            "enum": ["reduce", "precision"],
+                            "enum": ["reduce", "precision", "bisect-releases"],
                             "description": "reduce (default): the smallest failing subgraph; precision: the "
                             "fewest nodes that must stay fp32 for the fp16 model to pass the check spec (its "
                             "target runs onnxruntime in fp16); the answer is the job's keep_fp32 and its "
-                            "'mixed' artifact",
+                            "'mixed' artifact; bisect-releases: the first onnxruntime release that fails and the "
+                            "last that passes, each release run by a worker advertising it (the job's releases)",
+                        },
+                        "releases": {
+                            "type": "string",
+                            "description": "bisect-releases: comma-separated onnxruntime versions, at least two "
+                            "(left out: every release the farm's workers advertise)",
+                        },
+                        "flaky": {
+                            "type": "boolean",
+                            "description": "bisect-releases: the check fails only some of the time; a pass "
+                            "counts after repeated passing runs",
                         },
                         "model_path": {"type": "string", "description": "the model inside a bundle"},
                         "reduce_inputs": {"type": "boolean"},
@@ -276,6 +288,8 @@ def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
             out.verified, out.suspect = ArtifactRepository(session).verification(job_id)
         judges_samples = job.check_kind in INPUT_KINDS and (job.checks_run or job.iterations_done)
         out.samples = _samples(session, job) if judges_samples else None  # two queries, for these kinds only
+        if JobTask.of(job.options) is JobTask.BISECT_RELEASES:
+            out.releases = release_view(job)
         return with_dispatch(session, job, out, services.settings).model_dump_json().encode()
 
 

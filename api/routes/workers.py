@@ -39,7 +39,10 @@ def _worker_out(session: Session, view: WorkerView, team: Team) -> WorkerOut:
         state=view.state,
         gpus=list(offered.gpus),
         runtimes=RuntimesOut(
-            onnxruntime=offered.onnxruntime, providers=list(offered.providers), tensorrt=offered.tensorrt
+            onnxruntime=offered.onnxruntime,
+            providers=list(offered.providers),
+            tensorrt=offered.tensorrt,
+            runtime_envs=list(offered.runtime_envs),
         ),
         job=_own_job(session, row.current_job_id, team, row.name) if view.busy else None,
         started_at=utc(row.started_at) or row.started_at,

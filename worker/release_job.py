@@ -1,0 +1,313 @@
+"""The service's side of a ``task: bisect-releases`` job: the first onnxruntime release on which the
+job's model fails and the last that passes, each release's check run by a worker that advertises
+that release (its own onnxruntime, or one of its ``RUNTIME_ENVS``: ``worker.release_envs``).
+
+The search is ``reducer_core.release_bisect`` (the newest release first, then halving: at most
+``ceil(log2 R) + 1`` releases checked, repeats for a flaky check), rebuilt at every step from the
+runs stored in the job's ``session_state`` (``{"releases", "runs", "spec"}``). The releases are
+the job's ``releases`` option, else every release the farm's workers advertise when the job
+starts.
+
+One worker runs the probes it can; for a release it does not offer it hands the job on: the job
+goes back to ``queued`` with its spec's ``requires.onnxruntime`` set to that release (so only a
+worker offering it claims it: ``worker.run_job``), the hand-over not counted as a failed attempt,
+and the workers of its queue are woken. The user's spec comes back when the job ends. Every run
+is an iteration row (phase ``release <version>``, its ``repeat`` in the fingerprint) and counts in
+``checks_run``; the answer (``ReleaseAnswer.to_json``, with the iteration numbers of both named
+verdicts) is kept in the session state and added to the success event (``releases``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from checks.runtime_envs import RuntimeEnv
+from checks.spec import CheckSpec, parse_check_spec
+from jobflow.ending import succeed
+from persistence.enums import JobStatus
+from persistence.models import Job, utcnow
+from persistence.repositories import IterationRepository, JobRepository, WorkerRepository
+from persistence.retry import transaction
+from reducer_core.errors import CheckInfraError, UsageError
+from reducer_core.release_bisect import (
+    ReleaseAnswer,
+    ReleaseBisection,
+    ReleaseError,
+    ReleaseInfraError,
+    Run,
+    order_releases,
+    release_key,
+    replay,
+)
+from reducer_core.verdict import Verdict
+from worker.checking import job_check
+from worker.context import RunnerContext
+from worker.endings import JobCancelledError, JobTimedOutError, deadline_of
+from worker.prepared import PREPARED, JobInput, PreparedJob
+
+log = logging.getLogger("onnx_reducer.worker")
+TASK = "bisect-releases"
+OUTPUT_TAIL = 4000
+
+
+class _JobGoneError(Exception):
+    """The job ended, or another worker took it, while this one ran a probe."""
+
+
+@dataclass(frozen=True)
+class _Stored:
+    releases: tuple[str, ...] | None
+    runs: tuple[Run, ...]
+    spec_text: str  # the user's spec (the job's own is rewritten while it waits for a release)
+    flaky: bool
+    pinned: bool
+    queue: str
+
+
+def run_release_job(ctx: RunnerContext, job_id: str, attempt: int) -> None:
+    """Run after ``JobRepository.claim`` gave this worker a bisect-releases job (``start_job``)."""
+    stored, job_input = _load(ctx, job_id)
+    releases = stored.releases or farm_releases(ctx)
+    try:
+        search = replay(releases, stored.runs, stored.flaky, stored.pinned)
+    except ReleaseError as exc:
+        raise UsageError(f"bisect-releases: {exc}") from None
+    prepared = PREPARED.get(job_input, ctx)
+    try:
+        _probe_until_done_or_elsewhere(ctx, job_id, attempt, stored, search, prepared)
+    except _JobGoneError:
+        log.info("job %s: ended or taken by another worker while a release was checked", job_id)
+    finally:
+        PREPARED.drop(job_id)
+        shutil.rmtree(prepared.work_dir, ignore_errors=True)
+
+
+def _probe_until_done_or_elsewhere(
+    ctx: RunnerContext,
+    job_id: str,
+    attempt: int,
+    stored: _Stored,
+    search: ReleaseBisection,
+    prepared: PreparedJob,
+) -> None:
+    spec = parse_check_spec(stored.spec_text)
+    nodes = len(prepared.workspace.index)
+    while (release := search.next_release()) is not None:
+        here, env = where_to_run(ctx, release)
+        if not here:
+            _hand_over(ctx, job_id, attempt, stored, search, release)
+            return
+        _stop_if_asked(ctx, job_id)
+        verdict, output = _run_probe(ctx, prepared, spec, env)
+        repeat = search.next_repeat()
+        try:
+            search.record(release, verdict)
+        except ReleaseInfraError as exc:
+            raise CheckInfraError(str(exc)) from None
+        fails = search.counts_as_failing(verdict)
+        log.info("job %s: onnxruntime %s (run %d): %s", job_id, release, repeat + 1, verdict.kind.value)
+        _record(ctx, job_id, attempt, Run(release, repeat, verdict), fails, output, nodes, stored, search)
+    _finish(ctx, job_id, attempt, stored, search.answer(), nodes)
+
+
+def where_to_run(ctx: RunnerContext, release: str) -> tuple[bool, RuntimeEnv | None]:
+    """Whether this worker runs ``release`` and in which environment (None: its own python)."""
+    own = ctx.capabilities.onnxruntime if ctx.capabilities is not None else _own_onnxruntime()
+    if own is not None and _same(own, release):
+        return True, None
+    for env in ctx.runtime_envs:
+        if _same(env.release, release):
+            return True, env
+    return False, None
+
+
+def _same(version: str, release: str) -> bool:
+    try:
+        return release_key(version) == release_key(release)
+    except ReleaseError:
+        return False
+
+
+def _own_onnxruntime() -> str | None:
+    from importlib import metadata  # noqa: PLC0415 - only for a worker that detected no capabilities
+
+    try:
+        return metadata.version("onnxruntime")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def farm_releases(ctx: RunnerContext) -> tuple[str, ...]:
+    """Every onnxruntime release the farm's workers advertise now (their own and RUNTIME_ENVS')."""
+    with ctx.db.session() as session:
+        rows = WorkerRepository(session).all()
+        offered = {str(v) for row in rows for v in _advertised(row.capabilities or {})}
+    by_key: dict[object, str] = {}
+    for version in offered:
+        try:
+            by_key.setdefault(release_key(version), version)
+        except ReleaseError:
+            continue
+    try:
+        return order_releases(by_key.values())
+    except ReleaseError as exc:
+        raise UsageError(
+            f"bisect-releases: the farm's workers advertise {len(by_key)} onnxruntime release(s) ({exc}); give the "
+            "job's 'releases' field, and workers with RUNTIME_ENVS for each (docs/deployment.md)"
+        ) from None
+
+
+def _advertised(capabilities: dict[str, Any]) -> list[str]:
+    own = capabilities.get("onnxruntime")
+    return [*([own] if own else []), *(capabilities.get("runtime_envs") or [])]
+
+
+def _load(ctx: RunnerContext, job_id: str) -> tuple[_Stored, JobInput]:
+    with ctx.db.session() as session:
+        job = JobRepository(session).get(job_id)
+        if job is None:
+            raise _JobGoneError()
+        if job.cancel_requested:
+            raise JobCancelledError()
+        if utcnow() > deadline_of(job, ctx):
+            raise JobTimedOutError()
+        state = dict(job.session_state or {})
+        options = dict(job.options)
+        releases = state.get("releases") or options.get("releases")
+        stored = _Stored(
+            releases=tuple(str(r) for r in releases) if releases else None,
+            runs=tuple(Run.from_json(r) for r in state.get("runs", [])),
+            spec_text=str(state.get("spec") or job.check_spec),
+            flaky=bool(options.get("flaky", False)),
+            pinned=bool(options.get("pin_signature", True)),
+            queue=job.queue,
+        )
+        return stored, JobInput.of(session, job)
+
+
+def _run_probe(
+    ctx: RunnerContext, prepared: PreparedJob, spec: CheckSpec, env: RuntimeEnv | None
+) -> tuple[Verdict, str]:
+    golden = prepared.session_check.golden
+    check = job_check(spec, prepared.work_dir, ctx.allow_command, ctx.check_memory_limit_bytes, golden, env)
+    return check.run(prepared.workspace.options.model)
+
+
+def _stop_if_asked(ctx: RunnerContext, job_id: str) -> None:
+    with ctx.db.session() as session:
+        job = JobRepository(session).get(job_id)
+        if job is None or job.status.terminal:
+            raise _JobGoneError()
+        if job.cancel_requested:
+            raise JobCancelledError()
+        if utcnow() > deadline_of(job, ctx):
+            raise JobTimedOutError()
+
+
+def _state(stored: _Stored, search: ReleaseBisection, answer: dict[str, Any] | None = None) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "task": TASK,
+        "releases": list(search.releases),
+        "runs": [run.to_json() for run in search.runs],
+        "spec": stored.spec_text,
+    }
+    if answer is not None:
+        state["answer"] = answer
+    return state
+
+
+def _held(session: Session, job_id: str, attempt: int) -> Job:
+    job = JobRepository(session).lock_running(job_id)
+    if job is None or job.attempts != attempt:
+        raise _JobGoneError()
+    return job
+
+
+def _record(
+    ctx: RunnerContext,
+    job_id: str,
+    attempt: int,
+    run: Run,
+    fails: bool,
+    output: str,
+    nodes: int,
+    stored: _Stored,
+    search: ReleaseBisection,
+) -> None:
+    def write(session: Session) -> None:
+        job = _held(session, job_id, attempt)
+        iterations = IterationRepository(session)
+        row = iterations.start(job_id, f"release {run.release}", f"{run.release}#{run.repeat}", nodes)
+        verdict = run.verdict
+        iterations.finish(row, verdict.kind.value, fails, verdict.signature, verdict.detail)
+        row.duration_s, row.output_tail = verdict.duration_s, output[-OUTPUT_TAIL:]
+        job.checks_run += 1
+        job.iterations_done += 1
+        job.check_time_s += verdict.duration_s
+        job.nodes_before = nodes
+        job.session_state = _state(stored, search)
+        job.state_version += 1
+
+    transaction(ctx.db, write, f"job {job_id}: recording a release's verdict")
+
+
+def _hand_over(
+    ctx: RunnerContext, job_id: str, attempt: int, stored: _Stored, search: ReleaseBisection, release: str
+) -> None:
+    """Queue the job again for a worker that offers ``release`` (module doc)."""
+
+    def write(session: Session) -> str:
+        job = _held(session, job_id, attempt)
+        job.check_spec = spec_requiring(stored.spec_text, release)
+        job.session_state = _state(stored, search)
+        job.state_version += 1
+        job.status = JobStatus.QUEUED
+        job.lease_expires_at = None
+        job.attempts = max(0, job.attempts - 1)  # a hand-over is no failed attempt
+        return job.queue
+
+    queue = transaction(ctx.db, write, f"job {job_id}: handing it to a worker with onnxruntime {release}")
+    log.info("job %s: onnxruntime %s is not offered here; queued again for a worker that offers it", job_id, release)
+    ctx.wake(job_id, queue)
+
+
+def spec_requiring(spec_text: str, release: str) -> str:
+    """``spec_text`` whose ``requires.onnxruntime`` is exactly ``release`` (its other requirements kept)."""
+    document = parse_check_spec(spec_text).to_json()
+    document["requires"] = {**dict(document.get("requires") or {}), "onnxruntime": f"=={release}"}
+    return json.dumps(document)
+
+
+def _finish(ctx: RunnerContext, job_id: str, attempt: int, stored: _Stored, answer: ReleaseAnswer, nodes: int) -> None:
+    def write(session: Session) -> int:
+        job = _held(session, job_id, attempt)
+        data = with_iteration_links(job_id, answer.to_json(), IterationRepository(session).list(job_id, 0, 1000))
+        job.check_spec = stored.spec_text
+        job.nodes_before = job.nodes_after = nodes
+        job.session_state = {**(job.session_state or {}), "answer": data}
+        job.state_version += 1
+        return succeed(session, job, {"task": TASK, "releases": data})
+
+    seq = transaction(ctx.db, write, f"job {job_id}: storing the release bisection's answer")
+    ctx.notify(job_id, seq)
+    log.info("job %s: %s", job_id, answer.message())
+
+
+def with_iteration_links(job_id: str, data: dict[str, Any], rows: Any) -> dict[str, Any]:
+    """``data`` with the iteration numbers (and links) of the two verdicts it names: the settling
+    run of the first failing and of the last passing release."""
+    numbers = {row.fingerprint: row.number for row in rows}
+    for key in ("first_failing_verdict", "last_passing_verdict"):
+        verdict = data.get(key)
+        if not isinstance(verdict, dict):
+            continue
+        number = numbers.get(f"{verdict['release']}#{int(verdict['runs']) - 1}")
+        verdict["iteration"] = number
+        if number is not None:
+            verdict["link"] = f"/v1/jobs/{job_id}/iterations?after={number - 1}&limit=1"
+    return data
