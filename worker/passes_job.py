@@ -1,0 +1,142 @@
+"""The service's side of a ``task: bisect-passes`` job: which onnxruntime graph optimizers (or
+TensorRT builder flags and tactic sources) the job's failure needs (``engine.pass_bisect``, the
+command line's ``bisect-passes``), run on the job's model by the worker that claimed it.
+
+Each probe is the job's check (``worker.checking.job_check``: the job's memory limit, golden
+values, command policy) with the target's disabled list or level changed; it is an iteration row
+(phase ``passes <role>``, its disabled list as fingerprint) and counts in ``checks_run``. The
+probes so far are in the job's ``session_state`` (``{"task", "probes"}``); the answer
+(``PassAnswer.to_json``) is added there (``answer``) and to the success event (``passes``). A cancel
+or the time limit stops it after the probe that runs; a job taken again after its worker died
+runs the search again from the start (its probes are few)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from checks.spec import CheckSpec, ModelCheck, parse_check_spec
+from engine.pass_bisect import PassBisection
+from jobflow.ending import succeed
+from persistence.models import Job, utcnow
+from persistence.repositories import IterationRepository, JobRepository
+from persistence.retry import transaction
+from reducer_core.pass_bisect import PassAnswer, ProbeRecord
+from reducer_core.verdict import Pinning
+from worker.checking import job_check
+from worker.context import RunnerContext
+from worker.endings import JobCancelledError, JobTimedOutError, deadline_of
+from worker.prepared import PREPARED, JobInput, PreparedJob
+
+log = logging.getLogger("onnx_reducer.worker")
+TASK = "bisect-passes"
+
+
+class _JobGoneError(Exception):
+    """The job ended, or another worker took it, while this one ran a probe."""
+
+
+def run_passes_job(ctx: RunnerContext, job_id: str, attempt: int) -> None:
+    """Run after ``JobRepository.claim`` gave this worker a bisect-passes job (``start_job``)."""
+    spec_text, pinning, job_input = _load(ctx, job_id)
+    prepared = PREPARED.get(job_input, ctx)
+    try:
+        answer = _search(ctx, job_id, attempt, parse_check_spec(spec_text), pinning, prepared)
+        _finish(ctx, job_id, attempt, answer, len(prepared.workspace.index))
+    except _JobGoneError:
+        log.info("job %s: ended or taken by another worker while its optimizers were bisected", job_id)
+    finally:
+        PREPARED.drop(job_id)
+        shutil.rmtree(prepared.work_dir, ignore_errors=True)
+
+
+def _search(
+    ctx: RunnerContext, job_id: str, attempt: int, spec: CheckSpec, pinning: Pinning, prepared: PreparedJob
+) -> PassAnswer:
+    golden = prepared.session_check.golden
+    nodes = len(prepared.workspace.index)
+
+    def build(probed: CheckSpec) -> ModelCheck:
+        _stop_if_asked(ctx, job_id)
+        return job_check(probed, prepared.work_dir, ctx.allow_command, ctx.check_memory_limit_bytes, golden)
+
+    probes: list[ProbeRecord] = []
+
+    def heard(probe: ProbeRecord) -> None:
+        probes.append(probe)
+        _record(ctx, job_id, attempt, probe, probes, nodes)
+
+    search = PassBisection(
+        spec, prepared.workspace.options.model, golden, pinning, ctx.allow_command, heard, prepared.work_dir, build
+    )
+    return search.run()
+
+
+def _load(ctx: RunnerContext, job_id: str) -> tuple[str, Pinning, JobInput]:
+    with ctx.db.session() as session:
+        job = JobRepository(session).get(job_id)
+        if job is None:
+            raise _JobGoneError()
+        if job.cancel_requested:
+            raise JobCancelledError()
+        if utcnow() > deadline_of(job, ctx):
+            raise JobTimedOutError()
+        pinned = job.options.get("pin_signature", True)
+        pinning = Pinning.of(pinned if isinstance(pinned, bool) else Pinning(str(pinned)))
+        return job.check_spec, pinning, JobInput.of(session, job)
+
+
+def _stop_if_asked(ctx: RunnerContext, job_id: str) -> None:
+    with ctx.db.session() as session:
+        job = JobRepository(session).get(job_id)
+        if job is None or job.status.terminal:
+            raise _JobGoneError()
+        if job.cancel_requested:
+            raise JobCancelledError()
+        if utcnow() > deadline_of(job, ctx):
+            raise JobTimedOutError()
+
+
+def _held(session: Session, job_id: str, attempt: int) -> Job:
+    job = JobRepository(session).lock_running(job_id)
+    if job is None or job.attempts != attempt:
+        raise _JobGoneError()
+    return job
+
+
+def _record(
+    ctx: RunnerContext, job_id: str, attempt: int, probe: ProbeRecord, probes: list[ProbeRecord], nodes: int
+) -> None:
+    def write(session: Session) -> None:
+        job = _held(session, job_id, attempt)
+        iterations = IterationRepository(session)
+        fingerprint = f"{probe.role}:{probe.level}:{','.join(probe.disabled)}"
+        row = iterations.start(job_id, f"passes {probe.role}", fingerprint[:200], nodes)
+        iterations.finish(row, probe.verdict, probe.reproduces, probe.signature, probe.detail)
+        row.duration_s = probe.duration_s
+        job.check_time_s += probe.duration_s
+        job.checks_run += 1
+        job.iterations_done += 1
+        job.nodes_before = nodes
+        job.session_state = {"task": TASK, "probes": [p.to_json() for p in probes]}
+        job.state_version += 1
+
+    transaction(ctx.db, write, f"job {job_id}: recording a pass bisection's probe")
+
+
+def _finish(ctx: RunnerContext, job_id: str, attempt: int, answer: PassAnswer, nodes: int) -> None:
+    data: dict[str, Any] = answer.to_json()
+
+    def write(session: Session) -> int:
+        job = _held(session, job_id, attempt)
+        job.nodes_before = job.nodes_after = nodes
+        job.session_state = {**(job.session_state or {}), "task": TASK, "answer": data}
+        job.state_version += 1
+        return succeed(session, job, {"task": TASK, "passes": data})
+
+    seq = transaction(ctx.db, write, f"job {job_id}: storing the pass bisection's answer")
+    ctx.notify(job_id, seq)
+    log.info("job %s: %s", job_id, answer.message())
