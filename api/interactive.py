@@ -10,7 +10,7 @@ A verdict finishes the asked unit and goes, as that unit's request, to the job's
 ``ReductionSession``, rebuilt from the job's ``session_state`` (as a resumed worker rebuilds it),
 through the step a worker's verdict takes (``jobflow.advance``: it is
 recorded by ``jobflow.recording`` as a worker's is), and the next check is prepared; when the
-session ends, min-bad and min-good are stored as a worker stores them (``persistence.reduction``)
+session ends, min-bad and min-good are stored as a worker stores them (``jobflow.reduction``)
 and the job ends through ``jobflow.ending``.
 
 Each step is one transaction that locks the job's row first (as a cancel or a delete does: the
@@ -37,14 +37,15 @@ from checks.interactive import InteractiveCheck
 from engine.session import ReductionSession, SessionCheck
 from engine.workspace import ReduceOptions, Workspace, load_workspace
 from jobflow import advance as flow
+from jobflow.answer import answer_payload
 from jobflow.ending import end, succeed
 from jobflow.recording import CheckRun
+from jobflow.reduction import NOT_RECHECKED, job_config, judged_blobs, store_final_models
 from jobflow.stored_state import load_state
 from jobflow.units import new_unit, request_of
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
 from persistence.events import VerdictNeededPayload, record_event
 from persistence.models import CheckUnit, Job, utcnow
-from persistence.reduction import NOT_RECHECKED, job_config, judged_blobs, store_final_models
 from persistence.repositories import ArtifactRepository, IterationRepository, JobRepository
 from persistence.repositories.units import ASKED, UnitRepository
 from persistence.retry import transaction
@@ -264,8 +265,7 @@ class _Step:
         shutil.rmtree(folder, ignore_errors=True)
         job = self.job
         job.nodes_after = job.best_size = len(result.min_bad)
-        labels = [self.workspace.index.label(n) for n in sorted(result.min_bad.nodes)][:50]
-        return self._end(succeed(self.session, job, {"min_bad_nodes": labels}))
+        return self._end(succeed(self.session, job, answer_payload(self.workspace, result)))
 
 
 def fail_to_start(services: Services, job_id: str, error: Exception) -> list[int]:

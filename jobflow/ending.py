@@ -1,13 +1,21 @@
 """A job's end, the one way: ``end`` (failed, cancelled) and ``succeed`` (its answer's artifacts
-stored by the caller first), always on a row the caller holds (``JobRepository.lock_running``, or
-the conditional UPDATE of a cancel): the job's pending iteration dropped, its queued and running
-checks cancelled (their workers stop within a second), its status written, and its one terminal
-event recorded."""
+stored by the caller first), always on a row the caller holds (``JobRepository.lock_running`` /
+``lock_active``, or the conditional UPDATE of a cancel): the job's pending iteration dropped, its
+queued and running checks cancelled (their workers stop within a second), its status written, and
+its one terminal event recorded.
+
+A successful end is planned first (``plan_end``, short and database only, under the job's row
+lock when its session is done): the job becomes ``finishing``, its speculative checks are
+cancelled and one *finish* unit is queued, which any worker claims like a check and runs outside
+any lock, holding the unit's lease (``worker.finishing``: the final models stored, the bundle
+built and self-checked, the answer verified); a short transaction then ends the job here. A
+verdict that lands after the plan finds no running job: it re-plans nothing."""
 
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from persistence import tracing
 from persistence.enums import ErrorCode, JobStatus
 from persistence.events import AnswerPayload, JobEndPayload, end_kind, record_event
 from persistence.models import Job
@@ -44,6 +52,15 @@ def end(
         _best_so_far(iterations, job)
     JobRepository(db).finish(job, status, code, message)
     return record_end(db, job, answer)
+
+
+def plan_end(db: Session, job: Job) -> None:
+    """``job`` (held, running) has its answer: ``finishing`` now, its checks in flight cancelled
+    (their workers stop within a second), its finish unit queued (the caller announces it)."""
+    units = UnitRepository(db)
+    units.cancel_active(job.id)
+    units.add_finish(job.id)
+    job.status = JobStatus.FINISHING
 
 
 def _best_so_far(iterations: IterationRepository, job: Job) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 class JobStatus(enum.StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
+    FINISHING = "finishing"  # the search is done: a worker stores and verifies its answer (a finish unit)
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -18,7 +19,13 @@ class JobStatus(enum.StrEnum):
     def terminal(self) -> bool:
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
+    @property
+    def active(self) -> bool:
+        """Started and not ended: running its checks, or finishing (its answer stored and verified)."""
+        return self in ACTIVE_STATUSES
 
+
+ACTIVE_STATUSES = (JobStatus.RUNNING, JobStatus.FINISHING)
 TERMINAL_STATUSES = tuple(s for s in JobStatus if s.terminal)
 
 

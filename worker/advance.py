@@ -10,11 +10,10 @@ Always under the job's row lock (``JobRepository.lock_running``), in one transac
    its iteration row, model, event; the unit is done, so a second delivery of the same unit is
    ignored);
 3. ask for the next checks, save the state (once, its version bumped); if the session is done,
-   store min-bad/min-good and end the job (``jobflow.ending``; a reduce job's answer verified
-   first: ``worker.final_checks``, whose checks the caller runs after the commit when the stored
-   models are not the very ones a check judged); otherwise ask
-   the session for up to (free slots) requests not in flight and queue one check unit each
-   (**checks queued**: the caller sends one message each after the commit).
+   plan the job's end (``jobflow.ending.plan_end``: the job is ``finishing``, its checks in flight
+   cancelled, a finish unit queued that any worker runs outside the lock: ``worker.finishing``);
+   otherwise ask the session for up to (free slots) requests not in flight and queue one check
+   unit each (**checks queued**: the caller sends one message each after the commit).
 
 No worker waits for another's result: the next checks are queued the moment a verdict lands."""
 
@@ -23,19 +22,16 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
-from engine.report_bundle import NoBundle, store_bundle
+from sqlalchemy.orm import Session
+
 from engine.session import ReductionSession
-from engine.workspace import Workspace
 from jobflow import advance as flow
-from jobflow.ending import end, succeed
+from jobflow.ending import end, plan_end
 from jobflow.recording import CheckRun
 from jobflow.units import new_unit
-from persistence.enums import ArtifactKind, JobTask
-from persistence.events import AnswerPayload
+from persistence.enums import ArtifactKind
 from persistence.models import Job
-from persistence.reduction import store_results
 from persistence.repositories import ArtifactRepository
 from persistence.repositories.units import UnitRepository
 from persistence.store import StoredBlob
@@ -45,9 +41,7 @@ from worker.claims import may_follow_up
 from worker.context import RunnerContext
 from worker.endings import ending_of
 from worker.farm_cache import FarmLink
-from worker.final_checks import Finals, plan_finals, succeed_verified
 from worker.live_session import LIVE
-from worker.precision_job import precision_payload, store_precision_results
 from worker.prepared import PreparedJob
 
 log = logging.getLogger("onnx_reducer.worker")
@@ -72,18 +66,18 @@ class Advanced:
     seq: int = 0
     queued: int = 0
     ended: bool = False
-    finals: Finals | None = None  # final checks to run after the commit (worker.final_checks.run_finals)
+    finishing: bool = False  # its end is planned: a finish unit queued (``jobflow.ending.plan_end``)
     others_waiting: bool | None = None  # other work for this worker's queues (asked with ``follow``)
 
     @property
     def goes_on(self) -> bool:
-        """The job still runs: neither ended nor waiting for its final checks."""
-        return not self.ended and self.finals is None
+        """The job still runs its checks: neither ended nor finishing."""
+        return not self.ended and not self.finishing
 
 
 def advance(
     ctx: RunnerContext,
-    session: Any,
+    session: Session,
     job: Job,
     prepared: PreparedJob,
     delivery: Delivery | None = None,
@@ -113,12 +107,9 @@ def advance(
     if step.failure is not None:
         status, code, message = ending_of(step.failure, ctx, job.id)
         return Advanced(end(session, job, status, code, message), ended=True)
-    if prepared.task is JobTask.PRECISION:
-        return Advanced(_succeed(ctx, session, job, reduction, prepared.workspace, prepared), ended=True)
-    finals = plan_finals(ctx, session, job, reduction, prepared)
-    if finals.complete:
-        return Advanced(succeed_verified(session, job, finals), ended=True)
-    return Advanced(seq, finals=finals)
+    plan_end(session, job)  # the finish unit stores and verifies the answer, outside the lock
+    LIVE.keep_after_commit(session, prepared, job, reduction)  # for this worker's finish, if it takes it
+    return Advanced(seq, queued=1, finishing=True)
 
 
 def _delivered(delivery: Delivery | None) -> flow.Delivery | None:
@@ -137,7 +128,7 @@ def _share(farm: FarmLink, delivery: Delivery) -> None:
         farm.share(delivery.request.candidate, delivery.answer)
 
 
-def keep_node_errors(ctx: RunnerContext, session: Any, job: Job, result: LayerwiseResult) -> None:
+def keep_node_errors(ctx: RunnerContext, session: Session, job: Job, result: LayerwiseResult) -> None:
     """The layerwise run's per-tensor errors, stored as the job's ``node-errors`` artifact (JSON)
     for ``GET /v1/jobs/{id}/node-errors`` and the page's error overlay."""
     if result.errors is None:
@@ -149,7 +140,7 @@ def keep_node_errors(ctx: RunnerContext, session: Any, job: Job, result: Layerwi
 
 
 def _queue_next(
-    ctx: RunnerContext, session: Any, job: Job, reduction: ReductionSession, ask_others: bool
+    ctx: RunnerContext, session: Session, job: Job, reduction: ReductionSession, ask_others: bool
 ) -> tuple[int, bool | None]:
     """Queue the session's next requests, one unit each, up to the job's free slots (its farm's
     live workers, at most ``max_workers_per_job``, less its units in flight); how many, and with
@@ -164,44 +155,3 @@ def _queue_next(
     requests = reduction.next_requests(wanted, survey.in_flight)  # numbered by the session (in flight: the same number)
     units.add(job.id, [new_unit(r) for r in requests])
     return len(requests), survey.others_waiting
-
-
-def _succeed(
-    ctx: RunnerContext, session: Any, job: Job, reduction: ReductionSession, workspace: Workspace, prepared: PreparedJob
-) -> int:
-    result = reduction.result
-    precision = prepared.task is JobTask.PRECISION
-    refused: str | None = None  # why no bug-report bundle is kept (engine.report_bundle)
-    if precision:
-        stored = store_precision_results(ctx.layout.store, reduction, result, prepared.work_dir)
-    else:
-        stored = store_results(ctx.layout.store, workspace, result, prepared.work_dir)
-        golden = prepared.session_check.golden
-        bundle = store_bundle(
-            ctx.layout.store,
-            workspace,
-            result,
-            prepared.spec,
-            golden,
-            prepared.work_dir,
-            job.model_filename,
-            ctx.worker,
-            pinning=reduction.machine.config.pin_signature,
-        )
-        if isinstance(bundle, NoBundle):
-            refused = bundle.reason
-        else:
-            stored |= {ArtifactKind.BUNDLE: bundle}
-    for kind, (blob, meta) in stored.items():
-        ArtifactRepository(session).put(job.id, kind, kind.value, blob, meta)
-    job.nodes_after = len(result.min_bad)
-    job.best_size = len(result.min_bad)
-    labels = [workspace.index.label(n) for n in sorted(result.min_bad.nodes)][:50]
-    answer: AnswerPayload = {"min_bad_nodes": labels}
-    if precision:
-        answer |= precision_payload(reduction, result)
-    if result.localization is not None:
-        answer["localization"] = result.localization.to_json()
-    if refused is not None:
-        answer["bundle_refused"] = refused
-    return succeed(session, job, answer)

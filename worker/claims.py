@@ -13,23 +13,25 @@ from persistence.enums import EventKind
 from persistence.events import CheckStartedPayload, record_event
 from persistence.models import CheckUnit, Job, utcnow
 from persistence.repositories import JobRepository
-from persistence.repositories.units import UnitRepository, Work
+from persistence.repositories.units import FINISH, UnitRepository, Work
 from worker.context import RunnerContext
 
 
 def claim_unit(ctx: RunnerContext, session: Any, item: Work) -> tuple[CheckUnit, int] | None:
-    """The queued unit ``item`` (fair share's pick), claimed, with its event's sequence number;
-    None when another worker took it first, its job is not running, or its team is at its cap of
-    running checks."""
+    """The queued unit ``item`` (fair share's pick), claimed, with its event's sequence number
+    (0 for a finish unit: it announces no check); None when another worker took it first, its job
+    is not running (a finish unit's: not finishing), or its team is at its cap of running checks."""
     units = UnitRepository(session)
     cap = ctx.team_max_running_checks
     if cap and units.team_running_locked(item.team) >= cap:
         return None
-    job = JobRepository(session).lock_running(item.job_id)
+    jobs = JobRepository(session)
+    finish = item.kind == FINISH
+    job = jobs.lock_finishing(item.job_id) if finish else jobs.lock_running(item.job_id)
     unit = units.claim(int(item.id), ctx.worker, ctx.lease_s) if job is not None else None
     if job is None or unit is None:
         return None
-    return unit, _started(ctx, session, job, unit)
+    return unit, 0 if finish else _started(ctx, session, job, unit)
 
 
 def may_follow_up(ctx: RunnerContext, job: Job) -> bool:

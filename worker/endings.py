@@ -50,10 +50,10 @@ def deadline_of(job: Job, ctx: RunnerContext) -> datetime:
 
 
 def end_job(ctx: RunnerContext, job_id: str, status: JobStatus, code: ErrorCode | None, message: str | None) -> bool:
-    """End the job if it is still running (False: another worker ended it first)."""
+    """End the job if it is still running or finishing (False: another worker ended it first)."""
 
     def end_running(session: Session) -> int | None:
-        job = JobRepository(session).lock_running(job_id)
+        job = JobRepository(session).lock_active(job_id)
         return None if job is None else end(session, job, status, code, message)
 
     seq = transaction(ctx.db, end_running, f"job {job_id}: ending it")

@@ -1,14 +1,14 @@
 """The end of a reduce job: its answer verified before it succeeds (``reducer_core.verification``).
 
-When the session is done, ``plan_finals`` (under the job's row lock) stores min-bad and min-good:
-the very model a check of this job judged when that model is self-contained (``judged``: no copy,
-no extra check), else a self-contained model that must be checked once more as written. It also
-asks for one check of a trivial model when every verdict of the job reproduced the original
-failure (the check may not depend on the model). With nothing left to check the job succeeds at
-once (``succeed_verified``); otherwise the worker commits, runs those checks itself outside the lock
-(``run_finals``: the job's lease renewed, a cancel or the time limit stops them), then ends the
-job: ``succeeded`` (with ``suspect`` in the min-bad artifact's meta when the trivial model failed
-like the original) or, when a final check disagreed, ``failed`` with ``unverified-result``.
+When the session is done the job is ``finishing`` (``jobflow.ending.plan_end``) and its finish unit
+(``worker.finishing``, outside any lock, holding the unit's lease) does this: ``plan_finals`` stores
+min-bad and min-good (the very model a check of this job judged when that model is self-contained,
+``judged``: no copy, no extra check; else a self-contained model that must be checked once more as
+written) and the bug-report bundle, and asks for one check of a trivial model when every verdict of
+the job reproduced the original failure (the check may not depend on the model); ``check_finals``
+runs those checks; a short transaction then ends the job (``succeed_verified``): ``succeeded``
+(with ``suspect`` in the min-bad artifact's meta when the trivial model failed like the original)
+or, when a final check disagreed, ``failed`` with ``unverified-result``.
 
 A verdict from the farm's cache was given by another job's check to a candidate of the same
 fingerprint (graph, node set, check and options); the farm keeps no bytes, so the final model of
@@ -18,22 +18,22 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from checks.cancel import CheckStoppedError, stop_checks_when
 from engine.report_bundle import NoBundle, store_bundle
 from engine.session import ReductionSession
+from jobflow.answer import answer_payload
 from jobflow.ending import end, succeed
+from jobflow.reduction import FinalModel, judged_blobs, store_final_models
 from persistence.enums import ArtifactKind, ErrorCode, JobStatus
 from persistence.events import AnswerPayload
-from persistence.models import Job, utcnow
-from persistence.reduction import FinalModel, judged_blobs, store_final_models
-from persistence.repositories import ArtifactRepository, IterationRepository, JobRepository
+from persistence.models import Job
+from persistence.repositories import ArtifactRepository, IterationRepository
 from persistence.store import StoredBlob
+from reducer_core.records import ReductionResult
 from reducer_core.verdict import Pinning, Verdict, VerdictKind
 from reducer_core.verification import (
     DISAGREES,
@@ -48,13 +48,10 @@ from reducer_core.verification import (
     identity_model,
 )
 from worker.context import RunnerContext
-from worker.endings import deadline_of, end_job, time_limit_message
-from worker.lease import Heartbeat
 from worker.prepared import PreparedJob
 
 log = logging.getLogger("onnx_reducer.worker")
 FINAL_MODEL = "final.onnx"
-CANCEL_POLL_S = 1.0
 _WHICH = {ArtifactKind.MIN_BAD: MIN_BAD, ArtifactKind.MIN_GOOD: MIN_GOOD}
 
 
@@ -64,7 +61,6 @@ class Finals:
     end event says."""
 
     job_id: str
-    attempt: int
     models: list[FinalModel]
     original: Verdict
     pinning: bool | Pinning
@@ -76,21 +72,37 @@ class Finals:
     repeats: int = 1  # runs a min-bad gets to reproduce the failure (a check known to be flaky: more)
     extra: dict[ArtifactKind, tuple[StoredBlob, dict[str, Any]]] = field(default_factory=dict)  # the bundle
 
-    @property
-    def complete(self) -> bool:
-        return not self.preflight and all(m.local is None for m in self.models)
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the end reads of the job's rows (no lock): the models a check judged (``judged_blobs``),
+    whether every verdict reproduced the failure, the original's check output."""
+
+    judged: dict[ArtifactKind, StoredBlob]
+    all_reproduced: bool
+    original_output: str
+
+    @classmethod
+    def read(cls, db: Session, job_id: str, result: ReductionResult, pinning: bool | Pinning) -> Evidence:
+        iterations = IterationRepository(db)
+        original_row = next(iter(iterations.list(job_id, 0, 1)), None)
+        output = (original_row.output_tail or "") if original_row is not None else ""
+        return cls(judged_blobs(db, job_id, result, pinning), iterations.all_reproduced(job_id), output)
 
 
 def plan_finals(
-    ctx: RunnerContext, session: Any, job: Job, reduction: ReductionSession, prepared: PreparedJob
+    ctx: RunnerContext,
+    job_id: str,
+    model_name: str,
+    reduction: ReductionSession,
+    prepared: PreparedJob,
+    evidence: Evidence,
 ) -> Finals:
-    """Store the final models (``judged`` ones reuse the model a check judged) and say which
-    checks remain (under the job's row lock)."""
+    """Store the final models (``judged`` ones reuse the model a check judged) and the bundle, and
+    say which checks remain (the finish unit's work: outside any lock, ``worker.finishing``)."""
     result = reduction.result
-    iterations = IterationRepository(session)
     pinning = reduction.machine.config.pin_signature
-    judged = judged_blobs(session, job.id, result, pinning)
-    models = store_final_models(ctx.layout.store, prepared.workspace, result, prepared.work_dir, judged)
+    models = store_final_models(ctx.layout.store, prepared.workspace, result, prepared.work_dir, evidence.judged)
     bundle = store_bundle(
         ctx.layout.store,
         prepared.workspace,
@@ -98,7 +110,7 @@ def plan_finals(
         prepared.spec,
         prepared.session_check.golden,
         prepared.work_dir,
-        job.model_filename,
+        model_name,
         ctx.worker,
         # the final models' bytes: judged ones agreed, the others are checked before the job can
         # succeed (a disagreement fails it, and its bundle is not kept); the README names them, and
@@ -107,24 +119,19 @@ def plan_finals(
         pinning,
     )
     located = result.localization is not None and result.localization.path == "layerwise"
-    original_row = next(iter(iterations.list(job.id, 0, 1)), None)
-    labels = [prepared.workspace.index.label(n) for n in sorted(result.min_bad.nodes)][:50]
-    payload: AnswerPayload = {"min_bad_nodes": labels}
+    payload = answer_payload(prepared.workspace, result)
     if isinstance(bundle, NoBundle):  # its self-check did not reproduce, or it could not be built
         payload["bundle_checks"] = bundle.checks_run
         payload["bundle_refused"] = bundle.reason
     else:  # the bundle's own checks: reported apart from checks_run (the iterations')
         payload["bundle_checks"] = bundle[1]["checks_run"]
-    if result.localization is not None:
-        payload["localization"] = result.localization.to_json()
     return Finals(
-        job_id=job.id,
-        attempt=job.attempts,
+        job_id=job_id,
         models=models,
         original=result.original,
         pinning=pinning,
-        preflight=not located and iterations.all_reproduced(job.id),
-        original_output=(original_row.output_tail or "") if original_row is not None else "",
+        preflight=not located and evidence.all_reproduced,
+        original_output=evidence.original_output,
         nodes_after=len(result.min_bad),
         payload=payload,
         repeats=max(1, reduction.machine.flakiness.repeats()) if result.flakiness is not None else 1,
@@ -171,28 +178,16 @@ def _verified_of(model: FinalModel) -> Verified:
     return Verified(str(data.get("status")), str(data.get("sha256", "")), int(data.get("checks", 0)), verdict)
 
 
-def run_finals(ctx: RunnerContext, prepared: PreparedJob, finals: Finals) -> int:
-    """Run the final checks (outside any lock), then end the job; returns the end event's number
-    (0: the job ended meanwhile, or the checks were stopped)."""
-    heartbeat = Heartbeat(ctx, finals.job_id, finals.attempt)
-    heartbeat.start()
+def check_finals(prepared: PreparedJob, finals: Finals) -> None:
+    """Run the final checks (the caller's stop scope stops them: a cancel, the time limit, the
+    finish unit's lease lost), then the final models' local copies go."""
     try:
-        with stop_checks_when(_StopPoll(ctx, finals.job_id, heartbeat)):
-            _check_models(prepared, finals)
-            _preflight(prepared, finals)
-    except CheckStoppedError:
-        _stopped(ctx, finals.job_id)
-        return 0
+        _check_models(prepared, finals)
+        _preflight(prepared, finals)
     finally:
-        heartbeat.stop()
         for model in finals.models:
             if model.local is not None:
                 shutil.rmtree(model.local.parent, ignore_errors=True)
-    with ctx.db.session() as session:
-        job = JobRepository(session).lock_running(finals.job_id)
-        if job is None or job.attempts != finals.attempt:
-            return 0
-        return succeed_verified(session, job, finals)
 
 
 def _check_models(prepared: PreparedJob, finals: Finals) -> None:
@@ -230,37 +225,3 @@ def _preflight(prepared: PreparedJob, finals: Finals) -> None:
         output = finals.original_output[-2000:] or finals.original.detail
         finals.suspect = Suspect(verdict, finals.original, checker_crash(finals.original_output), output)
         log.warning("job %s: %s", finals.job_id, finals.suspect.message)
-
-
-class _StopPoll:
-    """The stop scope's question: the lease lost, or the job row (at most every CANCEL_POLL_S)
-    cancelled, ended or out of time."""
-
-    def __init__(self, ctx: RunnerContext, job_id: str, heartbeat: Heartbeat) -> None:
-        self.ctx, self.job_id, self.heartbeat = ctx, job_id, heartbeat
-        self.last = 0.0
-
-    def __call__(self) -> bool:
-        if self.heartbeat.lost.is_set():
-            return True
-        now = time.monotonic()
-        if now - self.last < CANCEL_POLL_S:
-            return False
-        self.last = now
-        with self.ctx.db.session() as session:
-            job = JobRepository(session).get(self.job_id)
-            if job is None or job.cancel_requested or job.status != JobStatus.RUNNING:
-                return True
-            return utcnow() > deadline_of(job, self.ctx)
-
-
-def _stopped(ctx: RunnerContext, job_id: str) -> None:
-    with ctx.db.session() as session:
-        job = JobRepository(session).get(job_id)
-        if job is None:
-            return
-        cancelled, late = job.cancel_requested, utcnow() > deadline_of(job, ctx)
-    if cancelled:
-        end_job(ctx, job_id, JobStatus.CANCELLED, None, None)
-    elif late:
-        end_job(ctx, job_id, JobStatus.FAILED, ErrorCode.TIME_LIMIT, time_limit_message(ctx))

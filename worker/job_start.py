@@ -21,8 +21,8 @@ from persistence.retry import transaction
 from worker.advance import Advanced, advance
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError, JobTimedOutError, deadline_of, ending_errors
-from worker.final_checks import Finals, run_finals
 from worker.lease import Heartbeat
+from worker.passes_job import run_passes_job
 from worker.prepared import PREPARED, JobInput
 from worker.release_job import run_release_job
 from worker.unit_run import announce
@@ -62,11 +62,14 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
     if job_input.task is JobTask.BISECT_RELEASES:  # no reduction session: worker.release_job
         run_release_job(ctx, job_id, attempt)
         return
+    if job_input.task is JobTask.BISECT_PASSES:  # no reduction session either: worker.passes_job
+        run_passes_job(ctx, job_id, attempt)
+        return
     prepared = PREPARED.get(job_input, ctx)
     nodes = len(prepared.workspace.index)
     weights = {loc: ctx.layout.store.put_file(path) for loc, path in prepared.workspace.sources.files.items()}
 
-    def begin(session: Session) -> tuple[str, Advanced, Finals | None] | None:
+    def begin(session: Session) -> tuple[str, Advanced] | None:
         job = JobRepository(session).lock_running(job_id)
         if job is None or job.attempts != attempt:
             return None  # ended meanwhile, or taken again by another worker
@@ -78,12 +81,11 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
         )
         requeued = UnitRepository(session).requeue_running(job_id)  # the checks of workers that died
         outcome = advance(ctx, session, job, prepared)
-        return job.queue, Advanced(max(outcome.seq, started), outcome.queued + requeued, outcome.ended), outcome.finals
+        outcome.seq, outcome.queued = max(outcome.seq, started), outcome.queued + requeued
+        return job.queue, outcome
 
     begun = transaction(ctx.db, begin, f"job {job_id}: starting it")
     if begun is None:
         return
-    queue, advanced, finals = begun
+    queue, advanced = begun
     announce(ctx, job_id, queue, advanced)
-    if finals is not None:  # the answer's final checks, outside the lock (worker.final_checks)
-        announce(ctx, job_id, queue, Advanced(run_finals(ctx, prepared, finals), ended=True))

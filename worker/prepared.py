@@ -29,9 +29,9 @@ from checks.user_inputs import complete_samples, golden_from_samples, load_user_
 from engine.precision import PrecisionPlan
 from engine.session import ReductionSession, SessionCheck
 from engine.workspace import ReduceOptions, Workspace, load_workspace
+from jobflow.reduction import job_config
 from persistence.enums import ArtifactKind, JobTask
 from persistence.models import Job
-from persistence.reduction import job_config
 from persistence.repositories import ArtifactRepository
 from persistence.store import ArtifactStore
 from reducer_core.candidate import Candidate

@@ -31,10 +31,11 @@ from persistence.fairshare import fair_order
 from persistence.jsonlog import bind_job
 from persistence.models import Job
 from persistence.repositories import ClaimResult, EventRepository, JobRepository
-from persistence.repositories.units import UnitRepository, Work
+from persistence.repositories.units import FINISH, UnitRepository, Work
 from persistence.retry import transaction
 from worker.claims import claim_unit
 from worker.context import RunnerContext
+from worker.finishing import FinishRun, FinishTicket
 from worker.job_start import start_job
 from worker.unit_run import UnitRun, UnitTicket, cleanup_if_ended
 
@@ -46,11 +47,12 @@ __all__ = ["run_job", "waiting_job"]
 @dataclass(frozen=True)
 class _Taken:
     job_id: str
-    unit: UnitTicket | None  # None: the job itself, to start (``resumed``: taken again)
+    unit: UnitTicket | None  # None: the job itself, to start (``resumed``: taken again), or its finish
     team: str = ""
     queue: str = ""
     attempt: int = 0
     resumed: bool = False
+    finish: FinishTicket | None = None  # a finishing job's finish unit (``worker.finishing``)
 
 
 @dataclass
@@ -70,7 +72,10 @@ def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
         worked = True
         ctx.on_work(taken.job_id)
         with bind_job(taken.job_id):
-            if taken.unit is None:
+            if taken.finish is not None:
+                FinishRun(ctx, taken.finish).run()
+                cleanup_if_ended(ctx, taken.job_id)
+            elif taken.unit is None:
                 _log_start(ctx, taken)
                 started[taken.job_id] = (taken.team, time.monotonic())
                 start_job(ctx, taken.job_id)
@@ -129,7 +134,8 @@ def _take(ctx: RunnerContext, session: Any) -> _Found:
     for item in fair_order(work, units.team_loads(), ctx.team_shares, cap) if work else []:
         if not _servable(ctx, item):
             continue
-        found = _claim_job(ctx, session, item) if item.kind != "unit" else _claim_in_savepoint(ctx, session, item)
+        is_unit = item.kind in ("unit", FINISH)
+        found = _claim_in_savepoint(ctx, session, item) if is_unit else _claim_job(ctx, session, item)
         if found is not None:
             return found
     return _Found()
@@ -165,6 +171,8 @@ def _claim_unit(ctx: RunnerContext, session: Any, item: Work) -> _Found | None:
     if claimed is None:
         return None
     unit, seq = claimed
+    if item.kind == FINISH:
+        return _Found(_Taken(item.job_id, None, finish=FinishTicket(unit.id, item.job_id)), seq)
     return _Found(_Taken(item.job_id, UnitTicket.of(unit)), seq)
 
 
@@ -185,7 +193,7 @@ def _end_cancelled(ctx: RunnerContext) -> None:
         for job_id in JobRepository(session).cancelled_running(ctx.queues):
             if UnitRepository(session).running_count(job_id):
                 continue  # the workers running its checks stop them and end it
-            job = JobRepository(session).lock_running(job_id)
+            job = JobRepository(session).lock_active(job_id)
             if job is not None:
                 ended.append((job_id, end(session, job, JobStatus.CANCELLED)))
         return ended

@@ -32,7 +32,6 @@ from worker.advance import Advanced, Delivery, advance
 from worker.claims import claim_follow_up
 from worker.context import RunnerContext
 from worker.endings import JobTimedOutError, deadline_of, end_job, ending_errors, time_limit_message
-from worker.final_checks import run_finals
 from worker.prepared import PREPARED, JobInput, PreparedJob
 from worker.unit_lease import LEASES, HeldUnit
 
@@ -168,8 +167,6 @@ class UnitRun:
             cleanup_if_ended(self.ctx, self.job_id)
             return None
         announce(self.ctx, self.job_id, queue, outcome)
-        if outcome.finals is not None:  # the answer's final checks, outside the lock (worker.final_checks)
-            announce(self.ctx, self.job_id, queue, Advanced(run_finals(self.ctx, prepared, outcome.finals), ended=True))
         return next_ticket
 
 

@@ -354,6 +354,7 @@ async def delete_job(job_id: str, services: ServicesDep, team: TeamDep) -> Respo
 _STATUS_PHRASES = {
     JobStatus.QUEUED: "is queued",
     JobStatus.RUNNING: "is still running",
+    JobStatus.FINISHING: "is still finishing (its answer is being stored and verified)",
     JobStatus.SUCCEEDED: "has succeeded",
     JobStatus.FAILED: "has failed",
     JobStatus.CANCELLED: "was cancelled",

@@ -12,7 +12,6 @@ from persistence.repositories.jobs import (
     JobPage,
     JobRepository,
     QueueDepth,
-    claimable,
 )
 from persistence.repositories.teams import TeamRepository
 from persistence.repositories.workers import WorkerRepository, WorkerStatus
@@ -34,5 +33,4 @@ __all__ = [
     "TeamRepository",
     "WorkerRepository",
     "WorkerStatus",
-    "claimable",
 ]

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from persistence.enums import TERMINAL_STATUSES, ErrorCode, JobStatus
+from persistence.enums import ACTIVE_STATUSES, TERMINAL_STATUSES, ErrorCode, JobStatus
 from persistence.models import CheckUnit, Job, Team, utcnow
 from persistence.repositories.labels import has_label
 
@@ -188,6 +188,26 @@ class JobRepository:
         options = {"populate_existing": True, "synchronize_session": False}  # the returned row refreshes the job
         return self.session.scalars(touch, execution_options=options).first()
 
+    def lock_finishing(self, job_id: str) -> Job | None:
+        """``lock_running`` for a job whose end is planned (``finishing``: its finish unit stores and
+        verifies the answer); a late verdict finds no running job here and re-plans nothing."""
+        return self._lock_in(job_id, (JobStatus.FINISHING,))
+
+    def lock_active(self, job_id: str) -> Job | None:
+        """``lock_running`` for a running or finishing job: what ends a job early (a cancel, the time
+        limit, an error) takes it either way."""
+        return self._lock_in(job_id, ACTIVE_STATUSES)
+
+    def _lock_in(self, job_id: str, statuses: Sequence[JobStatus]) -> Job | None:
+        touch = (
+            update(Job)
+            .where(Job.id == job_id, Job.status.in_(list(statuses)))
+            .values(event_seq=Job.event_seq)
+            .returning(Job)
+        )
+        options = {"populate_existing": True, "synchronize_session": False}
+        return self.session.scalars(touch, execution_options=options).first()
+
     def keep_alive(self, job_id: str, lease_s: float) -> None:
         """A worker runs a check of the job: its lease runs on (a job nobody keeps alive is taken again)."""
         expires = utcnow() + timedelta(seconds=lease_s)
@@ -206,9 +226,10 @@ class JobRepository:
             job.lease_expires_at = expires
 
     def cancelled_running(self, queues: Sequence[str]) -> list[str]:
-        """Running jobs of ``queues`` whose cancel was requested (the next worker that looks ends them)."""
+        """Running or finishing jobs of ``queues`` whose cancel was requested (the next worker that
+        looks ends them)."""
         query = select(Job.id).where(
-            Job.status == JobStatus.RUNNING, Job.cancel_requested.is_(True), Job.queue.in_(list(queues))
+            Job.status.in_(list(ACTIVE_STATUSES)), Job.cancel_requested.is_(True), Job.queue.in_(list(queues))
         )
         return list(self.session.scalars(query).all())
 
@@ -243,7 +264,7 @@ class JobRepository:
             return CancelOutcome.CANCELLED
         flagged = self.session.execute(
             update(Job)
-            .where(Job.id == job_id, Job.status == JobStatus.RUNNING)
+            .where(Job.id == job_id, Job.status.in_(list(ACTIVE_STATUSES)))
             .values(cancel_requested=True)
             .returning(Job.id)
         ).first()
@@ -305,14 +326,6 @@ class JobRepository:
         return {str(status): int(count) for status, count in rows}
 
 
-def claimable(job: Job, max_attempts: int) -> bool:
-    """What ``JobRepository.claim`` would accept, judged on a row already read (for log lines)."""
-    if job.cancel_requested or job.attempts >= max_attempts:
-        return False
-    expired = _aware(job.lease_expires_at) < utcnow()
-    return job.status == JobStatus.QUEUED or (job.status == JobStatus.RUNNING and expired)
-
-
 def _held_by(job_id: str, attempt: int) -> tuple[Any, ...]:
     return (Job.id == job_id, Job.attempts == attempt, Job.status == JobStatus.RUNNING)
 
@@ -343,5 +356,4 @@ __all__ = [
     "JobPage",
     "JobRepository",
     "QueueDepth",
-    "claimable",
 ]

@@ -17,11 +17,12 @@ from typing import Any
 from sqlalchemy import and_, bindparam, exists, func, insert, null, or_, select, update
 from sqlalchemy.orm import Session
 
-from persistence.enums import JobStatus
+from persistence.enums import ACTIVE_STATUSES, JobStatus
 from persistence.models import CheckUnit, Job, Team, Worker, utcnow
 
 QUEUED, RUNNING, DONE, CANCELLED, ASKED = "queued", "running", "done", "cancelled", "asked"
 ACTIVE = (QUEUED, RUNNING, ASKED)
+FINISH = "finish"  # the kind (and request id) of a finishing job's one unit: store and verify its answer
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class InFlight:
 class Work:
     """Something a worker may take: a queued unit of a running job, or a queued job to start."""
 
-    kind: str  # "unit" | "job" (queued: to start) | "resume" (running, nobody holds it: its workers died)
+    kind: str  # "unit" | "finish" (a finishing job's end) | "job" (to start) | "resume" (running, nobody holds it)
     id: int | str  # the unit's id, or the job's
     job_id: str
     team: str
@@ -104,6 +105,10 @@ class UnitRepository:
         ]
         statement = insert(CheckUnit).returning(CheckUnit.id, sort_by_parameter_order=True)
         return list(self.session.connection().execute(statement, values).scalars())
+
+    def add_finish(self, job_id: str) -> int:
+        """The finishing job's finish unit, queued for any worker (``jobflow.ending.plan_end``)."""
+        return self.add(job_id, [NewUnit(FINISH, FINISH, 0, FINISH, 0, False, {}, 0)])[0]
 
     def active_request_ids(self, job_id: str) -> list[str]:
         """The request ids of the job's queued and running units (the session's ``in_flight``)."""
@@ -200,7 +205,8 @@ class UnitRepository:
 
     def requeue_expired(self) -> list[tuple[str, str]]:
         """Running units whose worker stopped renewing them (it died), of jobs another worker keeps
-        alive (their lease is live; a job nobody keeps alive is taken again as a whole): queued again.
+        alive (their lease is live; a job nobody keeps alive is taken again as a whole), and a
+        finishing job's finish unit (its lease is all that holds the job): queued again.
         Returns (job id, queue) per unit, for the messages that announce them.
 
         The units are locked without their jobs' rows, so a unit another transaction holds is
@@ -212,8 +218,10 @@ class UnitRepository:
             .where(
                 CheckUnit.status == RUNNING,
                 CheckUnit.lease_expires_at < now,
-                Job.status == JobStatus.RUNNING,
-                Job.lease_expires_at >= now,
+                or_(
+                    Job.status == JobStatus.FINISHING,
+                    and_(Job.status == JobStatus.RUNNING, Job.lease_expires_at >= now),
+                ),
             )
             .order_by(CheckUnit.id)
             .with_for_update(of=CheckUnit, skip_locked=True)
@@ -231,7 +239,9 @@ class UnitRepository:
 
     def in_flight(self, job_id: str) -> list[InFlight]:
         query = (
-            select(CheckUnit).where(CheckUnit.job_id == job_id, CheckUnit.status == RUNNING).order_by(CheckUnit.number)
+            select(CheckUnit)
+            .where(CheckUnit.job_id == job_id, CheckUnit.status == RUNNING, CheckUnit.kind != FINISH)
+            .order_by(CheckUnit.number)
         )
         return [
             InFlight(u.number, u.phase, u.node_count, u.worker, u.claimed_at) for u in self.session.scalars(query).all()
@@ -261,12 +271,20 @@ class UnitRepository:
         and no unit waits: their workers died; cancel-requested or out of attempts too, which the
         claim ends). The database is the queue: a message only wakes a worker to look here."""
         units = self.session.execute(
-            select(CheckUnit.id, CheckUnit.job_id, Team.name, Job.created_at, CheckUnit.number, Job.check_spec)
+            select(
+                CheckUnit.id,
+                CheckUnit.kind,
+                CheckUnit.job_id,
+                Team.name,
+                Job.created_at,
+                CheckUnit.number,
+                Job.check_spec,
+            )
             .join(Job, Job.id == CheckUnit.job_id)
             .join(Team, Team.id == Job.team_id)
             .where(
                 CheckUnit.status == QUEUED,
-                Job.status == JobStatus.RUNNING,
+                Job.status.in_(list(ACTIVE_STATUSES)),
                 Job.cancel_requested.is_(False),
                 Job.queue.in_(list(queues)),
             )
@@ -300,7 +318,8 @@ class UnitRepository:
             .limit(limit)
         ).all()
         work = [
-            Work("unit", uid, jid, str(team), created, number, spec) for uid, jid, team, created, number, spec in units
+            Work(FINISH if kind == FINISH else "unit", uid, jid, str(team), created, number, spec)
+            for uid, kind, jid, team, created, number, spec in units
         ]
         work += [Work("job", jid, jid, str(team), created, 0, spec) for jid, team, created, spec in jobs]
         work += [Work("resume", jid, jid, str(team), created, 0, spec) for jid, team, created, spec in unheld]
@@ -380,7 +399,7 @@ def _others_waiting() -> Any:
         CheckUnit.job_id == Job.id,
         CheckUnit.status == QUEUED,
         Job.id != job_id,
-        Job.status == JobStatus.RUNNING,
+        Job.status.in_(list(ACTIVE_STATUSES)),
         Job.cancel_requested.is_(False),
         in_queues,
     )

@@ -14,7 +14,7 @@ import pytest
 from checks.spec import parse_check_spec
 from engine.session import resolve_config
 from engine.workspace import ReduceOptions, load_workspace
-from persistence.reduction import job_config
+from jobflow.reduction import job_config
 from reducer_core.cache import VerdictCache
 from reducer_core.driver import drive
 from reducer_core.machine import ReductionMachine

@@ -23,6 +23,7 @@ from tests.service.helpers import chain_model, submit
 from tests.service.in_process import one_check_context, start_here
 from worker import unit_run
 from worker.context import FarmSize, RunnerContext
+from worker.finishing import FinishRun
 from worker.run_job import take_next
 from worker.unit_run import UnitRun, UnitTicket
 
@@ -75,6 +76,9 @@ def test_the_recording_worker_goes_straight_on_with_the_jobs_next_check(
             claims += 1
             assert _check_started_events(db_url, job_id) == claims
     assert claims > 5, "every check after the first was claimed with the verdict before it"
+    end = take_next(ctx)  # the job's end: its finish unit, taken like a check
+    assert end is not None and end.finish is not None
+    FinishRun(ctx, end.finish).run()
     assert take_next(ctx) is None
     job = quiet_client.get(f"/v1/jobs/{job_id}").json()
     assert job["status"] == "succeeded" and job["nodes_after"] == 1

@@ -1,10 +1,10 @@
-"""A job's session options from its stored ``options`` (``persistence.reduction.job_config``), no
+"""A job's session options from its stored ``options`` (``jobflow.reduction.job_config``), no
 service needed: the form's ``confirm_flaky`` reaches ``SessionConfig``, off when the job never
 asked (as for jobs stored before the option existed, whose saved sessions resume unchanged)."""
 
 from __future__ import annotations
 
-from persistence.reduction import job_config
+from jobflow.reduction import job_config
 from reducer_core.config import SessionConfig
 
 

@@ -24,6 +24,7 @@ from persistence.repositories.session_verdicts import SessionVerdictRepository
 from tests.service.helpers import chain_model, read_sse, submit
 from tests.service.in_process import one_check_context
 from worker.context import RunnerContext
+from worker.finishing import FinishRun
 from worker.job_start import start_job
 from worker.live_session import LIVE
 from worker.run_job import take_next
@@ -52,8 +53,12 @@ def _start(client: httpx.Client, ctx: RunnerContext) -> str:
 
 
 def _next_check(ctx: RunnerContext) -> UnitTicket | None:
+    """The job's next check; None once none is left (its end, the finish unit, is run here then)."""
     taken = take_next(ctx)
     if taken is None:
+        return None
+    if taken.finish is not None:
+        FinishRun(ctx, taken.finish).run()
         return None
     assert taken.unit is not None, "a job to start: only one job was submitted"
     return taken.unit
@@ -101,8 +106,8 @@ def test_the_worker_that_advanced_a_job_last_applies_only_the_new_verdict(
         UnitRun(ctx, ticket).run()
         verdicts += 1
     assert verdicts > 5
-    assert LIVE.stats.replays == replays + 1, "a verdict rebuilt the session although it was live"
-    assert LIVE.stats.reused == reused + verdicts
+    assert LIVE.stats.replays == replays + 1, "a verdict (or the end) rebuilt the session although it was live"
+    assert LIVE.stats.reused == reused + verdicts + 1  # and the finish unit's, which reads the answer
     assert _state_version(db_url, job_id) == verdicts + 1  # one state write per verdict, and the start
     status, nodes, min_bad = _answer(client, job_id)
     assert status == "succeeded" and nodes == 1 and min_bad

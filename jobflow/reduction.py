@@ -1,8 +1,8 @@
 """What the worker and the api's interactive jobs share about a job's reduction session: its
-options (``job_config``) and storing its final models (``store_results``: self-contained min-bad /
+options (``job_config``) and its final models (``store_final_models``: self-contained min-bad /
 min-good, as a tar bundle when the weights exceed protobuf's limit and had to stay in a separate
-data file), and, for a verified answer (``store_final_models``), reusing the very model a check
-judged when it is self-contained (``reducer_core.verification``)."""
+data file, reusing the very model a check judged when it is self-contained: ``judged_blobs``,
+``reducer_core.verification``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from sqlalchemy.orm import Session
+
+from engine.workspace import Workspace
 from persistence.bundles import write_bundle
 from persistence.enums import ArtifactKind
 from persistence.repositories import IterationRepository
@@ -21,13 +24,6 @@ from reducer_core.config import SessionConfig
 from reducer_core.records import ReductionResult
 from reducer_core.verdict import Pinning, Verdict, VerdictKind
 from reducer_core.verification import JUDGED, MIN_BAD, MIN_GOOD, Verified, agrees
-
-
-class Workspace(Protocol):
-    """What storing a model needs of the engine's workspace (``engine.workspace.Workspace``)."""
-
-    def save_self_contained(self, candidate: Candidate, path: Path) -> Path | None: ...
-
 
 NOT_RECHECKED = "not-rechecked"  # an interactive job's final model differs from what the person judged
 
@@ -50,32 +46,6 @@ def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
         localize=True,
         min_good=True,
     )
-
-
-def store_results(
-    store: ArtifactStore, workspace: Workspace, result: ReductionResult, work_dir: Path
-) -> dict[ArtifactKind, tuple[StoredBlob, dict[str, Any]]]:
-    stored = {ArtifactKind.MIN_BAD: _store_model(store, workspace, result.min_bad, work_dir, "min-bad")}
-    if result.min_good is not None:
-        stored[ArtifactKind.MIN_GOOD] = _store_model(store, workspace, result.min_good, work_dir, "min-good")
-    return stored
-
-
-def _store_model(
-    store: ArtifactStore, workspace: Workspace, candidate: Candidate, work_dir: Path, name: str
-) -> tuple[StoredBlob, dict[str, Any]]:
-    folder = work_dir / f"result-{name}"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    model = folder / f"{name}.onnx"
-    data = workspace.save_self_contained(candidate, model)
-    meta: dict[str, Any] = {"nodes": len(candidate), "bundle": data is not None}
-    if data is None:
-        blob = store.put_file(model)
-    else:
-        blob = store.put_file(write_bundle(folder / f"{name}.tar", [(model.name, model), (data.name, data)]))
-    shutil.rmtree(folder, ignore_errors=True)
-    return blob, meta
 
 
 @dataclass
@@ -127,12 +97,12 @@ def store_final_models(
 
 
 def judged_blobs(
-    session: Any, job_id: str, result: ReductionResult, pinning: bool | Pinning
+    db: Session, job_id: str, result: ReductionResult, pinning: bool | Pinning
 ) -> dict[ArtifactKind, StoredBlob]:
     """The stored model a check of this job judged, for min-bad (a check reproduced the failure
     on it) and min-good (every check of it passed), when that model references no weight file
     (it is self-contained, so it can be handed over byte for byte)."""
-    iterations = IterationRepository(session)
+    iterations = IterationRepository(db)
     judged: dict[ArtifactKind, StoredBlob] = {}
     wanted = {ArtifactKind.MIN_BAD: (MIN_BAD, result.min_bad), ArtifactKind.MIN_GOOD: (MIN_GOOD, result.min_good)}
     for kind, (which, candidate) in wanted.items():
