@@ -51,6 +51,7 @@ class JobTask(enum.StrEnum):
     REDUCE = "reduce"
     PRECISION = "precision"
     BISECT_RELEASES = "bisect-releases"  # the first onnxruntime release that fails (worker.release_job)
+    BISECT_PASSES = "bisect-passes"  # the runtime optimizers the failure needs (worker.passes_job)
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> JobTask:
