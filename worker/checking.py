@@ -1,7 +1,9 @@
 """A job's check: built once per attempt from the spec parsed at the edge (``CheckSpec``), run by
-the worker itself, so a check is one child process (the spec kinds' ``python -m checks.child``,
-or the command of ``kind: command``), in its own process group with the allow-listed environment
-(``checks.isolated.safe_child_env``), the spec's time limit and the memory limit below.
+the worker itself, so a check is one child process (the spec kinds' ``checks.child``, forked by
+this worker process's warm runner, ``checks.warm``: the runtimes are imported once per runner, not
+once per check; or the command of ``kind: command``), in its own process group with the
+allow-listed environment (``checks.isolated.safe_child_env``), the spec's time limit and the
+memory limit below.
 
 Cancellation: the worker runs checks inside a stop scope (``checks.cancel``) that polls the job
 row, so a cancelled (or out-of-time) job kills its running check within about a second."""

@@ -21,10 +21,12 @@ import pytest
 from checks import warm
 from checks.cancel import CheckStoppedError, stop_checks_when
 from checks.isolated import IsolatedSpecCheck, run_isolated
+from checks.slots import for_slot
 from checks.spec import parse_check_spec
 from reducer_core.verdict import MEMORY_LIMIT_SIGNATURE, Verdict, VerdictKind
 from tests.checks.conftest import COMPARE_FP16, OP_PRESENT_MUL, ROOT, cli
 from tests.checks.models import matmul_overflow_model
+from worker.checking import job_check
 
 MiB = 2**20
 HELPERS = "tests.checks.warm_helpers"
@@ -203,11 +205,15 @@ def _summary(tmp_path: Path, name: str, *options: str) -> tuple[dict[str, Any], 
     return json.loads((tmp_path / f"{name}.json").read_text()), (tmp_path / f"{name}.onnx").read_bytes()
 
 
-def _chain(length: int, culprit: int) -> onnx.ModelProto:
+def _chain_bytes(length: int, culprit: int) -> bytes:
     sys.path.insert(0, str(ROOT / "bench"))
     from service_parallel_bench import chain_model
 
-    return onnx.load_from_string(chain_model(length, culprit))
+    return chain_model(length, culprit)
+
+
+def _chain(length: int, culprit: int) -> onnx.ModelProto:
+    return onnx.load_from_string(_chain_bytes(length, culprit))
 
 
 @pytest.mark.parametrize(
@@ -235,3 +241,18 @@ def test_an_answer_and_its_check_count_are_the_same_warm_and_cold(
     for key in ("min_bad_nodes", "min_good_nodes", "nodes_after", *counted):
         assert warm_summary[key] == cold_summary[key], key
     assert warm_summary["checks_run"] > 1
+
+
+def test_a_service_worker_check_and_a_slot_check_run_warm(tmp_path: Path) -> None:
+    """The worker's check (Celery and the embedded slots: ``worker.checking.job_check``) and a
+    ``--jobs`` slot's check (``checks.slots.for_slot``) are forked by warm runners, one per
+    environment (a slot's device is part of it)."""
+    model = tmp_path / "model.onnx"
+    model.write_bytes(_chain_bytes(5, 2))
+    spec = parse_check_spec(OP_PRESENT_MUL)
+    worker_check = job_check(spec, tmp_path, allow_command=False, memory_limit_bytes=2**30)
+    assert worker_check.run(model)[0].kind is VerdictKind.FAIL
+    assert warm.POOL.idle_count == 1
+    slot_check = for_slot(worker_check, None, {"CUDA_VISIBLE_DEVICES": "1"})
+    assert slot_check.run(model)[0].kind is VerdictKind.FAIL
+    assert warm.POOL.idle_count == 2
