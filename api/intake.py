@@ -11,6 +11,7 @@ values, input samples, check spec and options), and 422 when it differs."""
 from __future__ import annotations
 
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -24,16 +25,19 @@ from sqlalchemy.orm import Session
 from api.golden import suffix_for
 from api.inputs import suffix_for as inputs_suffix
 from api.inspection import BOOL_FIELDS, Inspection, InspectRequest, Refusal, UploadLimits, safe_filename
+from api.labels import parse_labels
 from api.problems import ProblemError
 from api.services import Services
 from api.settings import ApiSettings
 from api.uploads import UploadedForm, read_form
 from checks.spec import INTERACTIVE_KIND
+from persistence import tracing
 from persistence.contracts import QUEUE_INTERACTIVE, queue_for
 from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
 from persistence.events import record_event
 from persistence.models import Job, Team, new_id, utcnow
 from persistence.repositories import ArtifactRepository, JobRepository
+from persistence.repositories.labels import LabelRepository
 from persistence.retention import blob_grace_s
 from persistence.retry import transaction
 from persistence.store import StoredBlob
@@ -96,15 +100,21 @@ class JobIntake:
         self.input_blobs: list[StoredBlob] = []
 
     async def accept(self, request: Request, idempotency_key: str | None) -> Intake:
+        started_ns = time.time_ns()
         self.staging.mkdir(parents=True)
         try:
             form = await read_form(request, self.staging, self.settings.max_upload_bytes, self.settings.max_field_bytes)
+            labels = parse_labels(form.fields.get("labels"))
             if idempotency_key:
                 replay = await anyio.to_thread.run_sync(self._replay, form, idempotency_key)
                 if replay is not None:
                     return replay
             inspection = await self._inspect(form)
-            return await anyio.to_thread.run_sync(self._create, form, inspection, idempotency_key)
+            intake = await anyio.to_thread.run_sync(self._create, form, inspection, idempotency_key, labels)
+            if intake.created:
+                traced: dict[str, tracing.Attribute] = {"job.model_size": form.size, "job.queue": intake.queue}
+                tracing.intake(intake.job_id, labels.get(tracing.TRACEPARENT_LABEL), started_ns, traced)
+            return intake
         except BaseException:
             self._discard()
             raise
@@ -148,7 +158,9 @@ class JobIntake:
                 raise _key_reused()
             return Intake(job.id, job.queue, created=False, status=job.status)
 
-    def _create(self, form: UploadedForm, inspection: Inspection, idempotency_key: str | None) -> Intake:
+    def _create(
+        self, form: UploadedForm, inspection: Inspection, idempotency_key: str | None, labels: dict[str, str]
+    ) -> Intake:
         job_id = new_id()
         self.job_dir = self.services.layout.job_dir(job_id)
         self.job_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -170,6 +182,7 @@ class JobIntake:
             when PostgreSQL aborts it as a conflict (``persistence.retry``)."""
             job = self._job_row(job_id, form, inspection, idempotency_key, status, queue)
             JobRepository(session).add(job)
+            LabelRepository(session).add(job_id, labels)
             self._artifact_rows(session, job, form, inspection)
             nodes = inspection.nodes
             if interactive:

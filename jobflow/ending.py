@@ -76,6 +76,7 @@ def record_end(db: Session, job: Job, answer: AnswerPayload | None = None) -> in
     """The terminal event of ``job``, ended by ``end`` or by a conditional UPDATE (a queued job's
     cancel, a claim out of attempts)."""
     payload: JobEndPayload = {**(answer or {}), **end_payload(job)}
+    tracing.job_end(db, job)
     return record_event(db, job.id, end_kind(job.status), payload)
 
 

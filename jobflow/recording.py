@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
+from persistence import tracing
 from persistence.enums import ArtifactKind, EventKind
 from persistence.events import IterationPayload, record_event
 from persistence.models import Iteration, Job
@@ -58,7 +59,13 @@ def record_iteration(db: Session, job: Job, record: IterationRecord, run: CheckR
     payload = _payload(row.number, record)
     if run.asked is None:  # a worker's check: the number it ran as and who ran it
         payload |= {"started_as": record.number, "worker": run.worker}
+    tracing.check(db, job, row.number, record.phase, verdict.kind.value, verdict.duration_s, **_span_facts(row, run))
     return record_event(db, job, EventKind.ITERATION, payload)
+
+
+def _span_facts(row: Iteration, run: CheckRun) -> dict[str, str | int | bool]:
+    facts: dict[str, str | int | bool] = {"check.nodes": row.node_count, "check.reproduces": bool(row.reproduces)}
+    return facts | ({"check.worker": run.worker} if run.worker else {})
 
 
 def record_cached(db: Session, job: Job, record: IterationRecord) -> int:

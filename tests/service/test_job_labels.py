@@ -103,11 +103,11 @@ def test_a_label_must_be_key_value_and_the_server_names_a_bad_one(
 ) -> None:
     token = tokens["team-a"]
     no_equals = run_cli(folder, api_url, token, {}, "submit", "model.onnx", "--check-spec", "spec.yaml", "--label", "x")
-    assert no_equals.returncode != 0 and "key=value" in no_equals.stderr
+    assert no_equals.returncode == 2 and "key=value" in no_equals.stderr
     bad_key = run_cli(
         folder, api_url, token, {}, "submit", "model.onnx", "--check-spec", "spec.yaml", "--label", "a b=1"
     )
-    assert bad_key.returncode != 0 and "Label key 'a b' is not allowed" in bad_key.stderr
+    assert bad_key.returncode == 2 and "Label key 'a b' is not allowed" in bad_key.stderr
 
     with client_for(api_url, token) as client:
         files = {"model": ("m.onnx", build_example_model().SerializeToString())}
