@@ -215,6 +215,23 @@ def test_the_farm_delivers_a_failed_job_and_retries(
     assert entry["attempts"] == 3 and entry["job_id"] == job_id
 
 
+def test_an_interactive_job_question_is_delivered(
+    fast_webhooks: None, quiet_client: httpx.Client, database: Database, receiver: Receiver
+) -> None:
+    """``job.needs-answer``: each question of an interactive job (the api records it) is queued,
+    and a worker's delivery duty sends it; an event the endpoint did not ask for is not sent."""
+    created = register(quiet_client, receiver.url, ["job.needs-answer"])
+    job = quiet_client.get(submit(quiet_client, EXAMPLE, "kind: interactive\n").headers["Location"]).json()
+    assert quiet_client.post(f"/v1/jobs/{job['id']}/cancel").status_code in (200, 202)
+    worker = WebhookDelivery(database, WorkerSettings(database_url=database.url, webhook_allow_private=True))
+    assert worker.run_once() == 1  # the question; the cancel is not subscribed
+    (delivery,) = receiver.wait_for(1)
+    event = verified(created["secret"], delivery)
+    assert event["type"] == "job.needs-answer" and event["data"]["job_id"] == job["id"]
+    assert event["data"]["question"]["iteration"] == job["awaiting_verdict"]["iteration"]
+    assert event["data"]["links"]["verdict"] == f"/v1/jobs/{job['id']}/verdict"
+
+
 # -- the guard against private targets --
 
 

@@ -8,6 +8,7 @@ import { bindJob, closeJob, openJob, rerenderJob } from "./job.js";
 import { bindJobs, closeJobs, openJobs, rerenderJobs } from "./jobs.js";
 import { bindNew, openNew } from "./newjob.js";
 import { $, clearError, session } from "./ui.js";
+import { bindWebhooks, closeWebhooks, openWebhooks, rerenderWebhooks } from "./webhooks.js";
 import { closeWorkers, openWorkers, rerenderWorkers } from "./workers.js";
 
 const JOB_ROUTE = /^#\/jobs\/([A-Za-z0-9_-]{1,100})$/;
@@ -81,11 +82,11 @@ function bindSignIn() {
 
 // -- routing -------------------------------------------------------------------------------------
 
-const views = { jobs: "view-jobs", new: "view-new", job: "view-job", workers: "view-workers" };
+const views = { jobs: "view-jobs", new: "view-new", job: "view-job", workers: "view-workers", webhooks: "view-webhooks" };
 
 function show(name) {
   for (const [key, id] of Object.entries(views)) $(id).hidden = key !== name;
-  for (const [key, link] of [["new", $("nav-new")], ["jobs", $("nav-jobs")], ["workers", $("nav-workers")]]) {
+  for (const [key, link] of [["new", $("nav-new")], ["jobs", $("nav-jobs")], ["workers", $("nav-workers")], ["webhooks", $("nav-webhooks")]]) {
     if (key === name) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
@@ -95,9 +96,14 @@ function route() {
   closeJob();
   closeJobs();
   closeWorkers();
+  closeWebhooks();
   const hash = location.hash || "#/jobs";
   const match = hash.match(JOB_ROUTE);
-  if (hash === "#/workers") {
+  if (hash === "#/webhooks") {
+    show("webhooks");
+    document.title = `${t("webhooks.heading")} · onnx-reducer`;
+    openWebhooks();
+  } else if (hash === "#/workers") {
     show("workers");
     document.title = `${t("workers.heading")} · onnx-reducer`;
     openWorkers();
@@ -123,6 +129,7 @@ async function changeLanguage(lang) {
   const hash = location.hash || "#/jobs";
   if (JOB_ROUTE.test(hash)) rerenderJob();
   else if (hash === "#/workers") rerenderWorkers();
+  else if (hash === "#/webhooks") rerenderWebhooks();
   else if (hash === "#/new") openNew();
   else rerenderJobs();
 }
@@ -138,6 +145,7 @@ async function start() {
   bindJobs();
   bindNew();
   bindJob();
+  bindWebhooks();
   window.addEventListener("hashchange", () => {
     clearError();
     route();
