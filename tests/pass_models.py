@@ -36,7 +36,7 @@ def fusion_model() -> onnx.ModelProto:
             helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 4]),
             helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 8, 4]),
         ],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 4, 4])],
         [constant("sqrt2", 1.4142135), constant("one", 1.0), constant("half", 0.5)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
