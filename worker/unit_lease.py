@@ -6,7 +6,12 @@ for every unit held (an embedded server runs several at once): it starts with th
 and ends at a renewal that finds none, so a worker running checks one after another keeps one
 thread instead of starting and joining one per check. A renewal that finds the unit no longer this
 worker's (its lease ran out and another worker took it, or its job ended) sets the unit's ``lost``
-event: the check is stopped."""
+event: the check is stopped.
+
+Each renewal runs on a small pool, so one that blocks (its job's row locked by a long
+transaction, a slow connection) holds up neither the other units' renewals nor their release: a
+unit whose renewal still runs is skipped in the next round, and ``release`` waits for its own
+unit's renewal only."""
 
 from __future__ import annotations
 
@@ -15,7 +20,8 @@ import math
 import os
 import threading
 import time
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 
 from persistence.repositories import JobRepository
 from persistence.repositories.units import UnitRepository
@@ -24,6 +30,7 @@ from worker.context import RunnerContext
 
 log = logging.getLogger("onnx_reducer.worker")
 MIN_INTERVAL_S = 0.05
+RENEWERS = 4  # renewals run at once (one blocked leaves the others going)
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,6 +42,7 @@ class HeldUnit:
     unit_id: int
     job_id: str
     lost: threading.Event
+    renewing: threading.Lock = field(default_factory=threading.Lock)  # held while its lease is renewed
 
 
 class LeaseKeeper:
@@ -47,10 +55,10 @@ class LeaseKeeper:
         """No unit held, no thread (also what a forked child does: it has none of its parent's
         threads, and perhaps a lock one of them held)."""
         self._lock = threading.Lock()
-        self._renewing = threading.Lock()  # held while one unit's lease is renewed
         self._held: set[HeldUnit] = set()
         self._changed = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     def hold(self, ctx: RunnerContext, unit_id: int, job_id: str) -> HeldUnit:
         """Renew the unit's lease until ``release``; its ``lost`` event is set if it is lost."""
@@ -71,8 +79,9 @@ class LeaseKeeper:
 
     def release(self, held: HeldUnit) -> None:
         """No renewal of ``held`` starts after this returns, and none is under way (so nothing
-        touches its database once its check is over: a test may dispose of it)."""
-        with self._renewing, self._lock:
+        touches its database once its check is over: a test may dispose of it); another unit's
+        renewal is not waited for."""
+        with held.renewing, self._lock:
             self._held.discard(held)
 
     def _run(self) -> None:
@@ -97,14 +106,26 @@ class LeaseKeeper:
             due_at = min(due_at, time.monotonic() + interval)  # a unit held since: no later than its lease asks
             if self._changed.wait(max(due_at - time.monotonic(), 0.0)):
                 continue
-            with self._lock:
-                held_now = list(self._held)
-            for held in held_now:
-                self._renew_if_held(held)
+            self._renew_round(interval)
             due_at = math.inf
 
+    def _renew_round(self, interval: float) -> None:
+        """Every held unit's renewal, on the pool; waits for them up to ``interval`` (one still
+        blocked goes on alone). A bug in a renewal ends the thread (``_run`` logs it)."""
+        with self._lock:
+            held_now = [h for h in self._held if not h.renewing.locked()]
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(RENEWERS, thread_name_prefix="unit-lease")
+            pool = self._pool
+        futures: list[Future[None]] = [pool.submit(self._renew_if_held, held) for held in held_now]
+        done, _ = wait(futures, timeout=interval)
+        for future in done:
+            future.result()
+
     def _renew_if_held(self, held: HeldUnit) -> None:
-        with self._renewing:
+        if not held.renewing.acquire(blocking=False):
+            return  # its last renewal still runs
+        try:
             with self._lock:
                 if held not in self._held:
                     return  # released since the round began
@@ -113,6 +134,8 @@ class LeaseKeeper:
             held.lost.set()
             with self._lock:
                 self._held.discard(held)
+        finally:
+            held.renewing.release()
 
 
 def _renew(held: HeldUnit) -> bool:

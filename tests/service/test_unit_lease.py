@@ -5,12 +5,14 @@ is held."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from persistence.db import Database
 from persistence.enums import JobStatus
@@ -119,3 +121,20 @@ def test_a_renewal_thread_that_died_is_started_again_by_the_next_hold(
     _renewed(ctx, unit)
     keeper.release(first)
     keeper.release(second)
+
+
+def test_a_blocked_renewal_holds_up_neither_the_others_nor_their_release(ctx: RunnerContext) -> None:
+    keeper = LeaseKeeper()
+    blocked_job, (blocked,) = _running_units(ctx.db, 1)
+    other_job, (other,) = _running_units(ctx.db, 1)
+    with ctx.db.session() as session:  # a long transaction holds the first job's row: its renewal waits
+        session.execute(select(Job.id).where(Job.id == blocked_job).with_for_update())
+        held = keeper.hold(ctx, blocked, blocked_job)
+        kept = keeper.hold(ctx, other, other_job)
+        _renewed(ctx, other, 3)  # renewed round after round meanwhile
+        released = threading.Thread(target=keeper.release, args=(kept,), name="release")
+        released.start()
+        released.join(WAIT_S)
+        assert not released.is_alive(), "releasing another unit waited for the blocked renewal"
+    keeper.release(held)
+    assert not held.lost.is_set() and not kept.lost.is_set()
