@@ -1,8 +1,8 @@
 // Drawing an ONNX graph (the JSON of GET /v1/jobs/{id}/artifacts/{name}/graph) in SVG, laid out by
 // graphlayout.js: name scopes as collapsible groups, long chains folded into columns. Only what is
 // in view is in the DOM (a 10,000-node graph stays fluid); below a legible scale the labels are
-// hidden and a minimap shows where the view is. Pan (drag, arrow keys), zoom (wheel, + / −, 0
-// fits), search by node name or op, click a group to open or close it. With an error overlay
+// hidden and a minimap shows where the view is. Pan (drag, arrow keys), zoom (wheel, + / −; Fit
+// and 0 show the whole graph), search by node name or op, click a group to open or close it. With an error overlay
 // (overlay.js: a compare/golden job's per-node errors) the nodes are filled by their error and
 // hovering one shows it.
 
@@ -37,7 +37,7 @@ const overlaps = (r, v) => r.x < v.x + v.w && v.x < r.x + r.w && r.y < v.y + v.h
  * difference). options.focus: ids shown inside the graph (the min-bad in the original), the rest
  * dimmed but the path from the inputs to them; options.budget: boxes shown before groups close;
  * options.overlay: an error overlay (overlay.js buildOverlay) to fill the nodes by.
- * Returns the view control (fit, zoom, pan, search, next, toggle, setOverlay, stats). */
+ * Returns the view control (fit, overview, zoom, pan, search, next, toggle, setOverlay, stats). */
 export function drawGraph(container, graph, highlight = new Set(), options = {}) {
   const started = performance.now();
   const focus = options.focus && options.focus.size ? options.focus : null;
@@ -238,7 +238,8 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
     root.classList.toggle("lod", scaleNow() < LABELS_FROM);
     const whole = view.x <= bounds.x + 1 && view.y <= bounds.y + 1
       && view.x + view.w >= bounds.x + bounds.w - 1 && view.y + view.h >= bounds.y + bounds.h - 1;
-    minimap.hidden = whole;
+    // the minimap stays while the drawing is below a legible scale (a big graph at Fit)
+    minimap.hidden = whole && scaleNow() >= LEGIBLE - 1e-6;
     if (!whole) drawMinimap();
   };
   const apply = () => {
@@ -289,9 +290,19 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
   };
 
   const control = {
+    /** The whole graph in view (never magnified past 1:1), however small that makes it: the Fit
+     * button and the 0 key. Below a legible scale the minimap stays. */
     fit() {
-      // the whole graph when its labels stay legible (never magnified past 1:1); otherwise an
-      // overview at the smallest legible scale, on the min-bad (or the inputs), with the minimap
+      const rect = root.getBoundingClientRect();
+      const cw = rect.width || target.w;
+      const ch = rect.height || target.h;
+      const s = Math.min(cw / bounds.w, ch / bounds.h, 1);
+      Object.assign(view, { w: cw / s, h: ch / s });
+      centreOn(bounds.x + bounds.w / 2, bounds.y + bounds.h / 2);
+    },
+    /** The first view: the whole graph when its labels stay legible; otherwise an overview at the
+     * smallest legible scale, on the min-bad (or the inputs), with the minimap. */
+    overview() {
       const rect = root.getBoundingClientRect();
       const cw = rect.width || target.w;
       const ch = rect.height || target.h;
@@ -457,7 +468,7 @@ export function drawGraph(container, graph, highlight = new Set(), options = {})
     hover.hidden = false;
   });
   root.addEventListener("pointerleave", () => { hover.hidden = true; });
-  control.fit();
+  control.overview();
   control.flush();
   const drawMs = performance.now() - started;
   return control;

@@ -1,9 +1,11 @@
 // The layout of an ONNX graph (the JSON of the graph route) for graph.js, with no DOM: nodes are
 // grouped by name scope (`/m/encoder/layer.2/attention/MatMul` sits in m › encoder › layer.2 ›
 // attention); a collapsed group is one box, an expanded one a frame around its own layout. Each
-// level is a layered DAG (a node one layer below its deepest producer, barycentre ordering), and
-// its layers are folded into side-by-side columns so that a long chain fills the view's width
-// instead of becoming a one-pixel column.
+// level is a layered DAG (a node one layer below its deepest producer, barycentre ordering). The
+// outer level's layers are folded into side-by-side columns so that a long chain fills the view's
+// width instead of becoming a one-pixel column; inside an opened group (a frame) only a long run
+// (more than FOLD_FROM layers: 24 encoder layers) is, read column after column: an attention
+// block or a layer opened by a click reads top to bottom, never upwards.
 
 const NODE_H = 40;
 const LAYER_GAP = 22;
@@ -12,6 +14,7 @@ const COLUMN_GAP = 40;
 const FRAME_PAD = 12;
 const FRAME_HEAD = 24;
 const CHAR_W = 7.4;
+const FOLD_FROM = 12; // inside a frame, a level of more layers than this may fold into columns
 export const VISIBLE_BUDGET = 60; // groups open by default while this many boxes or fewer show
 
 export function shapeText(info) {
@@ -240,7 +243,9 @@ export function layoutGraph(graph, options = {}) {
   return { items: [...items.values()], frames: frameList, edges: [...edges.values()], width: top.w, height: top.h, tree, open };
 }
 
-/** One level: members (ids) and their edges -> {pos: Map id -> {x, y}, w, h}, folded into columns. */
+/** One level: members (ids) and their edges -> {pos: Map id -> {x, y}, w, h}; the outer level
+ * folded into columns to fit `target`, a frame's level (not `outer`) only when it is longer than
+ * FOLD_FROM layers (else one column, top to bottom). */
 function layLevel(ids, pairs, size, target, outer) {
   const index = new Map(ids.map((id, i) => [id, i]));
   const incoming = ids.map(() => []);
@@ -305,7 +310,7 @@ function layLevel(ids, pairs, size, target, outer) {
       h: Math.max(...boxes.map((b) => b.h)),
     };
   });
-  const k = bestFold(rows, target);
+  const k = outer || rows.length > FOLD_FROM ? bestFold(rows, target) : 1;
   const perColumn = Math.ceil(rows.length / k);
   const pos = new Map();
   let x = 0;
