@@ -104,23 +104,36 @@ class WarmRunner:
             theirs.close()
         self.usable = True
         try:
-            self.receive(START_TIMEOUT_S)  # {"ready": pid} once the imports are done
-        except (WarmRunnerError, subprocess.TimeoutExpired) as exc:
+            self.reply(START_TIMEOUT_S)  # {"ready": pid} once the imports are done
+        except WarmRunnerError as exc:
             self.close()
             raise WarmRunnerError(f"the warm check runner did not start: {exc}") from exc
 
     def receive(self, timeout: float | None) -> dict[str, Any]:
-        readable, _, _ = select.select([self.sock], [], [], timeout)
-        if not readable:
+        """The runner's next message; ``subprocess.TimeoutExpired`` when none came in ``timeout``
+        (``ForkedCheck.wait`` is ``Popen.wait`` to ``pump``), ``WarmRunnerError`` when it is gone."""
+        poller = select.poll()  # not select.select: a service process may hold fds above 1024
+        poller.register(self.sock, select.POLLIN)
+        if not poller.poll(None if timeout is None else max(0, int(timeout * 1000))):
             raise subprocess.TimeoutExpired("warm check runner", timeout or 0.0)
-        data = self.sock.recv(_MAX_MESSAGE_BYTES)
-        if not data:
+        try:
+            data = self.sock.recv(_MAX_MESSAGE_BYTES)
+            message: dict[str, Any] = json.loads(data) if data else {}
+        except (OSError, ValueError) as exc:
+            raise WarmRunnerError(f"the warm check runner failed: {exc}") from exc
+        if not message:
             self.usable = False
             raise WarmRunnerError("the warm check runner exited")
-        message: dict[str, Any] = json.loads(data)
         if "error" in message:
             raise WarmRunnerError(str(message["error"]))
         return message
+
+    def reply(self, timeout: float) -> dict[str, Any]:
+        """``receive`` where no answer in ``timeout`` means the runner is stuck."""
+        try:
+            return self.receive(timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise WarmRunnerError(f"the warm check runner did not answer in {timeout:g} s") from exc
 
     def run(self, payload_path: Path, folder: Path, timeout_s: float, memory_limit_bytes: int | None) -> ChildRun:
         """Fork a child that runs ``checks.child PAYLOAD`` in ``folder``; watch it like a cold one.
@@ -137,7 +150,7 @@ class WarmRunner:
             os.close(write_fd)
         with open(read_fd, "rb", buffering=0) as stream:
             try:
-                check = ForkedCheck(int(self.receive(REPLY_TIMEOUT_S)["pid"]), self)
+                check = ForkedCheck(int(self.reply(REPLY_TIMEOUT_S)["pid"]), self)
                 return self._watch(check, stream, timeout_s, memory_limit_bytes)
             except BaseException:
                 self.usable = False  # mid-check: the protocol is out of step, the runner goes
@@ -151,8 +164,13 @@ class WarmRunner:
         kill_group(check)  # on timeout, or grandchildren left behind by the runtime
         if stopped is not None:
             pump(check, [(stream, output)], KILL_GRACE_S)
-        code = check.wait(REPLY_TIMEOUT_S)
-        self.sock.send(b"reap")
+        if check.returncode is None:  # killed above: its exit status comes at once
+            check.returncode = int(self.reply(REPLY_TIMEOUT_S)["exit"])
+        try:
+            self.sock.send(b"reap")
+        except OSError:  # the runner died after the check ended: the verdict stands, the runner goes
+            self.usable = False
+        code = check.returncode
         return ChildRun(stopped, code, output.text())
 
     def close(self) -> None:
