@@ -17,6 +17,7 @@ from typing import Any
 from api.bundles import extract_bundle, find_model, is_bundle
 from api.golden import check_golden_fits, validate_golden
 from api.inputs import stage_inputs, validate_inputs
+from api.passes_answers import passes_options
 from api.problems import ProblemError, about_field, field_errors
 from api.release_answers import release_options
 from api.validation import validate_model
@@ -226,6 +227,8 @@ def _task(fields: dict[str, str], spec: CheckSpec | None) -> dict[str, Any]:
         return {}
     if raw == JobTask.BISECT_RELEASES.value:
         return release_options(fields, spec)
+    if raw == JobTask.BISECT_PASSES.value:
+        return passes_options(spec)
     if spec is None:
         detail = (
             "task precision needs an automatic check spec (kind compare, golden or error), not kind: 'interactive'."

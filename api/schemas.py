@@ -79,6 +79,8 @@ class JobOut(BaseModel):
     keep_fp32: list[str] | None = None  # a succeeded precision job: the nodes that must stay fp32
     # a bisect-releases job: its answer, or the strip of releases judged so far (api.release_answers)
     releases: dict[str, Any] | None = None
+    # a bisect-passes job: its answer, or the probes run so far (api.passes_answers)
+    passes: dict[str, Any] | None = None
     labels: dict[str, str] = {}
     """What the job was submitted with: the CI context ``onnx-reducer submit`` picks up (``ci``,
     ``repo``, ``commit``, ``branch``, ``run_url``, ``traceparent``) and ``--label key=value``."""

@@ -103,6 +103,7 @@ class AnswerPayload(TypedDict, total=False):
     bundle_checks: int  # the checks the bug-report bundle's self-check ran (not in checks_run)
     bundle_refused: str  # why the job keeps no bug-report bundle (its self-check did not reproduce)
     releases: dict[str, Any]  # a bisect-releases job's answer (reducer_core.release_bisect.ReleaseAnswer)
+    passes: dict[str, Any]  # a bisect-passes job's answer (reducer_core.pass_bisect.PassAnswer)
 
 
 class JobEndPayload(AnswerPayload):

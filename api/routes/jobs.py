@@ -19,6 +19,7 @@ from api.intake import JobIntake
 from api.intake_pool import busy
 from api.interactive import answer, fail_to_start, iteration_link, start_interactive
 from api.labels import parse_filters
+from api.passes_answers import passes_view
 from api.problems import ProblemError, not_found
 from api.queue_info import with_dispatch
 from api.release_answers import release_view
@@ -86,12 +87,13 @@ _UPLOAD_DOC = {
                         "mode": {"type": "string", "enum": ["auto", "bisect", "linear", "minimize"]},
                         "task": {
                             "type": "string",
-                            "enum": ["reduce", "precision", "bisect-releases"],
+                            "enum": ["reduce", "precision", "bisect-releases", "bisect-passes"],
                             "description": "reduce (default): the smallest failing subgraph; precision: the "
                             "fewest nodes that must stay fp32 for the fp16 model to pass the check spec (its "
                             "target runs onnxruntime in fp16); the answer is the job's keep_fp32 and its "
                             "'mixed' artifact; bisect-releases: the first onnxruntime release that fails and the "
-                            "last that passes, each release run by a worker advertising it (the job's releases)",
+                            "last that passes, each release run by a worker advertising it (the job's releases); "
+                            "bisect-passes: the onnxruntime optimizers (TensorRT build options) the failure needs",
                         },
                         "releases": {
                             "type": "string",
@@ -290,6 +292,8 @@ def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
         out.samples = _samples(session, job) if judges_samples else None  # two queries, for these kinds only
         if JobTask.of(job.options) is JobTask.BISECT_RELEASES:
             out.releases = release_view(job)
+        if JobTask.of(job.options) is JobTask.BISECT_PASSES:
+            out.passes = passes_view(job)
         return with_dispatch(session, job, out, services.settings).model_dump_json().encode()
 
 
