@@ -21,6 +21,18 @@ from persistence.models import utcnow
 from persistence.repositories import FarmVerdictRepository, IterationRepository, JobRepository
 
 RATE_WINDOW_S = 60.0
+CHECK_TIME_WINDOW_S = 300.0  # check time percentiles: over the checks finished this long ago or since
+CHECK_TIME_QUANTILES = (0.5, 0.9, 0.99)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (sorted), linear between the two nearest ranks."""
+    if not values:
+        return 0.0
+    position = q * (len(values) - 1)
+    low = int(position)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (position - low)
 
 
 class _JobsCollector(Collector):
@@ -60,7 +72,27 @@ class _FarmCollector(Collector):
         )
         for row in JobRepository(session).queue_depths():
             depth.add_metric([row.team, row.queue], row.jobs)
-        return [depth, *self._check_metrics(session), *self._worker_metrics(session)]
+        return [depth, *self._check_metrics(session), *self._check_time(session), *self._worker_metrics(session)]
+
+    def _check_time(self, session: Session) -> list[Metric]:
+        """Percentiles of the check time over the checks of the last ``CHECK_TIME_WINDOW_S`` (a
+        gauge per quantile: no series without checks), and how many checks they cover."""
+        since = utcnow() - timedelta(seconds=CHECK_TIME_WINDOW_S)
+        durations = sorted(IterationRepository(session).check_durations_since(since))
+        seconds = GaugeMetricFamily(
+            "onnx_reducer_check_seconds",
+            f"Check time percentiles over the checks finished in the last {int(CHECK_TIME_WINDOW_S)} s",
+            labels=["quantile"],
+        )
+        if durations:
+            for q in CHECK_TIME_QUANTILES:
+                seconds.add_metric([str(q)], quantile(durations, q))
+        window = GaugeMetricFamily(
+            "onnx_reducer_check_seconds_window_checks",
+            f"Checks finished in the last {int(CHECK_TIME_WINDOW_S)} s (what onnx_reducer_check_seconds covers)",
+            value=len(durations),
+        )
+        return [seconds, window]
 
     def _check_metrics(self, session: Session) -> list[Metric]:
         """Checks and cache hits per team (counters), the recent check rate and the hit ratios."""

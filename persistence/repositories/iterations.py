@@ -181,6 +181,13 @@ class IterationRepository:
         """The check running now (its row is pending), if any."""
         return self.session.scalar(select(Iteration).where(Iteration.job_id == job_id, Iteration.pending.is_(True)))
 
+    def check_durations_since(self, moment: datetime) -> tuple[float, ...]:
+        """How long each check (not a cached answer) finished after ``moment`` ran, in seconds."""
+        query = select(Iteration.duration_s).where(
+            Iteration.finished_at > moment, Iteration.cached.is_(None), Iteration.duration_s.is_not(None)
+        )
+        return tuple(float(d) for d in self.session.scalars(query).all() if d is not None)
+
     def finished_since(self, moment: datetime) -> dict[str, int]:
         """Checks (not cached answers) finished after ``moment``, per team name."""
         query = (
