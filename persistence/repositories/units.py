@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, exists, func, insert, null, or_, select, update
+from sqlalchemy import Select, and_, bindparam, exists, func, insert, null, or_, select, update
 from sqlalchemy.orm import Session
 
 from persistence.enums import ACTIVE_STATUSES, JobStatus
@@ -266,11 +266,14 @@ class UnitRepository:
     # -- fair share --------------------------------------------------------------------------------
 
     def available_work(self, queues: Sequence[str], max_attempts: int, limit: int = 200) -> list[Work]:
-        """What a worker of ``queues`` may take, oldest job first: queued units of running jobs and
-        queued jobs (neither cancel-requested), and running jobs nobody holds (their lease ran out
-        and no unit waits: their workers died; cancel-requested or out of attempts too, which the
-        claim ends). The database is the queue: a message only wakes a worker to look here."""
-        units = self.session.execute(
+        """What a worker of ``queues`` may take, oldest job first: queued units of running and
+        finishing jobs and queued jobs (neither cancel-requested), and running jobs nobody holds
+        (their lease ran out and no unit waits: their workers died; cancel-requested or out of
+        attempts too, which the claim ends). At most ``limit`` of each kind per team (its oldest),
+        so a big job's checks never crowd another team's out of fair share's view. The database
+        is the queue: a message only wakes a worker to look here."""
+        in_queues = Job.queue.in_(list(queues))
+        unit_rows = _oldest_per_team(
             select(
                 CheckUnit.id,
                 CheckUnit.kind,
@@ -286,37 +289,38 @@ class UnitRepository:
                 CheckUnit.status == QUEUED,
                 Job.status.in_(list(ACTIVE_STATUSES)),
                 Job.cancel_requested.is_(False),
-                Job.queue.in_(list(queues)),
-            )
-            .order_by(Job.created_at, Job.id, CheckUnit.number)
-            .limit(limit)
-        ).all()
-        jobs = self.session.execute(
+                in_queues,
+            ),
+            (Job.created_at, Job.id, CheckUnit.number),
+            limit,
+        )
+        job_rows = _oldest_per_team(
             select(Job.id, Team.name, Job.created_at, Job.check_spec)
             .join(Team, Team.id == Job.team_id)
             .where(
                 Job.status == JobStatus.QUEUED,
                 Job.cancel_requested.is_(False),
                 Job.attempts < max_attempts,
-                Job.queue.in_(list(queues)),
-            )
-            .order_by(Job.created_at, Job.id)
-            .limit(limit)
-        ).all()
+                in_queues,
+            ),
+            (Job.created_at, Job.id),
+            limit,
+        )
         # a queued check waits for a worker; an asked one for a person (an interactive job): held
         waiting = exists().where(CheckUnit.job_id == Job.id, CheckUnit.status.in_([QUEUED, ASKED]))
-        unheld = self.session.execute(
+        unheld_rows = _oldest_per_team(
             select(Job.id, Team.name, Job.created_at, Job.check_spec)
             .join(Team, Team.id == Job.team_id)
             .where(
                 Job.status == JobStatus.RUNNING,
                 or_(Job.lease_expires_at.is_(None), Job.lease_expires_at < utcnow()),
                 ~waiting,
-                Job.queue.in_(list(queues)),
-            )
-            .order_by(Job.created_at, Job.id)
-            .limit(limit)
-        ).all()
+                in_queues,
+            ),
+            (Job.created_at, Job.id),
+            limit,
+        )
+        units, jobs, unheld = (self.session.execute(rows).all() for rows in (unit_rows, job_rows, unheld_rows))
         work = [
             Work(FINISH if kind == FINISH else "unit", uid, jid, str(team), created, number, spec)
             for uid, kind, jid, team, created, number, spec in units
@@ -381,6 +385,17 @@ class UnitRepository:
         since = utcnow() - timedelta(seconds=seen_within_s)
         rows = self.session.scalars(select(Worker.queues).where(and_(Worker.heartbeat_at >= since))).all()
         return sum(1 for queues in rows if queue in (queues or []))
+
+
+def _oldest_per_team(
+    statement: Select[*tuple[Any, ...]], order: tuple[Any, ...], limit: int
+) -> Select[*tuple[Any, ...]]:
+    """``statement``'s rows (it selects ``Job.created_at``), at most ``limit`` per team: each
+    team's first by ``order``; oldest job first."""
+    rank = func.row_number().over(partition_by=Job.team_id, order_by=order).label("team_rank")
+    ranked = statement.add_columns(rank).subquery()
+    columns = [column for column in ranked.c if column.name != "team_rank"]
+    return select(*columns).where(ranked.c.team_rank <= limit).order_by(ranked.c.created_at, ranked.c.team_rank)
 
 
 def _aware(moment: datetime) -> datetime:
