@@ -48,6 +48,8 @@ class WorkerSettings(ServiceSettings):
     webhook_backoff_s: float = Field(default=5.0, gt=0)
     # ... and gives up once the event is this old (a day)
     webhook_max_age_s: float = Field(default=24 * 3600.0, gt=0)
+    # ... and its delivery log forgets the deliveries that ended this long ago (30 days)
+    webhook_log_keep_s: float = Field(default=30 * 24 * 3600.0, gt=0)
     # the service's public address (https://reducer.example.com): a webhook's links start with it
     # (empty: they are paths on the api's address)
     public_url: str = ""

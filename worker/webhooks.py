@@ -8,7 +8,7 @@ way with its endpoint's secret.
 * A 2xx answer delivers it. Anything else (another status, no answer, a refused target) is tried
   again after ``WEBHOOK_BACKOFF_S`` x 2^(attempt - 1) (at most ``MAX_PAUSE_S`` apart) until the
   event is ``WEBHOOK_MAX_AGE_S`` old (a day); then it fails for good. The log keeps the attempts,
-  the last status code and the last error.
+  the last status code and the last error, for ``WEBHOOK_LOG_KEEP_S`` (30 days) after it ended.
 * The target is checked again before every attempt (``persistence.webhooks.check_target``: a name
   that now resolves to a private address is refused) and the connection goes to the address
   that was checked, so a DNS answer changed in between cannot redirect it. Redirects are not
@@ -35,6 +35,7 @@ MAX_PAUSE_S = 2 * 3600.0
 BATCH = 20
 LEASE_MARGIN_S = 30.0  # a delivery's lease: the receiver's timeout and this
 USER_AGENT = "onnx-reducer-webhooks/1"
+PRUNE_INTERVAL_S = 3600.0
 
 
 def retry_at(settings: WorkerSettings, claimed: Claimed, now: datetime) -> datetime | None:
@@ -104,6 +105,7 @@ class WebhookDelivery:
         self.policy = TargetPolicy.from_settings(settings.webhook_allow_private, settings.webhook_allowed_networks)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="webhook-delivery", daemon=True)
+        self._next_prune = 0.0
 
     def start(self) -> WebhookDelivery:
         self._thread.start()
@@ -129,9 +131,14 @@ class WebhookDelivery:
                 self._stop.wait(self.settings.webhook_poll_s)
 
     def run_once(self) -> int:
-        """Deliver what is due now (at most ``BATCH``); how many attempts were made."""
+        """Deliver what is due now (at most ``BATCH``); how many attempts were made. Now and then
+        the log forgets the deliveries that ended more than ``WEBHOOK_LOG_KEEP_S`` ago."""
         with self.db.session() as session:
-            due = WebhookRepository(session).due(BATCH)
+            webhooks = WebhookRepository(session)
+            if time.monotonic() >= self._next_prune:
+                webhooks.prune(utcnow() - timedelta(seconds=self.settings.webhook_log_keep_s))
+                self._next_prune = time.monotonic() + PRUNE_INTERVAL_S
+            due = webhooks.due(BATCH)
         made = 0
         for delivery_id in due:
             if self._stop.is_set():

@@ -136,3 +136,10 @@ class WebhookRepository:
             .values(last_status_code=result.status_code, last_error=result.error, **values)
         )
         return bool(getattr(done, "rowcount", 0))
+
+    def prune(self, before: datetime) -> int:
+        """Forget the deliveries that ended (succeeded or failed) and were created before ``before``."""
+        query = delete(WebhookDelivery).where(
+            WebhookDelivery.status.in_((SUCCEEDED, FAILED)), WebhookDelivery.created_at < before
+        )
+        return int(getattr(self.session.execute(query), "rowcount", 0) or 0)

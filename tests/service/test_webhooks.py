@@ -295,6 +295,24 @@ def test_a_delivery_held_by_a_killed_worker_is_sent_again_with_its_id(database: 
     assert entry.status == "succeeded" and entry.attempts == 2
 
 
+def test_the_log_forgets_ended_deliveries_after_a_while(database: Database, receiver: Receiver) -> None:
+    with database.session() as session:
+        team = TeamRepository(session).get_or_create("team-a")
+        endpoint_id = _endpoint(WebhookRepository(session), team.id, receiver.url)
+    settings = WorkerSettings(database_url=database.url, webhook_allow_private=True, webhook_log_keep_s=3600)
+    _queue_test_event(database, endpoint_id)
+    assert WebhookDelivery(database, settings).run_once() == 1
+    _queue_test_event(database, endpoint_id)  # still to be delivered, however old
+    with database.session() as session:
+        for row in WebhookRepository(session).deliveries(endpoint_id):
+            row.created_at = utcnow() - timedelta(hours=2)
+    receiver.script = [500]
+    assert WebhookDelivery(database, settings).run_once() == 1  # a new duty prunes at its first round
+    with database.session() as session:
+        (kept,) = WebhookRepository(session).deliveries(endpoint_id)
+    assert kept.status == "pending" and kept.attempts == 1
+
+
 def test_another_teams_webhook_is_not_found(quiet_api: str, tokens: dict[str, str]) -> None:
     with client_for(quiet_api, tokens["team-a"]) as a, client_for(quiet_api, tokens["team-b"]) as b:
         created = a.post("/v1/webhooks", json={"url": "https://93.184.215.14/hook"})
