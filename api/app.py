@@ -25,7 +25,7 @@ from api.job_cache import JobReadCache
 from api.metrics import install_metrics
 from api.openapi_problems import install_problem_docs
 from api.problems import install_problem_handlers
-from api.routes import artifacts, bundle, events, graphs, health, jobs, me, webhooks, workers
+from api.routes import artifacts, bundle, events, graphs, health, jobs, me, tokens, webhooks, workers
 from api.services import Services
 from api.settings import ApiSettings
 from api.shared_reads import SharedReads
@@ -108,7 +108,7 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
     install_problem_handlers(app)
     install_metrics(app, registry, db, settings)
     app.add_middleware(ShedMiddleware, max_inflight=settings.max_inflight_requests, retry_after_s=1)
-    for module in (jobs, workers, events, artifacts, bundle, graphs, me, webhooks, health):
+    for module in (jobs, workers, events, artifacts, bundle, graphs, me, webhooks, tokens, health):
         app.include_router(module.router)
     _install_web_ui(app)
     app.include_router(guide_router)

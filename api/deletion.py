@@ -40,7 +40,8 @@ def _still_there(services: Services, team_id: str, job_id: str) -> bool:
         return JobRepository(session).for_team(team_id, job_id) is not None
 
 
-async def delete_job(services: Services, team_id: str, job_id: str) -> None:
+async def delete_job(services: Services, team_id: str, job_id: str, actor: str) -> None:
+    """``actor``: who asks (the team's audit record names it)."""
     seq = await anyio.to_thread.run_sync(_cancel, services, team_id, job_id)
     services.job_reads.forget(team_id, job_id)
     if seq is not None:
@@ -48,7 +49,9 @@ async def delete_job(services: Services, team_id: str, job_id: str) -> None:
     deadline = time.monotonic() + STOP_WAIT_S
     grace = blob_grace_s(services.settings.job_time_limit_s)
     while True:
-        deleted = await anyio.to_thread.run_sync(delete_finished_job, services.db, services.layout, job_id, grace)
+        deleted = await anyio.to_thread.run_sync(
+            delete_finished_job, services.db, services.layout, job_id, grace, actor
+        )
         if deleted is not None or not await anyio.to_thread.run_sync(_still_there, services, team_id, job_id):
             services.job_reads.forget(team_id, job_id)
             return

@@ -10,8 +10,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.problems import ProblemError, not_found
 from api.services import Services
-from persistence.models import Team
+from persistence.models import ApiToken, Team
 from persistence.repositories import TeamRepository
+from persistence.repositories.audit import token_actor
 
 _bearer = HTTPBearer(auto_error=False, description="A team's API token (`onnx-reducer token create --team NAME`).")
 
@@ -72,3 +73,45 @@ async def current_team(
 
 
 TeamDep = Annotated[Team, Depends(current_team)]
+
+
+async def current_actor(
+    team: TeamDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> str:
+    """How the team's audit record names whoever sends this request: its token's prefix."""
+    assert credentials is not None  # current_team refused a request without one
+    return token_actor(credentials.credentials)
+
+
+ActorDep = Annotated[str, Depends(current_actor)]
+
+
+def _token_row(services: Services, token: str) -> ApiToken | None:
+    with services.db.session() as session:
+        return TeamRepository(session).token_row(token)
+
+
+async def admin_token(
+    team: TeamDep,
+    services: ServicesDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> ApiToken:
+    """The request's token when it is a team admin token (read from the database, not the cache:
+    a token revoked a moment ago manages nothing); 403 for a team's ordinary token."""
+    assert credentials is not None
+    row = await anyio.to_thread.run_sync(_token_row, services, credentials.credentials)
+    if row is None:
+        raise ProblemError(
+            401, "Unauthorized", "This API token is not valid (revoked or never issued).", headers=_CHALLENGE
+        )
+    if not row.admin:
+        raise ProblemError(
+            403,
+            "Not a team admin",
+            f"Only a team admin token manages team {team.name}'s tokens and reads its audit record; an operator "
+            f"creates one with `onnx-reducer token create --team {team.name} --admin`.",
+        )
+    return row
+
+
+AdminDep = Annotated[ApiToken, Depends(admin_token)]

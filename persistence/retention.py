@@ -29,11 +29,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from sqlalchemy.orm import Session
+
 from persistence.config import ServiceSettings
 from persistence.db import Database
 from persistence.layout import DataLayout
-from persistence.models import utcnow
+from persistence.models import Job, utcnow
 from persistence.repositories import ArtifactRepository
+from persistence.repositories.audit import JOB_DELETED, RETENTION_ACTOR, AuditRepository
 from persistence.repositories.farm_verdicts import FarmVerdictRepository
 from persistence.repositories.retention import RetentionRepository
 from persistence.store import ArtifactStore
@@ -56,18 +59,29 @@ class DeletedJob:
     blobs_removed: int
 
 
-def delete_finished_job(db: Database, layout: DataLayout, job_id: str, blob_grace: float) -> DeletedJob | None:
+def delete_finished_job(
+    db: Database, layout: DataLayout, job_id: str, blob_grace: float, actor: str = RETENTION_ACTOR
+) -> DeletedJob | None:
     """Delete a finished job, its farm verdicts and the blobs nothing refers to any more (none
-    stored within ``blob_grace`` seconds); None when it is gone or not finished."""
+    stored within ``blob_grace`` seconds); None when it is gone or not finished. The team's audit
+    record says ``actor`` deleted it (a token's prefix, or the retention rules)."""
     with db.session() as session:
         retention = RetentionRepository(session)
         if not retention.lock_finished(job_id):
             return None
+        _audit_deletion(session, job_id, actor)
         keys = retention.blob_keys_of(job_id)
         FarmVerdictRepository(session).forget_job(job_id)
         retention.delete_finished(job_id)
     shutil.rmtree(layout.job_dir(job_id), ignore_errors=True)
     return DeletedJob(job_id, _remove_unreferenced(db, layout.store, keys, blob_grace))
+
+
+def _audit_deletion(session: Session, job_id: str, actor: str) -> None:
+    job = session.get(Job, job_id)
+    if job is not None:
+        detail = {"model": job.model_filename, "status": str(job.status), "created_at": job.created_at.isoformat()}
+        AuditRepository(session).add(job.team_id, JOB_DELETED, actor, job_id, detail)
 
 
 def _remove_unreferenced(db: Database, store: ArtifactStore, keys: Iterable[str], blob_grace: float) -> int:

@@ -40,6 +40,13 @@ def add_service_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     token_sub = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     create = token_sub.add_parser("create", help="Print a new token for a team (created if needed).")
     create.add_argument("--team", required=True)
+    create.add_argument(
+        "--admin",
+        action="store_true",
+        help="A team admin token: it also creates, lists and revokes the team's tokens and reads its audit record "
+        "(on the web page's Team view, or /v1/tokens and /v1/audit).",
+    )
+    create.add_argument("--name", default="", help="What the token is for (shown in the team's token list).")
     token_sub.add_parser("list", help="List tokens: prefix, team, created, revoked (never the tokens).")
     revoke = token_sub.add_parser("revoke", help="Revoke a token (its open event streams end too).")
     revoke.add_argument("token", metavar="TOKEN_OR_PREFIX", help="the token, or its prefix as `token list` shows it")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import uvicorn
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from api.app import create_app
 from api.settings import load_api_settings
@@ -24,7 +25,8 @@ from persistence.db import Database, database_problem, describe_url
 from persistence.jsonlog import configure_logging
 from persistence.migrate import downgrade, upgrade
 from persistence.repositories import TeamRepository
-from persistence.repositories.teams import TokenInfo
+from persistence.repositories.audit import CLI_ACTOR, TOKEN_CREATED, TOKEN_REVOKED, AuditRepository
+from persistence.repositories.teams import MAX_TOKEN_NAME, TokenInfo
 from reducer_core.errors import ReducerError, UsageError
 from worker.celery_app import default_app
 from worker.context import context_from_settings
@@ -71,11 +73,11 @@ def token_command(ns: argparse.Namespace) -> int:
         with database.session() as session:
             teams = TeamRepository(session)
             if ns.token_command == "create":
-                print(teams.create_token(teams.get_or_create(ns.team)))
+                print(_create_token(session, teams, ns))
             elif ns.token_command == "list":
                 _print_tokens(teams.tokens(), describe_url(url))
             else:
-                _revoke(teams, ns.token)
+                _revoke(session, teams, ns.token)
         database.dispose()
     return 0
 
@@ -90,13 +92,24 @@ def _print_tokens(tokens: list[TokenInfo], where: str) -> None:
         print(f"{token.prefix:<14}{token.team[:23]:<24}{token.created_at.isoformat(timespec='seconds'):<27}{revoked}")
 
 
-def _revoke(teams: TeamRepository, token_or_prefix: str) -> None:
+def _create_token(session: Session, teams: TeamRepository, ns: argparse.Namespace) -> str:
+    """A new token (recorded in the team's audit record as made by the command line)."""
+    if len(ns.name) > MAX_TOKEN_NAME:
+        raise UsageError(f"--name is {len(ns.name)} characters long; the most is {MAX_TOKEN_NAME}.")
+    row, token = teams.add_token(teams.get_or_create(ns.team).id, name=ns.name, admin=ns.admin)
+    detail = {"prefix": row.prefix, "name": row.name, "admin": row.admin}
+    AuditRepository(session).add(row.team_id, TOKEN_CREATED, CLI_ACTOR, row.prefix, detail)
+    return token
+
+
+def _revoke(session: Session, teams: TeamRepository, token_or_prefix: str) -> None:
     matches = teams.matching(token_or_prefix)
     if not matches:
         raise UsageError(f"No active token matches '{token_or_prefix[:16]}' (see `onnx-reducer token list`).")
     if len(matches) > 1:
         raise UsageError(f"'{token_or_prefix}' matches {len(matches)} tokens; give the whole token.")
     teams.revoke(matches[0].id)
+    AuditRepository(session).add(matches[0].team_id, TOKEN_REVOKED, CLI_ACTOR, matches[0].prefix)
     print(f"revoked {matches[0].prefix}")
 
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from api import deletion
 from api.cursor import decode_cursor, encode_cursor
-from api.deps import ServicesDep, TeamDep
+from api.deps import ActorDep, ServicesDep, TeamDep
 from api.farm import WorkerView, load_workers, waiting_reason
 from api.intake import JobIntake
 from api.intake_pool import busy
@@ -346,11 +346,11 @@ def cancel_job(job_id: str, services: ServicesDep, team: TeamDep, response: Resp
 
 
 @router.delete("/{job_id}", status_code=204, response_class=Response)
-async def delete_job(job_id: str, services: ServicesDep, team: TeamDep) -> Response:
+async def delete_job(job_id: str, services: ServicesDep, team: TeamDep, actor: ActorDep) -> Response:
     """Cancel the job (if it still runs), then delete it: its rows, its folder and the stored blobs
     no other job refers to. 204; 404 for another team's job; 409 while a cancelled job has not
     stopped within seconds (send it again)."""
-    await deletion.delete_job(services, team.id, job_id)
+    await deletion.delete_job(services, team.id, job_id, actor)
     return Response(status_code=204)
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from persistence.models import ApiToken, Team, utcnow
 
 TOKEN_PREFIX = "orx_"
+MAX_TOKEN_NAME = 100  # api_tokens.name
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,32 @@ class TeamRepository:
     def count(self) -> int:
         return len(self.session.scalars(select(Team.id)).all())
 
-    def create_token(self, team: Team) -> str:
-        """A new random token for ``team``; only its hash is stored."""
+    def create_token(self, team: Team, *, name: str = "", admin: bool = False) -> str:
+        """A new random token for ``team``; only its hash is stored. ``admin``: it manages the
+        team's tokens and reads its audit record."""
+        return self.add_token(team.id, name=name, admin=admin)[1]
+
+    def add_token(self, team_id: str, *, name: str = "", admin: bool = False) -> tuple[ApiToken, str]:
+        """The new token's row and the token itself (shown once, never stored)."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        self.session.add(ApiToken(team_id=team.id, token_hash=hash_token(token), prefix=token[:12]))
+        row = ApiToken(team_id=team_id, token_hash=hash_token(token), prefix=token[:12], name=name, admin=admin)
+        self.session.add(row)
         self.session.flush()
-        return token
+        return row, token
+
+    def token_row(self, token: str) -> ApiToken | None:
+        """The unrevoked token's row (``None``: unknown or revoked)."""
+        return self.session.scalar(
+            select(ApiToken).where(ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None))
+        )
+
+    def team_tokens(self, team_id: str) -> list[ApiToken]:
+        """The team's tokens, revoked ones too, oldest first."""
+        query = select(ApiToken).where(ApiToken.team_id == team_id).order_by(ApiToken.created_at, ApiToken.id)
+        return list(self.session.scalars(query))
+
+    def team_token(self, team_id: str, token_id: str) -> ApiToken | None:
+        return self.session.scalar(select(ApiToken).where(ApiToken.team_id == team_id, ApiToken.id == token_id))
 
     def team_for_token(self, token: str) -> Team | None:
         query = (
