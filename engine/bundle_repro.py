@@ -180,6 +180,19 @@ def run_model(
     path = converted_model(model_path, role, runtime)
     if runtime.get("runtime", "onnxruntime") == "tensorrt":
         return _run_tensorrt(path, runtime, feeds)
+    session = ort_session(path, runtime)
+    types = {i.name: i.type for i in session.get_inputs()}
+    feed = {}
+    for name, ort_type in types.items():
+        dtype = _ORT_TYPES.get(ort_type)
+        feed[name] = np.asarray(feeds[name]) if dtype is None else np.asarray(feeds[name]).astype(dtype, copy=False)
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feed), strict=True))
+
+
+def ort_session(path: Path, runtime: Mapping[str, Any], optimized: Path | None = None) -> Any:
+    """An onnxruntime session as the check made it: provider, level, disabled optimizers;
+    ``optimized``: where onnxruntime saves the graph it optimized."""
     import onnxruntime as ort  # noqa: PLC0415 - repro.py runs standalone; onnxruntime is needed only for onnxruntime targets
 
     provider = runtime.get("provider") or "CPUExecutionProvider"
@@ -194,14 +207,10 @@ def run_model(
     }[runtime.get("optimization", "all")]
     options.log_severity_level = 3
     options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options, providers=[provider])
-    types = {i.name: i.type for i in session.get_inputs()}
-    feed = {}
-    for name, ort_type in types.items():
-        dtype = _ORT_TYPES.get(ort_type)
-        feed[name] = np.asarray(feeds[name]) if dtype is None else np.asarray(feeds[name]).astype(dtype, copy=False)
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, feed), strict=True))
+    if optimized is not None:
+        options.optimized_model_filepath = str(optimized)
+    disabled = list(runtime.get("disabled_optimizers") or []) or None
+    return ort.InferenceSession(str(path), options, providers=[provider], disabled_optimizers=disabled)
 
 
 def _run_tensorrt(path: Path, runtime: Mapping[str, Any], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -435,7 +444,20 @@ def check_error(spec: Mapping[str, Any], model_path: Path, save: str | None) -> 
 
 
 def check_op_present(spec: Mapping[str, Any], model_path: Path, save: str | None) -> int:
-    model = onnx.load(str(model_path), load_external_data=False)
+    target = spec.get("target")
+    if target is not None:  # the ops are looked for in the graph onnxruntime optimized for the target
+        with tempfile.TemporaryDirectory() as tmp:
+            saved = Path(tmp) / "optimized.onnx"
+            try:
+                ort_session(converted_model(model_path, "target", target), target, saved)
+            except CannotRunError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - onnxruntime's own exception types
+                return decide(spec, [_runtime_error(exc)])
+            print(f"in the graph onnxruntime optimized ({_label(target)})")
+            model = onnx.load(str(saved), load_external_data=False)
+    else:
+        model = onnx.load(str(model_path), load_external_data=False)
     ops = sorted({n.op_type for n in model.graph.node if n.op_type in spec.get("ops", [])})
     names = sorted({n.name for n in model.graph.node if n.name in spec.get("names", [])})
     print(f"looking for ops {spec.get('ops', [])} and node names {spec.get('names', [])}")
@@ -614,7 +636,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"CANNOT RUN: cannot run the check here: repro.py failed: {type(exc).__name__}: {exc}")
         return CANNOT_RUN
     print(VERDICTS[code])
+    _print_passes()
     return code
+
+
+def _print_passes() -> None:
+    """What ``onnx-reducer bisect-passes --bundle`` found (``passes.json`` beside this script)."""
+    path = HERE / "passes.json"
+    if not path.exists():
+        return
+    answer = json.loads(path.read_text())
+    print(f"optimizers (onnx-reducer bisect-passes): {answer.get('message', '')}")
+    if answer.get("outcome") == "optimizers":
+        field = "disabled_optimizers" if answer.get("runtime") == "onnxruntime" else "disabled_build_options"
+        print(f"  {field}={json.dumps(answer.get('optimizers', []))}")
 
 
 def polygraphy_inputs_json(samples: Sequence[Mapping[str, np.ndarray]]) -> str:

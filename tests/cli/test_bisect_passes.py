@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import onnx
@@ -72,3 +75,21 @@ def test_min_bad_asked_for_but_not_given_is_usage(
     model, spec = fusion_files
     assert run(["bisect-passes", model, "--check-spec", spec, "--on", "min-bad"]) == 2
     assert "--min-bad MODEL" in capsys.readouterr().err
+
+
+def test_the_bundle_reproduces_the_fusion_and_its_repro_names_the_optimizer(fusion_files: tuple[str, str]) -> None:
+    """op-present on the optimized graph in the bundle's repro.py (it used to look into the file,
+    where no fused op is: not reproduced), and bisect-passes --bundle puts its answer there."""
+    model, _ = fusion_files
+    assert run(["reduce", model, "-o", "min_bad.onnx", "--check-spec", "gelu.yaml", "--bundle", "bug.zip"]) == 0
+    bisect = ["bisect-passes", model, "--check-spec", "gelu.yaml", "--min-bad", "min_bad.onnx", "--bundle", "bug.zip"]
+    assert run(bisect) == 0
+    with zipfile.ZipFile("bug.zip") as archive:
+        archive.extractall("bug")
+    repro = subprocess.run(
+        [sys.executable, "repro.py"], cwd="bug", capture_output=True, text=True, timeout=300, check=False
+    )
+    assert repro.returncode == 1, repro.stdout + repro.stderr  # REPRODUCED
+    assert "in the graph onnxruntime optimized" in repro.stdout
+    assert f'disabled_optimizers=["{GELU_FUSION}"]' in repro.stdout
+    assert json.loads(Path("bug/passes.json").read_text())["optimizers"] == [GELU_FUSION]
