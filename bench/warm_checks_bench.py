@@ -137,11 +137,14 @@ def cli_reduce(tree: Path, kind: str, model: Path, folder: Path) -> dict[str, An
     }
 
 
+SLOTS = {"workers": 2}  # LOCAL_WORKERS of the embedded service (--workers)
+
+
 def embedded_job(tree: Path, kind: str, model: Path, folder: Path) -> dict[str, Any]:
-    """One job on ``onnx-reducer serve`` (two slots, SQLite) running the tree's code."""
+    """One job on ``onnx-reducer serve`` (``--workers`` slots, SQLite) running the tree's code."""
     work = Path(tempfile.mkdtemp(dir=folder, prefix=f"serve-{kind}-"))
     embedded_overhead_bench.ROOT = tree  # the server's PYTHONPATH (read when it starts)
-    server = Embedded(work, workers=2)
+    server = Embedded(work, workers=SLOTS["workers"])
     try:
         return _submit(server, kind, model, folder)
     finally:
@@ -173,6 +176,7 @@ def _submit(server: Embedded, kind: str, model: Path, folder: Path) -> dict[str,
         "wall_s": round(wall, 1),
         "checks": len(durations),
         "mean_check_s": round(statistics.fmean(d or 0.0 for d in durations), 4) if durations else None,
+        "median_check_s": round(statistics.median(d or 0.0 for d in durations), 4) if durations else None,
         "nodes_after": job.get("nodes_after"),
         "sha": hashlib.sha256(answer.content).hexdigest()[:12] if answer.status_code == 200 else None,
     }
@@ -187,14 +191,19 @@ def main() -> None:
     parser.add_argument("--before", type=Path, required=True, help="a worktree of the commit to compare with")
     parser.add_argument("--checks", type=int, default=20, help="checks per spec for the per-check rows")
     parser.add_argument("--only", nargs="*", default=["checks", "cli", "embedded"])
+    parser.add_argument("--kinds", nargs="*", default=list(SPECS))
+    parser.add_argument("--workers", type=int, default=2, help="the embedded service's slots (LOCAL_WORKERS)")
     parser.add_argument("--label", default="run")
     args = parser.parse_args()
+    SLOTS["workers"] = args.workers
     trees = {"before": args.before.resolve(), "after": ROOT}
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="orx-warm-bench-") as tmp:
         folder = Path(tmp)
         models = prepare(folder)
         for kind, model in models.items():
+            if kind not in args.kinds:
+                continue
             for what, measure in (("checks", per_check), ("cli", cli_reduce), ("embedded", embedded_job)):
                 if what not in args.only:
                     continue

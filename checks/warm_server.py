@@ -19,6 +19,7 @@ this process exits."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import random
@@ -130,6 +131,7 @@ def serve_one(sock: socket.socket, request: dict[str, Any], out_fd: int) -> bool
 
 def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[0]))
+    gc.freeze()  # the imported objects: a child's collections neither scan nor copy their pages
     send(sock, {"ready": os.getpid()})
     while True:
         try:
