@@ -315,7 +315,9 @@ class CommandLineRun(SlotSessionHooks):
         if report.flaky or report.status.value == "repeatable":
             self.flakiness_said = report.status.value
             # flaky is worth a warning; repeatable verdicts are news, not an alarm
-            (self.log.warning if report.flaky else self.log.info)(report.message())
+            spec = self.session.check.spec
+            runtime = spec.target.runtime if spec is not None and spec.target is not None else ""
+            (self.log.warning if report.flaky else self.log.info)(report.message(runtime))
 
     def on_layerwise(self, result: LayerwiseResult) -> None:
         self.node_errors = result.errors  # every compared tensor's error: --summary-json's node_errors

@@ -124,7 +124,16 @@ class FlakinessReport:
     def flaky(self) -> bool:
         return self.status is Status.FLAKY
 
-    def message(self) -> str:
+    def message(self, runtime: str = "") -> str:
+        """``runtime``: the check's target runtime; a flaky TensorRT check is said to be the build
+        (TensorRT picks its tactics anew on each engine build: the accuracy flowchart's first branch)."""
+        if self.flaky and runtime == "tensorrt":
+            return (
+                f"flaky: the failure comes and goes between builds: fails ~{self.rate.percent} % of builds "
+                f"({self.rate.failures}/{self.rate.runs} builds of candidates holding the failure; {self.rechecks} "
+                f"re-checks; a pass needs {self.repeats} passing builds in a row). TensorRT picks tactics anew on "
+                "each build: find the builder flag or tactic source with onnx-reducer bisect-passes"
+            )
         if self.flaky:
             return (
                 f"flaky: fails ~{self.rate.percent} % of runs ({self.rate.failures}/{self.rate.runs} runs of "

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from reducer_core.flakiness import FailureRate, FlakinessReport, Status
 from reducer_core.pass_bisect import (
     Outcome,
     PassAnswer,
@@ -80,3 +81,11 @@ def test_the_answer_names_the_optimizers_and_the_level() -> None:
     assert data["outcome"] == "optimizers" and data["optimizers"] == ["GeluFusionL2"]
     no_optimizer = PassAnswer("onnxruntime", "all", Outcome.NO_OPTIMIZER)
     assert "needs no optimizer" in no_optimizer.message()
+
+
+def test_a_flaky_tensorrt_reduction_says_the_failure_comes_and_goes_between_builds() -> None:
+    report = FlakinessReport(Status.FLAKY, FailureRate(3, 10), (), repeats=4, rechecks=6)
+    text = report.message("tensorrt")
+    assert text.startswith("flaky: the failure comes and goes between builds: fails ~30 % of builds (3/10 builds")
+    assert "bisect-passes" in text
+    assert "builds" not in report.message("onnxruntime")
