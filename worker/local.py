@@ -44,7 +44,10 @@ class LocalRunner:
         # named a worker that matched neither slot, and each slot showed the job's first check.
         names = [_slot_name(i, slots) for i in range(slots)]
         self.nodes = [
-            WorkerNode(self.settings, dataclasses.replace(ctx, worker=name), QUEUES, name=name) for name in names
+            WorkerNode(
+                self.settings, dataclasses.replace(ctx, worker=name), QUEUES, name=name, gpu_queue_needs_gpu=True
+            )
+            for name in names
         ]
         self.node = self.nodes[0]
         self.threads = [

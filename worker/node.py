@@ -10,6 +10,7 @@ import socket
 from collections.abc import Sequence
 
 from checks.capabilities import detect_capabilities, parse_gpu_names
+from persistence.contracts import QUEUE_GPU
 from worker.context import RunnerContext
 from worker.poll import WorkPoller
 from worker.presence import Activity, PresenceTimings, WorkerIdentity, WorkerPresence
@@ -54,9 +55,16 @@ class WorkerNode:
         ctx: RunnerContext,
         queues: Sequence[str],
         name: str | None = None,
+        gpu_queue_needs_gpu: bool = False,
     ) -> None:
+        """``gpu_queue_needs_gpu`` (the embedded server's slots, which take every queue's work):
+        the gpu queue is listed only when this machine has a GPU (a slot without one can run none
+        of that queue's checks)."""
         gpus = parse_gpu_names(settings.worker_gpus) if settings.worker_gpus is not None else None
         envs = load_runtime_envs(settings.runtime_envs)
+        capabilities = with_runtime_envs(detect_capabilities(gpus), envs)
+        if gpu_queue_needs_gpu and not capabilities.gpus:
+            queues = [queue for queue in queues if queue != QUEUE_GPU]
         self.identity = WorkerIdentity(
             name=name or worker_name(),
             host=socket.gethostname(),

@@ -99,7 +99,7 @@ function row(worker) {
   cell(tr, state, t("workers.col.state"));
   cell(tr, worker.queues.join(", "), t("workers.col.queues"));
   cell(tr, worker.gpus.length ? worker.gpus.join(", ") : t("workers.no_gpu"), t("workers.col.gpus"));
-  cell(tr, runtimes(worker), t("workers.col.runtimes"));
+  cell(tr, runtimes(worker), t("workers.col.runtimes"), "runtimes");
   cell(tr, currentJob(worker), t("workers.col.job"));
   const ago = formatSeconds(secondsBetween(worker.last_heartbeat, null));
   const heartbeat = cell(tr, t("workers.ago", { time: ago }), t("workers.col.heartbeat"));
