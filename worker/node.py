@@ -69,7 +69,7 @@ class WorkerNode:
             name=name or worker_name(),
             host=socket.gethostname(),
             queues=tuple(queues),
-            capabilities=with_runtime_envs(detect_capabilities(gpus), envs),
+            capabilities=capabilities,
         )
         ctx.capabilities = self.identity.capabilities
         ctx.runtime_envs = envs
