@@ -57,7 +57,7 @@ def simulated() -> None:
 def _probes(names: list[str], culprits: set[str], either: bool = False) -> int:
     asked = 0
 
-    def fails(disabled: frozenset[str]) -> bool:
+    def fails(disabled: frozenset[str], phase: str) -> bool:
         nonlocal asked
         asked += 1
         return not (culprits <= disabled if either else disabled & culprits)

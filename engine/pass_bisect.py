@@ -75,12 +75,10 @@ class PassBisection:
             answer.candidates = find_candidates(self.spec, self.model)
         except CandidateError as exc:
             raise PassBisectError(str(exc)) from exc
-        if self.target.runtime == "tensorrt" and self._fails(
-            frozenset(c.name for c in answer.candidates), "no-optimizer"
-        ):
-            return self._done(Outcome.NO_OPTIMIZER, pinned)
         names = [c.name for c in answer.candidates]
-        found = smallest_disabling_set(names, lambda disabled: self._fails(disabled, "bisect"))
+        if self.target.runtime == "tensorrt" and (not names or self._fails(frozenset(names), "no-optimizer")):
+            return self._done(Outcome.NO_OPTIMIZER, pinned)
+        found = smallest_disabling_set(names, self._fails)
         if not found:
             return self._done(Outcome.UNRESOLVED, pinned)
         answer.optimizers = list(found)

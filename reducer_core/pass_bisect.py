@@ -127,23 +127,29 @@ def halving_steps(count: int) -> int:
     return math.ceil(math.log2(count)) if count > 1 else 0
 
 
-def smallest_disabling_set(candidates: Sequence[str], fails: Callable[[frozenset[str]], bool]) -> list[str] | None:
+Probe = Callable[[frozenset[str], str], bool]  # (disabled, phase: bisect | verify | ddmin) -> still fails
+
+
+def smallest_disabling_set(candidates: Sequence[str], fails: Probe) -> list[str] | None:
     """The smallest set of ``candidates`` whose disabling makes ``fails`` False: halving for a
     single culprit, verified, then ddmin when that is not the answer. None when even disabling
-    every candidate leaves the failure. ``fails`` is called at most once per set (cached)."""
+    every candidate leaves the failure (or there is none). ``fails`` is called at most once per
+    set (cached), with the phase of the search that asks."""
     seen: dict[frozenset[str], bool] = {}
 
-    def vanishes(disabled: Sequence[str]) -> bool:
+    def vanishes(disabled: Sequence[str], phase: str = "ddmin") -> bool:
         key = frozenset(disabled)
         if key not in seen:
-            seen[key] = not fails(key)
+            seen[key] = not fails(key, phase)
         return seen[key]
 
     pool = list(candidates)
+    if not pool:
+        return None
     while len(pool) > 1:
         half = pool[: len(pool) // 2]
-        pool = half if vanishes(half) else pool[len(half) :]
-    if pool and vanishes(pool):
+        pool = half if vanishes(half, "bisect") else pool[len(half) :]
+    if vanishes(pool, "verify"):
         return pool
     if not vanishes(list(candidates)):
         return None

@@ -20,11 +20,11 @@ from reducer_core.pass_bisect import (
 )
 
 
-def _needs(*culprits: str) -> tuple[Callable[[frozenset[str]], bool], list[frozenset[str]]]:
+def _needs(*culprits: str) -> tuple[Callable[[frozenset[str], str], bool], list[frozenset[str]]]:
     """A failure that needs every one of ``culprits``: disabling any one of them removes it."""
     asked: list[frozenset[str]] = []
 
-    def fails(disabled: frozenset[str]) -> bool:
+    def fails(disabled: frozenset[str], phase: str) -> bool:
         asked.append(disabled)
         return not disabled & set(culprits)
 
@@ -45,7 +45,7 @@ def test_two_optimizers_that_each_bring_the_failure_in_need_both_disabled() -> N
     names = [f"T{i}" for i in range(8)]
     asked: list[frozenset[str]] = []
 
-    def fails(disabled: frozenset[str]) -> bool:  # either T2 or T6 alone makes the bad op
+    def fails(disabled: frozenset[str], phase: str) -> bool:  # either T2 or T6 alone makes the bad op
         asked.append(disabled)
         return not {"T2", "T6"} <= disabled
 
@@ -54,7 +54,8 @@ def test_two_optimizers_that_each_bring_the_failure_in_need_both_disabled() -> N
 
 
 def test_nothing_found_when_disabling_every_candidate_leaves_the_failure() -> None:
-    assert smallest_disabling_set(["A", "B", "C"], lambda disabled: True) is None
+    assert smallest_disabling_set(["A", "B", "C"], lambda disabled, phase: True) is None
+    assert smallest_disabling_set([], lambda disabled, phase: True) is None
 
 
 def test_the_first_failing_level_is_the_highest_level_among_the_answer() -> None:
