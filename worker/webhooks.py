@@ -123,7 +123,7 @@ class WebhookDelivery:
                 sent = self.run_once()
             except Exception as exc:  # noqa: BLE001 - the database is away: the next round retries
                 if not failing:
-                    log.warning("webhook deliveries paused (%s); retrying", type(exc).__name__)
+                    log.warning("webhook deliveries paused (%s: %s); retrying", type(exc).__name__, exc)
                 failing, sent = True, 0
             else:
                 failing = False

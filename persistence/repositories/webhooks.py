@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
@@ -116,7 +116,7 @@ class WebhookRepository:
             .where(WebhookDelivery.id == delivery_id)
         ).one()
         delivery: WebhookDelivery = row[0]
-        return Claimed(delivery.id, delivery.attempts, row[1], row[2], delivery.body, delivery.created_at)
+        return Claimed(delivery.id, delivery.attempts, row[1], row[2], delivery.body, _aware(delivery.created_at))
 
     def record_attempt(self, claimed: Claimed, result: AttemptResult, retry_at: datetime | None) -> bool:
         """Write how ``claimed``'s attempt went: succeeded, due again at ``retry_at``, or failed
@@ -143,3 +143,8 @@ class WebhookRepository:
             WebhookDelivery.status.in_((SUCCEEDED, FAILED)), WebhookDelivery.created_at < before
         )
         return int(getattr(self.session.execute(query), "rowcount", 0) or 0)
+
+
+def _aware(moment: datetime) -> datetime:
+    """``moment`` in UTC with its zone: SQLite gives back the stored time without it."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
