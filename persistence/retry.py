@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import logging
 import random
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session
 
 from persistence.db import Database
@@ -50,6 +52,25 @@ def sqlstate_of(exc: BaseException) -> str | None:
     orig = getattr(exc, "orig", None)
     state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
     return str(state) if state else None
+
+
+UNREACHABLE_CLASSES = ("08", "57P", "53300")  # connection exceptions, the server shutting down, no slot left
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """The database could not be reached or dropped the connection (as opposed to an error in
+    what was asked of it): a failed connect, a connection found dead, the pool out of
+    connections, SQLSTATE class 08 / 57P / 53300."""
+    if isinstance(exc, DisconnectionError | PoolTimeoutError):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    state = sqlstate_of(exc)
+    if state is not None:
+        return state.startswith(UNREACHABLE_CLASSES)
+    # a connect that failed has no SQLSTATE (psycopg); SQLite's own errors (a missing table, a
+    # locked file) are the request's, not a lost connection
+    return isinstance(exc, OperationalError) and not isinstance(getattr(exc, "orig", None), sqlite3.Error)
 
 
 def is_conflict(exc: BaseException) -> bool:

@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from persistence.jsonlog import bind_job
 from persistence.repositories import ClaimResult
-from persistence.retry import MAX_TRIES, is_conflict, sqlstate_of
+from persistence.retry import MAX_TRIES, is_conflict, is_unreachable, sqlstate_of
 from worker.context import RunnerContext
 from worker.presence import Activity
 from worker.run_job import run_job
@@ -53,9 +53,14 @@ class JobHandler:
                         "(%s, SQLSTATE %s, after %d tries); the work is taken again later",
                         *(job_id, type(exc).__name__, state, MAX_TRIES),
                     )
-                else:
+                elif is_unreachable(exc):
                     log.warning(
                         "job %s: the database is unreachable (%s%s: %s); the work is taken once it is back",
+                        *(job_id, type(exc).__name__, f", SQLSTATE {state}" if state else "", _first_line(exc)),
+                    )
+                else:
+                    log.error(
+                        "job %s: the database refused a statement (%s%s: %s); the work is taken again later",
                         *(job_id, type(exc).__name__, f", SQLSTATE {state}" if state else "", _first_line(exc)),
                     )
                 return Delivery.NO_DATABASE
