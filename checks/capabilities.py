@@ -66,8 +66,8 @@ def _optional_text(value: Any) -> str | None:
 
 
 def unmet(requirements: Requirements, offered: Capabilities) -> list[str]:
-    """The phrases (``Requirements.phrases``) of the requirements ``offered`` does not meet; empty
-    when the worker can run the check."""
+    """One phrase per requirement ``offered`` does not meet (``GPU H100``, ``onnxruntime >=1.20``);
+    empty when the worker can run the check."""
     missing = []
     if requirements.gpu and not any(want.lower() in gpu.lower() for want in requirements.gpu for gpu in offered.gpus):
         missing.append("GPU " + " or ".join(requirements.gpu))

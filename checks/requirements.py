@@ -53,18 +53,6 @@ class Requirements:
         """Only a GPU worker can serve it (the job goes to the ``gpu`` queue)."""
         return bool(self.gpu or self.tensorrt) or any(p in _GPU_PROVIDERS for p in self.providers)
 
-    def phrases(self) -> list[str]:
-        """One phrase per requirement, for messages: ``GPU H100``, ``onnxruntime >=1.20``."""
-        found = []
-        if self.gpu:
-            found.append("GPU " + " or ".join(self.gpu))
-        found += [f"provider {p}" for p in self.providers]
-        if self.onnxruntime:
-            found.append(f"onnxruntime {self.onnxruntime}")
-        if self.tensorrt:
-            found.append(f"TensorRT {self.tensorrt}")
-        return found
-
 
 def parse_requirements(value: Any) -> Requirements:
     if not isinstance(value, Mapping):

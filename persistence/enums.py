@@ -33,13 +33,12 @@ class ArtifactKind(enum.StrEnum):
     ORIGINAL = "original"
     WEIGHTS = "weights"
     ITERATION = "iteration"
-    CHECK_STARTED = "check_started"  # a worker took one of the job's checks (its iteration event ends it)
     MIN_BAD = "min-bad"
     MIN_GOOD = "min-good"
     GOLDEN = "golden"  # the golden values uploaded with the job (a golden zip or Polygraphy JSON)
     INPUTS = "inputs"  # input samples uploaded with the job: names inputs-0, inputs-1... (.npz or Polygraphy JSON)
     MIXED = "mixed"  # a precision job's mixed-precision model; meta["keep_fp32"]: the nodes kept fp32
-    BUNDLE = "bundle"  # a reduce job's bug-report bundle (persistence.report_bundle)
+    BUNDLE = "bundle"  # a reduce job's bug-report bundle (engine.report_bundle)
     # a compare/golden job's per-tensor errors of its layerwise run (reducer_core.localization.TensorErrors, JSON)
     NODE_ERRORS = "node-errors"
 
