@@ -30,6 +30,7 @@ MAX_PARTS = 16
 TEXT_FIELDS = frozenset(
     {"check_spec", "mode", "task", "model_path", "reduce_inputs", "reduce_outputs", "pin_signature", "confirm_flaky"}
     | {"reduce_data", "labels"}
+    | {"releases", "flaky"}  # a bisect-releases job's (api.release_answers)
 )
 MAX_INPUT_FILES = 8  # 'inputs' parts: several files are several samples, in order
 

@@ -4,10 +4,11 @@ which a check can run (``onnx-reducer bisect-releases --runtime-env 1.20=PYTHON`
 
 A check runs in an environment by starting its child with that environment's interpreter: a spec
 check's isolated child (``checks.isolated.run_isolated``: the project comes on ``PYTHONPATH``, so
-the environment needs only onnx, onnxruntime and numpy), a command check with the environment's
+the environment needs only onnxruntime and ``CHILD_PACKAGES``), a command check with the environment's
 ``bin`` folder first on ``PATH`` (its ``python`` is the environment's) and ``VIRTUAL_ENV`` set.
 
-``probe_release`` asks an environment's interpreter which onnxruntime it holds, so that a label
+``probe_release`` imports a check child's modules in an environment's interpreter and asks which
+onnxruntime it holds, so that an environment missing a package, or a label
 that does not match what is installed (``1.21=`` an environment holding 1.20) is refused before
 any check runs."""
 
@@ -21,14 +22,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from checks.isolated import IsolatedSpecCheck, RepeatedCheck, SpecCommandCheck, safe_child_env
+from checks.isolated import IsolatedSpecCheck, RepeatedCheck, SpecCommandCheck, child_env, safe_child_env
 from checks.requirements import version_matches
 from checks.spec import ModelCheck
 from reducer_core.release_bisect import ReleaseError, parse_release_envs, release_key, split_release_envs
 
 PROBE_TIMEOUT_S = 120.0
+CHILD_PACKAGES = ("onnx", "numpy", "pyyaml", "regex", "packaging", "onnxconverter-common")
+"""What a check's child imports besides onnxruntime (checks.kinds, checks.spec): an environment needs them."""
 _PROBE = (
-    "import json, numpy, onnx, onnxruntime; "
+    "import json, checks.child, checks.kinds, onnx, onnxruntime; "
     "print(json.dumps({'onnxruntime': onnxruntime.__version__, 'onnx': onnx.__version__}))"
 )
 
@@ -58,7 +61,7 @@ def runtime_envs_from_text(text: str, what: str = "RUNTIME_ENVS") -> list[Runtim
 
 def probe_release(env: RuntimeEnv) -> str:
     """The onnxruntime version ``env``'s interpreter imports; ``ReleaseError`` (saying how to fix it)
-    when it cannot start, lacks onnx/onnxruntime/numpy, or holds another release than its label."""
+    when it cannot start, cannot import what a check needs, or holds another release than its label."""
     where = f"the environment of {env.release}"
     if not Path(env.python).is_file() or not os.access(env.python, os.X_OK):
         raise ReleaseError(f"{where}: '{env.python}' is not an executable file; give the python of a venv")
@@ -68,7 +71,7 @@ def probe_release(env: RuntimeEnv) -> str:
             capture_output=True,
             text=True,
             timeout=PROBE_TIMEOUT_S,
-            env=safe_child_env(),
+            env=child_env(),  # the project on PYTHONPATH, as a check's child has it
             cwd="/",
             check=False,
         )
@@ -77,8 +80,8 @@ def probe_release(env: RuntimeEnv) -> str:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
         raise ReleaseError(
-            f"{where}: its python cannot import onnx, onnxruntime and numpy ({last}); "
-            f"install them there: {env.python} -m pip install onnxruntime=={env.release} onnx numpy"
+            f"{where}: its python cannot run a check ({last}); install what a check needs there: "
+            f"{env.python} -m pip install onnxruntime=={env.release} {' '.join(CHILD_PACKAGES)}"
         )
     version = str(json.loads(done.stdout.strip().splitlines()[-1])["onnxruntime"])
     if release_key(version) != release_key(env.release) and not version.startswith(env.release + "."):

@@ -3,7 +3,7 @@ onnxruntime release on which the model fails and the last one that passes.
 
 Each ``--runtime-env`` names an environment (a venv per release: docs/check-specs.md, "Release
 bisection") whose interpreter runs the check (``checks.runtime_envs``). Every environment is
-probed first (its python must import onnx, onnxruntime and numpy, and hold the release its label
+probed first (its python must import what a check needs, ``CHILD_PACKAGES``, and hold the release its label
 names); then ``reducer_core.release_bisect`` picks the releases to run: the newest first, then
 halving, at most ``ceil(log2 R) + 1`` release verdicts (more runs with a flaky check, ``--flaky``).
 The model is the file given: the min-bad of a reduction (cheap) or the original."""

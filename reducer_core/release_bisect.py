@@ -52,7 +52,7 @@ class ReleaseInfraError(RuntimeError):
     def __init__(self, release: str, verdict: Verdict) -> None:
         super().__init__(
             f"The check could not run on onnxruntime {release}: {verdict.detail or verdict.signature}. "
-            f"Check that this release's environment has onnx, onnxruntime and numpy installed."
+            f"Check that this release's environment has what a check needs installed (docs/deployment.md)."
         )
         self.release = release
         self.verdict = verdict

@@ -1,5 +1,5 @@
 """Side-by-side onnxruntime releases for release-bisection tests: one virtual environment per
-release (``python -m venv`` + ``pip install onnxruntime==X onnx numpy``), cached under
+release (``python -m venv`` + ``pip install onnxruntime==X`` and what a check's child imports), cached under
 ``build/ort-envs/`` (git-ignored) so that a rerun reuses them. A release whose environment cannot be
 built (no network to PyPI, no wheel for this Python) makes the caller skip with the reason."""
 
@@ -13,6 +13,8 @@ from pathlib import Path
 
 # Three releases with wheels for CPython 3.11 on PyPI, in version order.
 RELEASES = ("1.30.0", "1.31.0", "1.32.0")
+# what a check's child imports besides onnxruntime (checks.runtime_envs.CHILD_PACKAGES)
+PACKAGES = ("onnx", "numpy", "pyyaml", "regex", "packaging", "onnxconverter-common")
 CACHE = Path(__file__).resolve().parents[1] / "build" / "ort-envs"
 _INSTALL_TIMEOUT_S = 900
 
@@ -29,16 +31,18 @@ def env_python(version: str, cache: Path = CACHE) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / f".ort-{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two test processes build one release once
-        if not ready.exists():
+        wanted = " ".join((version, *PACKAGES))
+        if not ready.exists() or ready.read_text() != wanted:
             _build(folder, version)
-            ready.write_text(version)
+            ready.write_text(wanted)
     return python
 
 
 def _build(folder: Path, version: str) -> None:
-    _run([sys.executable, "-m", "venv", "--clear", str(folder)], "create the venv")
+    if not (folder / "bin" / "python").exists():
+        _run([sys.executable, "-m", "venv", str(folder)], "create the venv")
     pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-    _run([*pip, f"onnxruntime=={version}", "onnx", "numpy"], f"pip install onnxruntime=={version}")
+    _run([*pip, f"onnxruntime=={version}", *PACKAGES], f"pip install onnxruntime=={version}")
 
 
 def _run(command: list[str], what: str) -> None:

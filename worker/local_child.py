@@ -23,6 +23,7 @@ from persistence.repositories import ClaimResult
 from worker.cancel_watch import start_cancel_watch
 from worker.context import RunnerContext, context_from_settings
 from worker.node import lower_priority
+from worker.release_envs import advertised_envs
 from worker.run_job import run_job, waiting_job
 from worker.settings import WorkerSettings
 from worker.unit_run import cleanup_if_ended
@@ -41,6 +42,7 @@ def main(argv: list[str]) -> int:
     if len(argv) > 1:
         # the slot's runtime and capabilities: it takes only the work its slot may
         ctx.runtime = ctx.capabilities = Capabilities.from_json(json.loads(argv[1]))
+        ctx.runtime_envs = advertised_envs(settings.runtime_envs, ctx.capabilities)  # probed by the slot
     if len(argv) > 2:
         ctx.worker = argv[2]  # the embedded slot this process works for: its checks show under that name
     start_cancel_watch(ctx, lambda jobs: _exit_after_cancel(ctx, jobs))  # a cancel reaches a job in preparation

@@ -3,7 +3,7 @@
 job's spec ``requires`` an onnxruntime release its own environment does not hold.
 
 The operator's recipe (a venv per release) is in docs/deployment.md. At start each environment is
-probed (``checks.runtime_envs.probe_release``: its python imports onnx, onnxruntime and numpy and
+probed (``checks.runtime_envs.probe_release``: its python imports what a check needs and
 holds the release its label names); one that fails is logged and not advertised, so no job is
 routed to a release the worker cannot run. A malformed ``RUNTIME_ENVS`` stops the worker with a
 message saying how to write it."""
@@ -39,6 +39,16 @@ def load_runtime_envs(text: str) -> tuple[RuntimeEnv, ...]:
         log.info("RUNTIME_ENVS: onnxruntime %s offered (its python imports onnxruntime %s)", env.release, version)
         working.append(env)
     return tuple(working)
+
+
+def advertised_envs(text: str, capabilities: Capabilities) -> tuple[RuntimeEnv, ...]:
+    """The environments of ``RUNTIME_ENVS`` whose releases ``capabilities`` advertise: what an
+    embedded slot's job process (``worker.local_child``) runs checks in, without probing again."""
+    try:
+        envs = runtime_envs_from_text(text)
+    except ReleaseError:
+        return ()
+    return tuple(env for env in envs if env.release in capabilities.runtime_envs)
 
 
 def with_runtime_envs(capabilities: Capabilities, envs: tuple[RuntimeEnv, ...]) -> Capabilities:

@@ -64,6 +64,7 @@ class _Stored:
     releases: tuple[str, ...] | None
     runs: tuple[Run, ...]
     spec_text: str  # the user's spec (the job's own is rewritten while it waits for a release)
+    current_spec: str  # the job's spec now: the user's, or one requiring the release it waits for
     flaky: bool
     pinned: bool
     queue: str
@@ -183,6 +184,7 @@ def _load(ctx: RunnerContext, job_id: str) -> tuple[_Stored, JobInput]:
             releases=tuple(str(r) for r in releases) if releases else None,
             runs=tuple(Run.from_json(r) for r in state.get("runs", [])),
             spec_text=str(state.get("spec") or job.check_spec),
+            current_spec=job.check_spec,
             flaky=bool(options.get("flaky", False)),
             pinned=bool(options.get("pin_signature", True)),
             queue=job.queue,
@@ -259,7 +261,14 @@ def _record(
 def _hand_over(
     ctx: RunnerContext, job_id: str, attempt: int, stored: _Stored, search: ReleaseBisection, release: str
 ) -> None:
-    """Queue the job again for a worker that offers ``release`` (module doc)."""
+    """Queue the job again for a worker that offers ``release`` (module doc). A job handed to this
+    worker for that very release (a worker that takes any job, or whose RUNTIME_ENVS changed)
+    fails instead of going round in a circle."""
+    if stored.current_spec != stored.spec_text and stored.current_spec == spec_requiring(stored.spec_text, release):
+        raise UsageError(
+            f"bisect-releases: onnxruntime {release} was asked of this worker, which cannot run it; start a "
+            f"worker that offers it (RUNTIME_ENVS={release}=PYTHON, docs/deployment.md), or leave it out of 'releases'"
+        )
 
     def write(session: Session) -> str:
         job = _held(session, job_id, attempt)

@@ -5,6 +5,9 @@ tests/ort_envs.py)."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -13,9 +16,10 @@ from onnx import helper
 
 from checks.capabilities import Capabilities, unmet
 from checks.requirements import parse_requirements
-from checks.runtime_envs import RuntimeEnv, env_for_requirement
+from checks.runtime_envs import RuntimeEnv, env_for_requirement, probe_release
 from checks.spec import parse_check_spec
 from reducer_core.errors import UsageError
+from reducer_core.release_bisect import ReleaseError
 from reducer_core.verdict import VerdictKind
 from tests.models import make_model
 from tests.ort_envs import RELEASES, EnvUnavailableError, all_env_pythons
@@ -56,7 +60,7 @@ def test_runtime_envs_setting_probes_each_environment(pythons: dict[str, Path]) 
     envs = load_runtime_envs(text)  # the mislabelled and the missing environment are left out
     assert envs == (RuntimeEnv(OLD, str(pythons[OLD])),)
     assert with_runtime_envs(Capabilities(onnxruntime="1.32.0"), envs).runtime_envs == (OLD,)
-    with pytest.raises(UsageError, match="RUNTIME_ENVS.*VERSION=PYTHON"):
+    with pytest.raises(UsageError, match=r"RUNTIME_ENVS.*VERSION=PYTHON"):
         load_runtime_envs(str(pythons[OLD]))
 
 
@@ -70,3 +74,12 @@ def test_job_check_runs_in_the_environment(pythons: dict[str, Path], tmp_path: P
     check = job_check(spec, tmp_path, allow_command=True, env=RuntimeEnv(OLD, str(pythons[OLD])))
     verdict, output = check.run(model)
     assert verdict.kind is VerdictKind.FAIL and f"ort {OLD}" in output
+
+
+def test_an_environment_without_what_a_check_needs_is_refused(tmp_path: Path) -> None:
+    """A venv holding nothing (no onnxruntime, no yaml): the probe names the pip command to run."""
+    folder = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    env = RuntimeEnv(OLD, str(folder / "bin" / "python"))
+    with pytest.raises(ReleaseError, match=rf"cannot run a check .*pip install onnxruntime=={re.escape(OLD)} onnx"):
+        probe_release(env)

@@ -48,6 +48,7 @@ def test_bisect_releases_job_on_two_workers_with_different_releases(
         job = wait_job(client, job_id, timeout=300)
         iterations = client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]
     assert job["status"] == "succeeded", job
+    assert job["options"]["releases"] == [OLD, MIDDLE, NEW]  # the form's, in version order
     answer = job["releases"]
     assert answer["first_failing"] == MIDDLE and answer["last_passing"] == OLD, answer
     assert answer["checks"] <= answer["max_checks"] == 3

@@ -21,6 +21,7 @@ DYNAMIC = {
     "verdict": ["fail", "pass", "timeout", "crash", "infra-error", "pending"],
     "iter.cached": ["farm", "job"],
     "workers.state": ["idle", "busy", "offline"],
+    "job.releases.state": ["pass", "fail", "unknown"],  # a bisect-releases job's strip (job.js)
     # an iteration's phase cell takes its tooltip from the legend's entries (index.html #phase-legend)
     "phase": re.findall(r'data-i18n="phase\.([a-z0-9-]+)"', HTML),
 }

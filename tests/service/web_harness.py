@@ -85,9 +85,11 @@ def _no_runner(job_id: str, queue: str) -> None:
 
 
 @contextmanager
-def embedded_service(root: Path, run_jobs: bool = True, **settings: Any) -> Iterator[Service]:
+def embedded_service(
+    root: Path, run_jobs: bool = True, worker_settings: dict[str, Any] | None = None, **settings: Any
+) -> Iterator[Service]:
     """The embedded default in-process: SQLite, a data folder, the local runner (none when
-    ``run_jobs`` is false: jobs stay queued), over real HTTP."""
+    ``run_jobs`` is false: jobs stay queued; ``worker_settings``: more of its settings), over real HTTP."""
     url = f"sqlite:///{root / 'onnx-reducer.db'}"
     upgrade(url)
     database = Database(url)
@@ -96,8 +98,12 @@ def embedded_service(root: Path, run_jobs: bool = True, **settings: Any) -> Iter
         token = teams.create_token(teams.get_or_create("default"))
     database.dispose()
     data_dir = root / "data"
-    worker = WorkerSettings(database_url=url, redis_url=None, data_dir=data_dir, allow_command_checks=True)
-    runner = LocalRunner(context_from_settings(worker)).start() if run_jobs else None
+    worker = WorkerSettings(
+        database_url=url, redis_url=None, data_dir=data_dir, allow_command_checks=True, **(worker_settings or {})
+    )
+    runner = (
+        LocalRunner(context_from_settings(worker), worker if worker_settings else None).start() if run_jobs else None
+    )
     values: dict[str, Any] = {"sse_heartbeat_s": 1, "sse_poll_s": 0.2, "allow_command_checks": True} | settings
     api_settings = ApiSettings(database_url=url, redis_url=None, data_dir=data_dir, **values)
     seen: list[Seen] = []

@@ -359,6 +359,7 @@ function render(state) {
   optionalFact("job-flaky", flakiness(job));
   optionalFact("job-samples", samples(job));
   optionalFact("job-keep-fp32", keptFp32(job));
+  renderReleases(job);
   optionalFact("job-verified", verification(job));
   renderSuspect(job);
   if (job.error) {
@@ -371,7 +372,7 @@ function render(state) {
   renderVerdict(state);
   renderButtons(state);
   renderSummary(state);
-  if (isPrecision(job)) return; // no min-bad / min-good graphs: the answer is a node list
+  if (isPrecision(job) || isReleases(job)) return; // no min-bad / min-good graphs: the answer is a list
   if (job.status === "succeeded" && !state.graphsLoaded) loadGraphs(state, true);
   if ((job.status === "cancelled" || job.status === "failed") && !state.graphsLoaded && bestSoFar(state)) {
     loadGraphs(state, false);
@@ -393,12 +394,49 @@ function keptFp32(job) {
   return job.keep_fp32.length ? job.keep_fp32.join(", ") : t("job.keep_fp32.none");
 }
 
+/** A bisect-releases job finds the first onnxruntime release that fails; it makes no model. */
+function isReleases(job) {
+  return job.task === "bisect-releases";
+}
+
+// the releases in order as a strip of pass / fail / not run, and the answer naming both releases
+function renderReleases(job) {
+  const view = isReleases(job) ? job.releases : null;
+  const strip = $("job-releases-strip");
+  strip.replaceChildren();
+  $("job-releases").hidden = !view;
+  $("job-releases-label").hidden = !view;
+  if (!view) return;
+  for (const item of view.strip) {
+    const cell = document.createElement("li");
+    cell.className = `release-cell release-${item.state}`;
+    cell.dataset.release = item.release;
+    cell.dataset.state = item.state;
+    cell.textContent = item.release;
+    cell.title = `${item.release}: ${t(`job.releases.state.${item.state}`)}`;
+    strip.append(cell);
+  }
+  $("job-releases-answer").textContent = releasesAnswer(view);
+}
+
+function releasesAnswer(view) {
+  const checks = t("job.releases.checks", { n: view.checks, max: view.max_checks, runs: view.runs });
+  if (!view.done) return `${t("job.releases.running")} ${checks}`;
+  const text = {
+    found: () => t("job.releases.found", { first: view.first_failing, last: view.last_passing }),
+    "all-fail": () => t("job.releases.all_fail", { first: view.first_failing }),
+    "newest-passes": () => t("job.releases.newest_passes", { newest: view.releases[view.releases.length - 1] }),
+  }[view.outcome];
+  const flaky = view.flaky ? ` ${t("job.releases.flaky", { p: Math.round((100 * view.failure_rate.failures) / view.failure_rate.runs) })}` : "";
+  return `${text ? text() : ""} ${checks}${flaky}`;
+}
+
 function renderButtons(state) {
   const status = state.job.status;
-  const precision = isPrecision(state.job);
+  const precision = isPrecision(state.job) || isReleases(state.job);
   $("download-min-bad").hidden = precision;
   $("download-min-good").hidden = precision;
-  $("download-mixed").hidden = !precision;
+  $("download-mixed").hidden = !isPrecision(state.job);
   $("download-bundle").hidden = precision;
   $("download-bundle").disabled = status !== "succeeded";
   $("download-mixed").disabled = status !== "succeeded";

@@ -122,6 +122,8 @@ async function submit(event) {
   body.append("check_spec", spec);
   body.append("mode", $("mode").value);
   body.append("task", $("task").value);
+  const releases = $("releases").value.trim();
+  if (releases && $("task").value === "bisect-releases") body.append("releases", releases);
   const modelPath = $("model-path").value.trim();
   if (modelPath) body.append("model_path", modelPath);
   for (const name of OPTION_FIELDS) body.append(name, $(name).checked ? "true" : "false");

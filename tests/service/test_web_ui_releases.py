@@ -1,0 +1,100 @@
+"""The page of a ``task: bisect-releases`` job: the releases as a strip of pass / fail, the answer
+naming the first failing and the last passing release, in English and in Chinese (headless
+Chromium, the embedded service whose slot runs two more onnxruntime releases: RUNTIME_ENVS)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from tests.ort_envs import RELEASES, EnvUnavailableError, all_env_pythons
+from tests.service.conftest import EXAMPLE, client_for
+from tests.service.helpers import wait_job
+from tests.service.web_harness import Browser, Service, catalogue, embedded_service, module_browser, plain
+
+OLD, MIDDLE, NEW = RELEASES  # NEW: the project's own onnxruntime; OLD and MIDDLE: RUNTIME_ENVS
+_SECOND = tuple(int(p) for p in MIDDLE.split(".")[:2])
+PROGRAM = (
+    "import sys, onnxruntime as o; "
+    f"sys.exit(1 if tuple(int(p) for p in o.__version__.split('.')[:2]) >= {_SECOND} else 0)"
+)
+SPEC = f'{{"kind": "command", "command": ["python", "-c", "{PROGRAM}"]}}'
+
+
+@pytest.fixture(scope="module")
+def releases_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    try:
+        pythons = all_env_pythons()
+    except EnvUnavailableError as exc:
+        pytest.skip(f"cannot build the onnxruntime venvs (is PyPI reachable?): {exc}")
+    envs = f"{OLD}={pythons[OLD]},{MIDDLE}={pythons[MIDDLE]}"
+    with embedded_service(tmp_path_factory.mktemp("releases"), worker_settings={"runtime_envs": envs}) as service:
+        yield service
+
+
+@pytest.fixture(scope="module")
+def browser(releases_service: Service) -> Iterator[Browser]:
+    with module_browser() as browser:
+        yield browser
+
+
+def cells(browser: Browser) -> list[tuple[str, str]]:
+    found = browser.driver.find_elements(By.CSS_SELECTOR, "#job-releases-strip .release-cell")
+    return [(cell.get_attribute("data-release"), cell.get_attribute("data-state")) for cell in found]
+
+
+def test_the_strip_and_the_answer_in_both_languages(releases_service: Service, browser: Browser) -> None:
+    with client_for(releases_service.url, releases_service.token) as client:
+        data = {"check_spec": SPEC, "task": "bisect-releases", "releases": f"{NEW},{MIDDLE},{OLD}"}
+        response = client.post("/v1/jobs", files={"model": ("model.onnx", EXAMPLE)}, data=data)
+        assert response.status_code == 202, response.text
+        job_id = response.json()["id"]
+        job = wait_job(client, job_id, timeout=300)
+    assert job["status"] == "succeeded", job["error"]
+    view = job["releases"]
+    browser.open(f"{releases_service.url}/#/jobs/{job_id}")
+    browser.sign_in(releases_service.token)
+    browser.wait(lambda d: len(cells(browser)) == 3, "the release strip")
+    assert cells(browser) == [(OLD, "pass"), (MIDDLE, "fail"), (NEW, "fail")]
+    en = catalogue("en")
+    checks = plain(en["job.releases.checks"], n=view["checks"], max=3, runs=view["runs"])
+    assert browser.text("job-releases-answer") == f"{plain(en['job.releases.found'], first=MIDDLE, last=OLD)} {checks}"
+    assert browser.find("job-releases-label").is_displayed()
+    assert not browser.find("download-min-bad").is_displayed() and not browser.find("download-mixed").is_displayed()
+    browser.set_language("zh-CN,zh")
+    try:
+        browser.js("localStorage.removeItem('onnx-reducer.lang')")
+        browser.reload()
+        browser.wait(lambda d: len(cells(browser)) == 3, "the release strip in Chinese")
+        zh = catalogue("zh-CN")
+        found = plain(zh["job.releases.found"], first=MIDDLE, last=OLD)
+        assert browser.text("job-releases-answer").startswith(found)
+        assert browser.text("job-releases-label") == zh["job.releases"]
+        title = browser.find("job-releases-strip").find_element(By.CSS_SELECTOR, "li").get_attribute("title")
+        assert title == f"{OLD}: {zh['job.releases.state.pass']}"
+    finally:
+        browser.set_language("en-US,en")
+        browser.js("localStorage.removeItem('onnx-reducer.lang')")
+
+
+def test_the_new_job_form_sends_the_task_and_its_releases(releases_service: Service, browser: Browser) -> None:
+    """The form's task bisect-releases and its releases field reach the job (its default op-present
+    check fails on every release: the answer says so, the strip is all fail)."""
+    browser.open(f"{releases_service.url}/#/new")
+    browser.sign_in(releases_service.token)
+    Select(browser.find("task")).select_by_value("bisect-releases")
+    browser.find("releases").send_keys(f"{NEW}, {OLD}")
+    browser.drop_file("drop-zone", "model.onnx", EXAMPLE)
+    browser.find("submit-job").click()
+    browser.wait(lambda d: "#/jobs/" in d.current_url, "the job page")
+    job_id = browser.driver.current_url.rsplit("/", 1)[1]
+    browser.js("document.getElementById('task').value = 'reduce'; document.getElementById('releases').value = ''")
+    with client_for(releases_service.url, releases_service.token) as client:
+        job = wait_job(client, job_id, timeout=300)
+    assert job["status"] == "succeeded", job["error"]
+    assert job["task"] == "bisect-releases" and job["options"]["releases"] == [OLD, NEW]
+    assert job["releases"]["outcome"] == "all-fail" and job["releases"]["checks"] == 2
+    browser.wait(lambda d: cells(browser) == [(OLD, "fail"), (NEW, "fail")], "the all-fail strip")
