@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from standardwebhooks.webhooks import Webhook
 
 from examples.build_example_model import build_example_model
@@ -28,6 +33,7 @@ from persistence.repositories import TeamRepository
 from persistence.repositories.webhooks import Claimed, WebhookRepository
 from persistence.webhooks import (
     TEST_EVENT,
+    Target,
     TargetPolicy,
     WebhookTargetError,
     check_target,
@@ -40,7 +46,7 @@ from tests.service.conftest import Processes, client_for, start_api
 from tests.service.helpers import submit, wait_job
 from tests.service.web_harness import embedded_service
 from worker.settings import WorkerSettings
-from worker.webhooks import WebhookDelivery, retry_at
+from worker.webhooks import WebhookDelivery, post, retry_at
 
 EXAMPLE = build_example_model().SerializeToString()
 FAST = {"WEBHOOK_ALLOW_PRIVATE": "1", "WEBHOOK_POLL_S": "0.2", "WEBHOOK_BACKOFF_S": "0.2"}
@@ -329,6 +335,69 @@ def test_another_teams_webhook_is_not_found(quiet_api: str, tokens: dict[str, st
         assert b.delete(f"/v1/webhooks/{hook}").status_code == 404
         assert b.get("/v1/webhooks").json()["items"] == []
         assert a.get(f"/v1/webhooks/{hook}").json()["secret_hint"].startswith("whsec_")
+
+
+def test_https_goes_to_the_checked_address_and_verifies_the_hosts_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection goes to the address the guard checked (the name itself resolves nowhere),
+    with the URL's host name for SNI and the certificate check: another name is refused."""
+    cert, key = _self_signed(tmp_path, "webhooks.test")
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client trusts this certificate alone
+    receiver = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            self.send_response(receiver.handle({k.lower(): v for k, v in self.headers.items()}, body))
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        answered = post(Target("https", "webhooks.test", port, "/hook", ("127.0.0.1",)), {}, "{}", 10)
+        with pytest.raises(ssl.SSLCertVerificationError):
+            post(Target("https", "other.test", port, "/hook", ("127.0.0.1",)), {}, "{}", 10)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    assert answered == 200
+    (seen,) = receiver.received
+    assert seen.headers["host"].startswith("webhooks.test") and seen.body == b"{}"
+
+
+def _self_signed(folder: Path, name: str) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
 
 
 # -- the parts without services --
