@@ -9,6 +9,7 @@ import { bindJobs, closeJobs, openJobs, rerenderJobs } from "./jobs.js";
 import { bindNew, openNew } from "./newjob.js";
 import { $, clearError, session } from "./ui.js";
 import { bindWebhooks, closeWebhooks, openWebhooks, rerenderWebhooks } from "./webhooks.js";
+import { bindTeam, closeTeam, openTeam, rerenderTeam } from "./team.js";
 import { closeWorkers, openWorkers, rerenderWorkers } from "./workers.js";
 
 const JOB_ROUTE = /^#\/jobs\/([A-Za-z0-9_-]{1,100})$/;
@@ -82,11 +83,18 @@ function bindSignIn() {
 
 // -- routing -------------------------------------------------------------------------------------
 
-const views = { jobs: "view-jobs", new: "view-new", job: "view-job", workers: "view-workers", webhooks: "view-webhooks" };
+const views = {
+  jobs: "view-jobs",
+  new: "view-new",
+  job: "view-job",
+  workers: "view-workers",
+  webhooks: "view-webhooks",
+  team: "view-team",
+};
 
 function show(name) {
   for (const [key, id] of Object.entries(views)) $(id).hidden = key !== name;
-  for (const [key, link] of [["new", $("nav-new")], ["jobs", $("nav-jobs")], ["workers", $("nav-workers")], ["webhooks", $("nav-webhooks")]]) {
+  for (const [key, link] of [["new", $("nav-new")], ["jobs", $("nav-jobs")], ["workers", $("nav-workers")], ["webhooks", $("nav-webhooks")], ["team", $("nav-team")]]) {
     if (key === name) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
@@ -97,9 +105,14 @@ function route() {
   closeJobs();
   closeWorkers();
   closeWebhooks();
+  closeTeam();
   const hash = location.hash || "#/jobs";
   const match = hash.match(JOB_ROUTE);
-  if (hash === "#/webhooks") {
+  if (hash === "#/team") {
+    show("team");
+    document.title = `${t("team.heading")} · onnx-reducer`;
+    openTeam();
+  } else if (hash === "#/webhooks") {
     show("webhooks");
     document.title = `${t("webhooks.heading")} · onnx-reducer`;
     openWebhooks();
@@ -130,6 +143,7 @@ async function changeLanguage(lang) {
   if (JOB_ROUTE.test(hash)) rerenderJob();
   else if (hash === "#/workers") rerenderWorkers();
   else if (hash === "#/webhooks") rerenderWebhooks();
+  else if (hash === "#/team") rerenderTeam();
   else if (hash === "#/new") openNew();
   else rerenderJobs();
 }
@@ -146,6 +160,7 @@ async function start() {
   bindNew();
   bindJob();
   bindWebhooks();
+  bindTeam();
   window.addEventListener("hashchange", () => {
     clearError();
     route();
