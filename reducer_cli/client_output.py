@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from reducer_cli.wording import iterations_line
 from reducer_client import Event, Job, Problem
 
 BAR_WIDTH = 30
@@ -118,6 +119,9 @@ def job_lines(job: Job) -> list[str]:
         f"checks run: {job.progress.checks_run}  cache hits: {job.progress.cache_hits} "
         f"(farm: {job.progress.farm_cache_hits})  best size: {job.progress.best_size}  attempts: {job.attempts}",
     ]
+    differ = iterations_line(job.progress.iteration, job.progress.checks_run, job.progress.cache_hits)
+    if differ is not None and job.progress.iteration:
+        lines.append(differ)
     if job.progress.eta_s is not None:
         lines.append(f"estimated time left: {job.progress.eta_s:.0f}s")
     flaky = job.flaky
@@ -127,6 +131,8 @@ def job_lines(job: Job) -> list[str]:
         lines.append(f"must stay fp32: {', '.join(job.keep_fp32) or 'none (the fp16 model passes)'}")
     if job.passes is not None and job.passes.get("done"):
         lines.append(f"optimizers: {job.passes.get('message', '')}")
+    if job.releases is not None and job.releases.get("done"):
+        lines.append(f"releases: {job.releases.get('message', '')}")
     if job.verified is not None:
         lines.append("verified: " + verified_line(job.verified))
     if job.suspect is not None:
@@ -164,6 +170,7 @@ class Summary:
     checks_run: int | None = None
     keep_fp32: list[str] | None = None  # a precision job's answer
     passes: dict[str, Any] | None = None  # a bisect-passes job's answer
+    releases: dict[str, Any] | None = None  # a bisect-releases job's answer
     verified: dict[str, Any] | None = None  # how each final model was verified (GET /v1/jobs/{id})
     suspect: dict[str, Any] | None = None  # the check fails whatever the model
     cache_hits: int | None = None
@@ -177,6 +184,7 @@ class Summary:
         self.checks_run = job.progress.checks_run
         self.keep_fp32 = job.keep_fp32
         self.passes = job.passes
+        self.releases = job.releases
         self.verified, self.suspect = job.verified, job.suspect
         self.cache_hits, self.farm_cache_hits = job.progress.cache_hits, job.progress.farm_cache_hits
         if job.error is not None:

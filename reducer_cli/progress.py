@@ -7,6 +7,7 @@ import sys
 import time
 from typing import TextIO
 
+from reducer_cli.wording import iterations_line
 from reducer_core.records import IterationRecord, ReductionResult
 from reducer_core.verdict import Goal, Verdict, VerdictKind
 
@@ -149,4 +150,5 @@ def summary_lines(result: ReductionResult) -> list[str]:
         f"time: {result.elapsed_s:.2f}s total, {result.check_time_s:.2f}s in checks",
         f"original failure: {result.original.kind.value} [{result.original.signature or 'no signature'}]",
         *([result.flakiness.message()] if result.flakiness is not None else []),
+        *filter(None, [iterations_line(len(result.iterations), result.checks_run, result.cache_hits)]),
     ]

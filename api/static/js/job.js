@@ -349,6 +349,7 @@ function render(state) {
   fact("job-nodes-after", job.nodes_after ?? "–");
   fact("job-best", job.progress.best_size ?? "–");
   fact("job-checks", flyingChecks(state));
+  optionalFact("job-iterations", iterationsNote(job.progress));
   fact("job-per-check", formatSeconds(job.progress.mean_check_s));
   fact("job-eta", job.status === "running" ? formatSeconds(job.progress.eta_s) : "–");
   fact("job-started", formatDate(job.started_at));
@@ -563,6 +564,15 @@ const PHASES = new Set([...document.querySelectorAll("#phase-legend dd[data-i18n
 
 function addRow(state, data) {
   const row = document.createElement("tr");
+/** The iterations, said (and why) only where their count differs from the checks run: a verdict
+ * from a cache is an iteration without a check run; a flaky answer's re-checks and checks run
+ * ahead, then not needed, are check runs without an iteration of their own. */
+function iterationsNote(progress) {
+  const iterations = progress.iteration || 0;
+  if (!iterations || iterations === progress.checks_run) return "";
+  return t("job.iterations.differ", { n: iterations, checks: progress.checks_run, cached: progress.cache_hits || 0 });
+}
+
   row.dataset.number = String(data.number);
   row.className = `v-${data.verdict}`;
   cell(row, String(data.number), "#", "num");
