@@ -93,11 +93,20 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     submit.add_argument("--mode", choices=MODES, default=None, help="Reduction mode (server default: auto).")
     submit.add_argument(
         "--task",
-        choices=("reduce", "precision", "bisect-passes"),
+        choices=("reduce", "precision", "bisect-passes", "bisect-releases"),
         default=None,
         help="reduce (the server's default), or precision: the fewest nodes that must stay fp32 for the fp16 "
         "model to pass the spec (with --wait, downloads mixed.onnx), or bisect-passes: the runtime optimizers "
-        "the failure needs (docs/bisect-passes.md; no file to download).",
+        "the failure needs (docs/bisect-passes.md; no file to download), or bisect-releases: the first "
+        "onnxruntime release that fails, on the farm's workers (docs/bisect-releases.md; no file to download).",
+    )
+    submit.add_argument(
+        "--releases",
+        type=lambda text: [part.strip() for part in text.split(",") if part.strip()],
+        default=[],
+        metavar="V1,V2,...",
+        help="--task bisect-releases: the onnxruntime releases to bisect (default: every release the farm's "
+        "workers advertise).",
     )
     submit.add_argument("--model-path", default=None, help="The model inside a bundle that holds several.")
     submit.add_argument(

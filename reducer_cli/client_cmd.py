@@ -159,8 +159,8 @@ def _wait_and_download(client: ReducerClient, ns: argparse.Namespace, summary: S
 
 def results_of(job: Job) -> tuple[str, ...]:
     """What a finished job's results are: min-bad and min-good, or a precision job's mixed model."""
-    if job.task == "bisect-passes":
-        return ()  # the answer is the job's passes field
+    if job.task in ("bisect-passes", "bisect-releases"):
+        return ()  # the answer is the job's passes (releases) field
     return PRECISION_RESULTS if job.task == "precision" else RESULTS
 
 
@@ -204,6 +204,7 @@ def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
         progress=bar,
         task=ns.task,
         labels=_submit_labels(ns),
+        releases=ns.releases,
     )
     bar.done()
     summary.job_id, summary.status, summary.replayed = sent.job_id, sent.status, sent.replayed
@@ -256,7 +257,7 @@ def _download_cmd(client: ReducerClient, ns: argparse.Namespace, summary: Summar
     if ns.artifact:
         _download(client, job.id, tuple(ns.artifact), Path(ns.output_dir), summary)
         return EXIT_OK
-    if job.status in ("cancelled", "failed") and job.task not in ("precision", "bisect-passes"):
+    if job.status in ("cancelled", "failed") and job.task not in ("precision", "bisect-passes", "bisect-releases"):
         return _download_best_so_far(client, job, Path(ns.output_dir), summary)
     if job.status != "succeeded":
         log(f"[E] job {job.id} is {job.status}: it has no reduced model to download yet.")

@@ -190,6 +190,7 @@ class ReducerClient:
         progress: Progress | None = None,
         task: str | None = None,
         labels: Mapping[str, str] | None = None,
+        releases: Sequence[str] = (),
     ) -> Submission:
         """Upload ``model`` (an ``.onnx`` file, a ``.tar``/``.zip`` bundle, or an ``.onnx`` whose
         external-data files lie next to it: those are bundled on the fly; or a prepared
@@ -215,6 +216,7 @@ class ReducerClient:
         }
         fields = {"check_spec": check_spec, "mode": mode, "model_path": model_path, "task": task}
         fields["labels"] = json.dumps(dict(labels)) if labels else None
+        fields["releases"] = ",".join(releases) or None  # task bisect-releases: the onnxruntime releases
         fields |= {name: str(value).lower() for name, value in options.items() if value is not None}
         body = MultipartBody({k: v for k, v in fields.items() if v is not None}, files)
         headers = {

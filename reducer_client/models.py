@@ -73,6 +73,7 @@ class Job:
     suspect: dict[str, Any] | None = None  # the check fails whatever the model: {message, output, ...}
     labels: dict[str, str] = field(default_factory=dict)  # the CI context and --label pairs it was sent with
     passes: dict[str, Any] | None = None  # a bisect-passes job's answer (or its probes so far)
+    releases: dict[str, Any] | None = None  # a bisect-releases job's answer (or its strip so far)
 
     @property
     def finished(self) -> bool:
@@ -104,6 +105,7 @@ class Job:
             suspect=data["suspect"] if isinstance(data.get("suspect"), dict) else None,
             labels={str(k): str(v) for k, v in (data.get("labels") or {}).items()},
             passes=data["passes"] if isinstance(data.get("passes"), dict) else None,
+            releases=data["releases"] if isinstance(data.get("releases"), dict) else None,
         )
 
 

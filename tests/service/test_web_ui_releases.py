@@ -4,12 +4,15 @@ Chromium, the embedded service whose slot runs two more onnxruntime releases: RU
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
+from reducer_cli.main import run
 from tests.ort_envs import RELEASES, EnvUnavailableError, all_env_pythons
 from tests.service.conftest import EXAMPLE, client_for
 from tests.service.helpers import wait_job
@@ -98,3 +101,24 @@ def test_the_new_job_form_sends_the_task_and_its_releases(releases_service: Serv
     assert job["task"] == "bisect-releases" and job["options"]["releases"] == [OLD, NEW]
     assert job["releases"]["outcome"] == "all-fail" and job["releases"]["checks"] == 2
     browser.wait(lambda d: cells(browser) == [(OLD, "fail"), (NEW, "fail")], "the all-fail strip")
+
+
+def test_the_client_submits_and_reports_a_bisect_releases_job(
+    releases_service: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``onnx-reducer submit --task bisect-releases --releases ... --wait --json``: the answer in the
+    summary (no file to download)."""
+    monkeypatch.setenv("ONNX_REDUCER_SERVER", releases_service.url)
+    monkeypatch.setenv("ONNX_REDUCER_TOKEN", releases_service.token)
+    monkeypatch.chdir(tmp_path)
+    Path("model.onnx").write_bytes(EXAMPLE)
+    Path("spec.json").write_text(SPEC)
+    argv = ["submit", "model.onnx", "--check-spec", "spec.json", "--task", "bisect-releases"]
+    code = run([*argv, "--releases", f"{OLD},{MIDDLE},{NEW}", "--wait", "--json"])
+    out = capsys.readouterr().out
+    summary = json.loads(out[out.index("{") :])
+    assert code == 0, summary
+    assert summary["status"] == "succeeded" and summary["files"] == []
+    releases = summary["releases"]
+    assert (releases["first_failing"], releases["last_passing"]) == (MIDDLE, OLD)
+    assert releases["checks"] <= 3
