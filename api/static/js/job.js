@@ -540,6 +540,15 @@ function onEvent(state, event) {
   }
 }
 
+/** The iterations, said (and why) only where their count differs from the checks run: a verdict
+ * from a cache is an iteration without a check run; a flaky answer's re-checks and checks run
+ * ahead, then not needed, are check runs without an iteration of their own. */
+function iterationsNote(progress) {
+  const iterations = progress.iteration || 0;
+  if (!iterations || iterations === progress.checks_run) return "";
+  return t("job.iterations.differ", { n: iterations, checks: progress.checks_run, cached: progress.cache_hits || 0 });
+}
+
 function flyingChecks(state) {
   const flying = inFlight(state);
   const checks = state.job.progress.checks_run;
@@ -564,15 +573,6 @@ const PHASES = new Set([...document.querySelectorAll("#phase-legend dd[data-i18n
 
 function addRow(state, data) {
   const row = document.createElement("tr");
-/** The iterations, said (and why) only where their count differs from the checks run: a verdict
- * from a cache is an iteration without a check run; a flaky answer's re-checks and checks run
- * ahead, then not needed, are check runs without an iteration of their own. */
-function iterationsNote(progress) {
-  const iterations = progress.iteration || 0;
-  if (!iterations || iterations === progress.checks_run) return "";
-  return t("job.iterations.differ", { n: iterations, checks: progress.checks_run, cached: progress.cache_hits || 0 });
-}
-
   row.dataset.number = String(data.number);
   row.className = `v-${data.verdict}`;
   cell(row, String(data.number), "#", "num");
