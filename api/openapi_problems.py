@@ -35,7 +35,7 @@ PROBLEM_SCHEMA: dict[str, Any] = {
 _WHY = {
     400: "Malformed request body (a multipart body that cannot be parsed, or too many parts).",
     401: "No token, or a token that is not valid (revoked or never issued). Header `WWW-Authenticate: Bearer`.",
-    404: "No such job or artifact for this team (another team's jobs are not found either).",
+    404: "No such job, artifact or webhook for this team (another team's are not found either).",
     409: "The job's state does not allow it (e.g. cancel a finished job, retry a job that did not fail).",
     413: "The upload (or one form field) is larger than this server takes (`MAX_UPLOAD_BYTES`).",
     415: "The body is not multipart/form-data.",
@@ -50,12 +50,13 @@ _EXTRA: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/v1/jobs/{job_id}/cancel"): (404, 409),
     ("post", "/v1/jobs/{job_id}/retry"): (404, 409),
     ("post", "/v1/jobs/{job_id}/verdict"): (404, 409),
+    ("post", "/v1/webhooks"): (409,),  # the team has as many webhooks as it may
 }
 
 
 def _codes(method: str, path: str) -> tuple[int, ...]:
     codes = {401, 422, 503, *_EXTRA.get((method, path), ())}
-    if "{job_id}" in path:
+    if "{job_id}" in path or "{webhook_id}" in path:
         codes.add(404)
     return tuple(sorted(codes))
 

@@ -400,6 +400,18 @@ def _self_signed(folder: Path, name: str) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+def test_openapi_documents_the_webhook_routes_problems(quiet_api: str) -> None:
+    paths = httpx.get(f"{quiet_api}/openapi.json").json()["paths"]
+
+    def problems(method: str, path: str) -> set[str]:
+        answers = paths[path][method]["responses"].items()
+        return {code for code, answer in answers if "application/problem+json" in answer.get("content", {})}
+
+    assert problems("post", "/v1/webhooks") == {"401", "409", "422", "503"}
+    assert problems("delete", "/v1/webhooks/{webhook_id}") == {"401", "404", "422", "503"}
+    assert problems("post", "/v1/webhooks/{webhook_id}/test") == {"401", "404", "422", "503"}
+
+
 # -- the parts without services --
 
 
