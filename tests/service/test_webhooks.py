@@ -43,6 +43,7 @@ from persistence.webhooks import (
     sign,
 )
 from tests.service.conftest import Processes, client_for, start_api
+from tests.service.embedded import embedded_server
 from tests.service.helpers import submit, wait_job
 from tests.service.web_harness import embedded_service
 from worker.settings import WorkerSettings
@@ -200,6 +201,19 @@ def test_the_log_shows_a_failing_receiver_and_when_it_is_tried_again(tmp_path: P
     assert entry["attempts"] >= 1 and entry["last_error"] == "the receiver answered 503"
     assert entry["next_attempt_at"] is not None and entry["delivered_at"] is None
     assert gone.status_code == 204 and after.status_code == 404
+
+
+@pytest.mark.slow
+def test_onnx_reducer_serve_delivers_from_its_job_process(tmp_path: Path, receiver: Receiver) -> None:
+    """``onnx-reducer serve`` (``make run``): the job ends in its job process, the server's runner
+    delivers."""
+    with embedded_server(tmp_path, FAST) as server, client_for(server.url, server.token) as client:
+        created = register(client, receiver.url, ["job.succeeded"])
+        job_id = submit(client, EXAMPLE).json()["id"]
+        (delivery,) = receiver.wait_for(1)
+        wait_logged(client, created["id"], "succeeded")
+    event = verified(created["secret"], delivery)
+    assert event["type"] == "job.succeeded" and event["data"]["job_id"] == job_id
 
 
 # -- the Celery farm --
