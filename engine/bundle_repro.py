@@ -637,6 +637,7 @@ def main(argv: list[str] | None = None) -> int:
         return CANNOT_RUN
     print(VERDICTS[code])
     _print_passes()
+    _print_releases()
     return code
 
 
@@ -650,6 +651,20 @@ def _print_passes() -> None:
     if answer.get("outcome") == "optimizers":
         field = "disabled_optimizers" if answer.get("runtime") == "onnxruntime" else "disabled_build_options"
         print(f"  {field}={json.dumps(answer.get('optimizers', []))}")
+
+
+def _print_releases() -> None:
+    """What ``onnx-reducer bisect-releases --bundle`` found (``releases.json`` beside this script):
+    the first failing and the last passing onnxruntime release, and the release to pin."""
+    path = HERE / "releases.json"
+    if not path.exists():
+        return
+    answer = json.loads(path.read_text())
+    print(f"releases (onnx-reducer bisect-releases): {answer.get('message', '')}")
+    if answer.get("last_passing"):
+        print(f"  pin the last passing release: pip install onnxruntime=={answer['last_passing']}")
+    if answer.get("first_failing"):
+        print(f"  reproduce on the first failing one: pip install onnxruntime=={answer['first_failing']}")
 
 
 def polygraphy_inputs_json(samples: Sequence[Mapping[str, np.ndarray]]) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import zipfile
 from pathlib import Path
 
 from checks.build import build_check
@@ -65,6 +67,13 @@ def add_release_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore
         help="What counts as the same failure as the newest release's (as for reduce; default: kind).",
     )
     parser.add_argument("--summary-json", default=None, metavar="FILE", help="Write the answer as JSON.")
+    parser.add_argument(
+        "--bundle",
+        default=None,
+        metavar="FILE.zip",
+        help="A bug-report bundle (reduce --bundle) to put the answer in: releases.json, which its repro.py "
+        "prints (the release to pin, the first failing one).",
+    )
 
 
 def run_bisect_releases(args: argparse.Namespace, log: ProgressReporter) -> int:
@@ -92,7 +101,21 @@ def run_bisect_releases(args: argparse.Namespace, log: ProgressReporter) -> int:
     _report(answer, log)
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(release_summary(answer, search), indent=1))
+    if args.bundle:
+        add_to_bundle(Path(args.bundle), answer)
+        log.info(f"wrote releases.json into {args.bundle} (its repro.py prints the releases to pin)")
     return EXIT_NEWEST_PASSES if answer.outcome is Outcome.NEWEST_PASSES else EXIT_OK
+
+
+def add_to_bundle(bundle: Path, answer: ReleaseAnswer) -> None:
+    """``bundle`` with ``releases.json`` (the answer) in it, in place of one it held."""
+    partial = bundle.with_name(bundle.name + ".partial")
+    with zipfile.ZipFile(bundle) as source, zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED, True) as target:
+        for item in source.infolist():
+            if item.filename != "releases.json":
+                target.writestr(item, source.read(item.filename))
+        target.writestr("releases.json", json.dumps(answer.to_json(), indent=1))
+    os.replace(partial, bundle)
 
 
 def _envs(args: argparse.Namespace) -> list[RuntimeEnv]:

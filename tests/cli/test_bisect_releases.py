@@ -5,6 +5,9 @@ the second release on."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import onnx
@@ -122,3 +125,28 @@ def test_one_release_is_bad_usage(pythons: dict[str, Path], model: Path, tmp_pat
     spec = write_spec(tmp_path, _VERSION_TEST)
     argv = ["bisect-releases", str(model), "--check-spec", str(spec), "--runtime-env", f"{SECOND}=/x/python"]
     assert run(argv) == 2
+
+
+def test_the_bundle_repro_prints_the_releases_to_pin(
+    pythons: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """reduce --bundle, then bisect-releases --bundle: the bundle's repro.py prints both releases."""
+    monkeypatch.chdir(tmp_path)
+    nodes = [
+        helper.make_node("Relu", ["x"], ["h"], name="relu"),
+        helper.make_node("Mul", ["h", "h"], ["y"], name="mul"),
+    ]
+    onnx.save(make_model(nodes, ["x"], ["y"]), "model.onnx")
+    Path("op.yaml").write_text("kind: op-present\nops: [Mul]\n")
+    assert run(["reduce", "model.onnx", "-o", "min_bad.onnx", "--check-spec", "op.yaml", "--bundle", "bug.zip"]) == 0
+    spec = write_spec(tmp_path, _VERSION_TEST)
+    argv = ["bisect-releases", "min_bad.onnx", "--check-spec", str(spec), *env_args(pythons), "--bundle", "bug.zip"]
+    assert run(argv) == 0
+    with zipfile.ZipFile("bug.zip") as archive:
+        archive.extractall("bug")
+    repro = subprocess.run(
+        [sys.executable, "repro.py"], cwd="bug", capture_output=True, text=True, timeout=300, check=False
+    )
+    assert repro.returncode == 1, repro.stdout + repro.stderr  # REPRODUCED (the op-present check)
+    assert f"First failing release: {SECOND}; last passing release: {RELEASES[0]}." in repro.stdout
+    assert f"pip install onnxruntime=={RELEASES[0]}" in repro.stdout
