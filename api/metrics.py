@@ -19,6 +19,7 @@ from persistence.config import ServiceSettings
 from persistence.db import Database
 from persistence.models import utcnow
 from persistence.repositories import FarmVerdictRepository, IterationRepository, JobRepository
+from persistence.repositories.webhooks import WebhookRepository
 
 RATE_WINDOW_S = 60.0
 CHECK_TIME_WINDOW_S = 300.0  # check time percentiles: over the checks finished this long ago or since
@@ -44,6 +45,24 @@ class _JobsCollector(Collector):
         try:
             with self.db.session() as session:
                 counts = JobRepository(session).counts_by_status()
+        except SQLAlchemyError:
+            counts = {}
+        for status, count in sorted(counts.items()):
+            gauge.add_metric([status], count)
+        yield gauge
+
+
+class _WebhooksCollector(Collector):
+    """Webhook deliveries by status (``pending`` ones waiting for a retry, ``failed`` ones given up)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauge = GaugeMetricFamily("onnx_reducer_webhook_deliveries", "Webhook deliveries by status", labels=["status"])
+        try:
+            with self.db.session() as session:
+                counts = WebhookRepository(session).counts_by_status()
         except SQLAlchemyError:
             counts = {}
         for status, count in sorted(counts.items()):
@@ -160,6 +179,7 @@ def install_metrics(app: FastAPI, registry: CollectorRegistry, db: Database, set
     latency = Histogram("onnx_reducer_http_request_seconds", "Request latency", ["method", "route"], registry=registry)
     registry.register(_JobsCollector(db))
     registry.register(_FarmCollector(db, settings))
+    registry.register(_WebhooksCollector(db))
     app.add_middleware(_MeasureMiddleware, requests=requests, latency=latency)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from persistence.models import WebhookDelivery, WebhookEndpoint, utcnow
@@ -136,6 +136,11 @@ class WebhookRepository:
             .values(last_status_code=result.status_code, last_error=result.error, **values)
         )
         return bool(getattr(done, "rowcount", 0))
+
+    def counts_by_status(self) -> dict[str, int]:
+        """How many deliveries the log holds in each status (every team's: ``/metrics``)."""
+        query = select(WebhookDelivery.status, func.count()).group_by(WebhookDelivery.status)
+        return {status: int(count) for status, count in self.session.execute(query).all()}
 
     def prune(self, before: datetime) -> int:
         """Forget the deliveries that ended (succeeded or failed) and were created before ``before``."""

@@ -196,10 +196,13 @@ def test_the_log_shows_a_failing_receiver_and_when_it_is_tried_again(tmp_path: P
         client.post(f"/v1/webhooks/{created['id']}/test")
         receiver.wait_for(2)
         (entry,) = wait_logged(client, created["id"], "pending", lambda d: d["last_status_code"] == 503)
+        metrics = httpx.get(f"{service.url}/metrics").text
         gone = client.delete(f"/v1/webhooks/{created['id']}")
         after = client.get(f"/v1/webhooks/{created['id']}/deliveries")
     assert entry["attempts"] >= 1 and entry["last_error"] == "the receiver answered 503"
     assert entry["next_attempt_at"] is not None and entry["delivered_at"] is None
+    delivering = 'onnx_reducer_webhook_deliveries{status="delivering"} 1.0' in metrics  # caught mid-attempt
+    assert delivering or 'onnx_reducer_webhook_deliveries{status="pending"} 1.0' in metrics
     assert gone.status_code == 204 and after.status_code == 404
 
 
