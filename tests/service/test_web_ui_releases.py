@@ -122,3 +122,34 @@ def test_the_client_submits_and_reports_a_bisect_releases_job(
     releases = summary["releases"]
     assert (releases["first_failing"], releases["last_passing"]) == (MIDDLE, OLD)
     assert releases["checks"] <= 3
+
+
+FLAKY_PROGRAM = (
+    "import pathlib, sys, onnxruntime as o; c = pathlib.Path(sys.argv[1]); n = int(c.read_text() or 0) + 1 "
+    "if c.exists() else 1; c.write_text(str(n)); "
+    f"sys.exit(1 if tuple(int(p) for p in o.__version__.split('.')[:2]) >= {_SECOND} and n % 2 == 0 else 0)"
+)
+
+
+def test_a_flaky_job_uses_its_repeats(releases_service: Service, tmp_path: Path) -> None:
+    """``flaky=true``: the check fails every second run from the second release on; the newest
+    release is run again after its first pass, and the oldest passes only after repeats."""
+    spec = json.dumps({"kind": "command", "command": ["python", "-c", FLAKY_PROGRAM, str(tmp_path / "runs.txt")]})
+    with client_for(releases_service.url, releases_service.token) as client:
+        data = {"check_spec": spec, "task": "bisect-releases", "releases": f"{OLD},{MIDDLE},{NEW}", "flaky": "true"}
+        response = client.post("/v1/jobs", files={"model": ("model.onnx", EXAMPLE)}, data=data)
+        assert response.status_code == 202, response.text
+        job_id = response.json()["id"]
+        job = wait_job(client, job_id, timeout=300)
+        iterations = client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]
+    assert job["status"] == "succeeded", job["error"]
+    answer = job["releases"]
+    assert (answer["first_failing"], answer["last_passing"]) == (MIDDLE, OLD)
+    assert (
+        answer["flaky"] and answer["checks"] <= 3 < answer["runs"] == len(iterations) == job["progress"]["checks_run"]
+    )
+    newest = [it for it in iterations if it["phase"] == f"release {NEW}"]
+    assert [it["verdict"] for it in newest] == ["pass", "fail"]  # run again after its first pass
+    oldest = [it for it in iterations if it["phase"] == f"release {OLD}"]
+    assert len(oldest) > 1 and {it["verdict"] for it in oldest} == {"pass"}  # a pass after repeats
+    assert answer["last_passing_verdict"]["iteration"] == oldest[-1]["number"]
