@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -251,6 +252,22 @@ def _lacks_type(index: GraphIndex, name: str) -> bool:
     return known is None or (known.HasField("tensor_type") and not has_shape(known))
 
 
+_CARETS = re.compile(r"\s*\^{3,}\s*")  # a traceback's "^^^^" marks under the failing expression
+
+
+def quoted_error(exc: BaseException, *folders: Path | str | None, limit: int = 300) -> str:
+    """``exc`` as a log line quotes it: one line, at most ``limit`` characters, with no path inside
+    ``folders`` (the run's scratch folders) or the system's temporary folder: such a file is named
+    by its name alone (the folder is the run's, removed when it ends, and a server's own)."""
+    text = f"{type(exc).__name__}: {exc}"
+    named = [Path(folder) for folder in folders if folder] + [Path(tempfile.gettempdir())]
+    prefixes = {str(path.resolve()) for path in named} | {str(path) for path in named if path.is_absolute()}
+    for prefix in sorted((p.rstrip("/") for p in prefixes if len(p) > 1), key=len, reverse=True):
+        text = re.sub(re.escape(prefix) + r"/(?:[^\s'\"/]+/)*", "", text)
+    text = " ".join(_CARETS.sub(" ", text).split())
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
 def run_fallback_inference(workspace: Workspace) -> None:
     """Shapes (and values for freezing) from one onnxruntime run; on failure, keep going and say so."""
     workspace._fallback_done = True
@@ -270,9 +287,8 @@ def run_fallback_inference(workspace: Workspace) -> None:
             work_dir=workspace.scratch,
         )
     except Exception as exc:  # noqa: BLE001 - any runtime failure is reported, not fatal
-        workspace.log.warning(
-            f"Fallback inference failed ({type(exc).__name__}: {str(exc)[:300]}); keeping ONNX shapes."
-        )
+        error = quoted_error(exc, workspace.scratch, workspace.options.work_dir)
+        workspace.log.warning(f"Fallback inference failed ({error}); keeping ONNX shapes.")
         return
     model = onnx.ModelProto()
     model.CopyFrom(workspace.index.model)
