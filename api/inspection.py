@@ -223,6 +223,7 @@ def _task(fields: dict[str, str], spec: CheckSpec | None) -> dict[str, Any]:
     if raw not in tuple(JobTask):
         detail = f"task must be one of {', '.join(JobTask)}, not '{raw[:50]}'."
         raise ProblemError(422, "Invalid option", detail, errors=field_errors("task", detail))
+    allow_nonfinite = _allow_nonfinite(fields, raw)
     if raw == JobTask.REDUCE.value:
         return {}
     if raw == JobTask.BISECT_RELEASES.value:
@@ -238,7 +239,22 @@ def _task(fields: dict[str, str], spec: CheckSpec | None) -> dict[str, Any]:
         require_fp16_target(spec)
     except UsageError as exc:
         raise ProblemError(422, "Invalid check spec", str(exc), errors=field_errors("check_spec", str(exc))) from exc
-    return {"task": raw}
+    return {"task": raw, "allow_nonfinite": True} if allow_nonfinite else {"task": raw}
+
+
+def _allow_nonfinite(fields: dict[str, str], task: str) -> bool:
+    """The ``allow_nonfinite`` field (the CLI's ``precision --allow-nonfinite``): a precision job
+    then keeps the search's answer even where an fp16 tensor of the written model holds inf (by
+    default the answer grows until none does). Off when left out; 422 for another task."""
+    raw = fields.get("allow_nonfinite", "false").strip().lower()
+    if raw not in ("true", "false", "1", "0"):
+        detail = f"allow_nonfinite must be true or false, not '{raw[:50]}'."
+        raise ProblemError(422, "Invalid option", detail, errors=field_errors("allow_nonfinite", detail))
+    allow = raw in ("true", "1")
+    if allow and task != JobTask.PRECISION.value:
+        detail = f"allow_nonfinite applies to task precision only (this job's task is {task}); leave it out."
+        raise ProblemError(422, "Invalid option", detail, errors=field_errors("allow_nonfinite", detail))
+    return allow
 
 
 def _refuse_golden_for_interactive(request: InspectRequest) -> None:

@@ -75,9 +75,14 @@ def _same_request(job: Job, form: UploadedForm, golden_sha256: str | None, input
         and job.mode == mode
         and options == flags
         and task == JobTask.of(job.options).value
+        and _allows_nonfinite(form) == bool(job.options.get("allow_nonfinite", False))
         and golden_sha256 == sent_golden
         and inputs_sha256 == [f.sha256 for f in form.inputs]
     )
+
+
+def _allows_nonfinite(form: UploadedForm) -> bool:
+    return form.fields.get("allow_nonfinite", "false").strip().lower() in ("true", "1")
 
 
 def _key_reused() -> ProblemError:

@@ -31,6 +31,7 @@ TEXT_FIELDS = frozenset(
     {"check_spec", "mode", "task", "model_path", "reduce_inputs", "reduce_outputs", "pin_signature", "confirm_flaky"}
     | {"reduce_data", "labels"}
     | {"releases", "flaky"}  # a bisect-releases job's (api.release_answers)
+    | {"allow_nonfinite"}  # a precision job's (api.inspection)
 )
 MAX_INPUT_FILES = 8  # 'inputs' parts: several files are several samples, in order
 

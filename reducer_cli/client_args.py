@@ -156,6 +156,13 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="Take a 2-3-node answer as it is (as for reduce; sends confirm_flaky=false).",
     )
     submit.add_argument(
+        "--allow-nonfinite",
+        action="store_true",
+        help="With --task precision: keep the search's answer even where an fp16 tensor of the written model "
+        "holds inf, as `precision --allow-nonfinite` does (sends allow_nonfinite=true; by default the answer "
+        "grows until no fp16 tensor holds inf).",
+    )
+    submit.add_argument(
         "--label",
         action="append",
         default=[],

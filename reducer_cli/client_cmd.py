@@ -200,6 +200,7 @@ def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
         pin_signature=ns.pin_signature,
         confirm_flaky=ns.confirm_flaky,
         reduce_data=ns.reduce_data,
+        allow_nonfinite=ns.allow_nonfinite or None,
         idempotency_key=ns.idempotency_key,
         progress=bar,
         task=ns.task,

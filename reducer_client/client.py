@@ -188,6 +188,7 @@ class ReducerClient:
         reduce_data: bool | None = None,
         idempotency_key: str | None = None,
         progress: Progress | None = None,
+        allow_nonfinite: bool | None = None,
         task: str | None = None,
         labels: Mapping[str, str] | None = None,
         releases: Sequence[str] = (),
@@ -197,7 +198,8 @@ class ReducerClient:
         ``UploadSource``, see ``model_source``) with a check spec (YAML or JSON text); ``task``:
         ``reduce`` (the server's default) or ``precision`` (which nodes must stay fp32); an option left
         ``None`` is not sent (the server's default; ``confirm_flaky``: on, ``reduce_data``: off);
-        ``reduce_data=True``: the answer's input sizes and weights shrink too; ``inputs``: input
+        ``reduce_data=True``: the answer's input sizes and weights shrink too; ``allow_nonfinite=True``
+        (task precision): keep the search's answer even where an fp16 tensor holds inf; ``inputs``: input
         samples (.npz or Polygraphy JSON) that the check judges, every one; ``labels``: ``key=value``
         pairs stored with the job (``ci_context.ci_labels`` reads a CI run's). Streamed from
         disk; ``progress(sent, total)`` sees the file bytes go out. Retries reuse one
@@ -213,6 +215,7 @@ class ReducerClient:
             "pin_signature": pin_signature,
             "confirm_flaky": confirm_flaky,
             "reduce_data": reduce_data,
+            "allow_nonfinite": allow_nonfinite,
         }
         fields = {"check_spec": check_spec, "mode": mode, "model_path": model_path, "task": task}
         fields["labels"] = json.dumps(dict(labels)) if labels else None

@@ -38,7 +38,7 @@ from worker.context import RunnerContext
 from worker.endings import deadline_of, end_job, ending_errors, time_limit_message
 from worker.final_checks import Evidence, Finals, check_finals, plan_finals, succeed_verified
 from worker.live_session import LIVE
-from worker.precision_job import precision_payload, store_precision_results
+from worker.precision_job import precision_payload, store_precision_results, written_fp32_nodes
 from worker.prepared import PREPARED, JobInput, PreparedJob
 from worker.unit_lease import LEASES, HeldUnit
 
@@ -126,9 +126,10 @@ class FinishRun:
             if prepared.task is not JobTask.PRECISION:
                 evidence = Evidence.read(db, self.job_id, result, reduction.machine.config.pin_signature)
         if evidence is None:
-            stored = store_precision_results(self.ctx.layout.store, reduction, result, prepared.work_dir)
-            payload = answer_payload(prepared.workspace, result) | precision_payload(reduction, result)
-            return PrecisionEnd(len(result.min_bad), stored, payload)
+            allow = prepared.allow_nonfinite
+            stored = store_precision_results(self.ctx.layout.store, reduction, result, prepared.work_dir, allow)
+            payload = answer_payload(prepared.workspace, result) | precision_payload(reduction, result, allow)
+            return PrecisionEnd(written_fp32_nodes(stored), stored, payload)
         finals = plan_finals(self.ctx, self.job_id, model_name, reduction, prepared, evidence)
         check_finals(prepared, finals)
         return finals

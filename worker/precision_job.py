@@ -3,7 +3,7 @@
 reduction) and what a finished job stores: the mixed-precision model as its ``mixed`` artifact,
 whose meta (and the job's result, ``keep_fp32``) names the nodes kept in fp32. As on the command
 line, the search's answer grows until no fp16 tensor of the file holds inf
-(``PrecisionSession.finite_answer``; a job has no option to keep the smaller answer yet); the
+(``PrecisionSession.finite_answer``; the job option ``allow_nonfinite`` keeps the search's answer); the
 meta also holds ``finite`` (the nodes added, the fp16 tensors still holding inf) and the answer
 for ModelOpt AutoCast (``nodes_to_exclude``: anchored name patterns) and TensorRT 10's trtexec
 (``trtexec``: the flags).
@@ -46,16 +46,22 @@ def start_precision(
 
 
 def store_precision_results(
-    store: ArtifactStore, reduction: ReductionSession, result: ReductionResult, work_dir: Path
+    store: ArtifactStore,
+    reduction: ReductionSession,
+    result: ReductionResult,
+    work_dir: Path,
+    allow_nonfinite: bool = False,
 ) -> dict[ArtifactKind, tuple[StoredBlob, dict[str, Any]]]:
     """The mixed-precision model (a tar with its data file beyond protobuf's limit), its meta
-    naming the nodes kept fp32."""
+    naming the nodes kept fp32. ``allow_nonfinite`` (the job's option, the CLI's
+    ``--allow-nonfinite``): the search's answer as it is; ``finite`` names the fp16 tensors
+    holding inf."""
     assert isinstance(reduction, PrecisionSession)
     folder = work_dir / "result-mixed"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     model = folder / "mixed.onnx"
-    answer = reduction.finite_answer(result.min_bad)  # no inf in any fp16 tensor
+    answer = reduction.finite_answer(result.min_bad, allow_nonfinite)  # no inf in any fp16 tensor unless allowed
     written = reduction.save_mixed(answer.candidate, model, verify=reduction.check.check)  # judged once more
     data = written.data
     keep = reduction.keep_fp32(answer.candidate)
@@ -72,10 +78,19 @@ def store_precision_results(
     return {ArtifactKind.MIXED: (blob, meta)}
 
 
-def precision_payload(reduction: ReductionSession, result: ReductionResult) -> AnswerPayload:
+def written_fp32_nodes(stored: dict[ArtifactKind, tuple[StoredBlob, dict[str, Any]]]) -> int:
+    """The job's ``nodes_after``: how many nodes the written (and verified) mixed model keeps in
+    fp32, the search's answer grown until no fp16 tensor holds inf (6 nodes where the search
+    answered 4, on the BERT-like case), not the search's count."""
+    return int(stored[ArtifactKind.MIXED][1]["nodes"])
+
+
+def precision_payload(
+    reduction: ReductionSession, result: ReductionResult, allow_nonfinite: bool = False
+) -> AnswerPayload:
     """What the success event adds for a precision job."""
     assert isinstance(reduction, PrecisionSession)
-    answer = reduction.finite_answer(result.min_bad)  # computed once, when the results were stored
+    answer = reduction.finite_answer(result.min_bad, allow_nonfinite)  # computed once, when the results were stored
     mixed = reduction.mixed(answer.candidate)
     return {
         "task": "precision",

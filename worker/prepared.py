@@ -60,6 +60,7 @@ class JobInput:
     task: JobTask = JobTask.REDUCE
     inputs: tuple[InputFile, ...] = ()  # uploaded input samples, in the order sent
     original: tuple[str, bool] | None = None  # the uploaded model's (storage key, is a bundle)
+    allow_nonfinite: bool = False  # a precision job: keep the search's answer, inf in fp16 tensors or not
 
     @classmethod
     def of(cls, session: Any, job: Job) -> JobInput:
@@ -79,6 +80,7 @@ class JobInput:
             task=JobTask.of(job.options),
             inputs=inputs,
             original=(original.storage_key, bool(original.meta.get("bundle"))) if original else None,
+            allow_nonfinite=bool(job.options.get("allow_nonfinite", False)),
         )
 
 
@@ -120,6 +122,7 @@ class PreparedJob:
     work_dir: Path
     task: JobTask = JobTask.REDUCE
     plan: PrecisionPlan | None = None  # a precision job's reference run
+    allow_nonfinite: bool = False  # a precision job's option (``worker.precision_job``)
     _writer: ReductionSession | None = field(default=None, repr=False)
     live: LiveSession | None = field(default=None, repr=False)  # kept between verdicts (worker.live_session)
 
@@ -178,7 +181,18 @@ def prepare(job: JobInput, ctx: RunnerContext) -> PreparedJob:
     except BaseException:
         workspace.close()
         raise
-    return PreparedJob(job.job_id, spec, job.config, workspace, check, session_check, work_dir, job.task, plan)
+    return PreparedJob(
+        job.job_id,
+        spec,
+        job.config,
+        workspace,
+        check,
+        session_check,
+        work_dir,
+        job.task,
+        plan,
+        allow_nonfinite=job.allow_nonfinite,
+    )
 
 
 def _process_dir(ctx: RunnerContext, job_id: str) -> Path:

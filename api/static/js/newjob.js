@@ -124,6 +124,7 @@ async function submit(event) {
   body.append("task", $("task").value);
   const releases = $("releases").value.trim();
   if (releases && $("task").value === "bisect-releases") body.append("releases", releases);
+  if ($("allow_nonfinite").checked && $("task").value === "precision") body.append("allow_nonfinite", "true");
   const modelPath = $("model-path").value.trim();
   if (modelPath) body.append("model_path", modelPath);
   for (const name of OPTION_FIELDS) body.append(name, $(name).checked ? "true" : "false");
