@@ -5,6 +5,7 @@ Chromium, the embedded service whose slot runs two more onnxruntime releases: RU
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -153,3 +154,22 @@ def test_a_flaky_job_uses_its_repeats(releases_service: Service, tmp_path: Path)
     oldest = [it for it in iterations if it["phase"] == f"release {OLD}"]
     assert len(oldest) > 1 and {it["verdict"] for it in oldest} == {"pass"}  # a pass after repeats
     assert answer["last_passing_verdict"]["iteration"] == oldest[-1]["number"]
+
+
+def test_a_release_no_worker_offers_is_waited_for_and_said(releases_service: Service) -> None:
+    """The newest release runs; 1.29.0, which no slot offers, leaves the job queued for a worker
+    that does, and the job says why; a cancel ends it there."""
+    with client_for(releases_service.url, releases_service.token) as client:
+        data = {"check_spec": SPEC, "task": "bisect-releases", "releases": f"1.29.0,{NEW}"}
+        job_id = client.post("/v1/jobs", files={"model": ("model.onnx", EXAMPLE)}, data=data).json()["id"]
+        deadline = time.monotonic() + 120
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        while not (job["status"] == "queued" and job["progress"]["checks_run"] == 1) and time.monotonic() < deadline:
+            time.sleep(0.3)
+            job = client.get(f"/v1/jobs/{job_id}").json()
+        assert job["status"] == "queued" and job["progress"]["checks_run"] == 1, job
+        assert job["waiting_reason"].startswith("no worker offers onnxruntime ==1.29.0"), job["waiting_reason"]
+        assert job["releases"]["next"] == "1.29.0"
+        assert [item["state"] for item in job["releases"]["strip"]] == ["unknown", "fail"]
+        assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200  # a queued job ends at once
+        assert wait_job(client, job_id)["status"] == "cancelled"
