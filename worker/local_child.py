@@ -1,5 +1,7 @@
 """One embedded job process: ``python -m worker.local_child JOB_ID`` with the worker settings as
-JSON on stdin (and, optionally, the embedded worker's capabilities as JSON: the runtime its
+JSON on stdin (``-`` for JOB_ID: the job id is stdin's first line, so the server can start the
+process ahead, its imports done, and hand it a job when one comes: ``worker.local.LocalRunner``)
+(and, optionally, the embedded worker's capabilities as JSON: the runtime its
 verdicts are shared under, and the name of the slot it works for). The embedded server runs its
 work this way so that a reduction's Python work (candidates, models written, verdicts stored)
 never competes with the api for its GIL. Prints
@@ -34,6 +36,9 @@ LOOK_S = 0.2
 
 def main(argv: list[str]) -> int:
     die_with_parent_now()  # the embedded server's death ends this job process (and its checks)
+    job_id = argv[0] if argv[0] != "-" else sys.stdin.readline().strip()  # (a spare waits here)
+    if not job_id:
+        return 0  # the server stopped before it had a job for this spare
     settings = WorkerSettings.model_validate_json(sys.stdin.read())
     lower_priority(settings.worker_nice)  # the api beside it answers first
     configure_logging()
@@ -47,7 +52,7 @@ def main(argv: list[str]) -> int:
         ctx.worker = argv[2]  # the embedded slot this process works for: its checks show under that name
     start_cancel_watch(ctx, lambda jobs: _exit_after_cancel(ctx, jobs))  # a cancel reaches a job in preparation
     try:
-        result = run_job(argv[0], ctx)
+        result = run_job(job_id, ctx)
         _linger(ctx)
     finally:
         ctx.db.dispose()

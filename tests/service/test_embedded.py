@@ -49,6 +49,17 @@ def test_embedded_serve_reduces_the_reference_example(tmp_path: Path) -> None:
     assert min_bad == cli_min_bad(tmp_path, model)
 
 
+def test_an_idle_server_has_a_job_process_ready_before_the_upload(tmp_path: Path) -> None:
+    """Each slot starts its next job process ahead (imports done, waiting for a job id), so an
+    upload to an idle server starts without a fresh interpreter's seconds of imports."""
+    with embedded_server(tmp_path) as server:
+        spare = wait_for_child(server.proc.popen.pid, "worker.local_child", timeout=60)
+        assert spare is not None, "no job process waits before the first upload"
+        with client_for(server.url, server.token) as client:
+            job = wait_job(client, submit(client, chain_model(4, 2).SerializeToString()).json()["id"])
+        assert job["status"] == "succeeded", job
+
+
 def test_a_job_process_ends_with_its_killed_server(tmp_path: Path) -> None:
     with embedded_server(tmp_path) as server:
         with client_for(server.url, server.token) as client:
