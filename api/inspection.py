@@ -28,6 +28,7 @@ from checks.user_inputs import INPUT_KINDS
 from persistence.enums import JobTask
 from reducer_core.errors import UsageError
 from reducer_core.strategies import MODES
+from reducer_core.tensors import ByteBudget
 
 # the form's true/false fields, each with its value when left out (kept in the job's options)
 BOOL_FIELDS = {
@@ -141,10 +142,11 @@ def _inspect(request: InspectRequest) -> Inspection:
         mode, options = _options(request.fields, interactive=spec is None)
     with about_field("task"):
         options |= _task(request.fields, spec)
-    golden_format = None
+    budget = tensors_budget(request)
+    golden = None
     if request.golden is not None:
         with about_field("golden"):
-            golden_format = validate_golden(request.golden, budget_for(limits, request.size))
+            golden = validate_golden(request.golden, budget)
     with about_field("model"):
         model_path, bundle = _unpack(request)
         try:
@@ -160,18 +162,27 @@ def _inspect(request: InspectRequest) -> Inspection:
             if not bundle:  # the model is stored under a cleaned name ending in .onnx: say the one uploaded
                 exc.detail = _as_uploaded(exc.detail, model_path, request.filename)
             raise
-    if request.golden is not None and golden_format is not None and kind in INPUT_KINDS:
+    if golden is not None and kind in INPUT_KINDS:
         with about_field("golden"):
-            check_golden_fits(request.golden, golden_format, model_path)
+            check_golden_fits(golden, model_path)
     formats: list[str] = []
     samples = 0
     if request.inputs:
         with about_field("inputs"):
-            staged = stage_inputs(request.inputs, budget_for(limits, sum(p.stat().st_size for p, _ in request.inputs)))
+            staged = stage_inputs(request.inputs, budget)
             samples = validate_inputs(staged, model_path, kind, request.golden is not None)
             formats = list(staged.formats)
     relative = model_path.relative_to(request.staging / "model").as_posix()
+    golden_format = golden.format if golden is not None else None
     return Inspection(relative, bundle, nodes, kind, needs_gpu, mode, options, golden_format, formats, samples)
+
+
+def tensors_budget(request: InspectRequest) -> ByteBudget:
+    """One budget for the arrays of all the upload's tensor files together (golden values and every
+    input sample), sized by the whole upload (``budget_for``): eight small files that each inflate
+    to a large array are refused as one upload, from their headers, before any array is decoded."""
+    total = request.size + request.golden_size + sum(path.stat().st_size for path, _ in request.inputs)
+    return ByteBudget(budget_for(request.limits, total), "the upload's tensors")
 
 
 def budget_for(limits: UploadLimits, size: int) -> int:
