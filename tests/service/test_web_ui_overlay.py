@@ -170,6 +170,8 @@ def test_the_overlay_speaks_chinese(service: Service, browser: Browser, jobs: di
         browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, f"{ORIGINAL} g.gnode.err"), "coloured nodes")
         assert ZH["graphs.overlay.nonfinite"] in browser.text("error-legend")
         assert ZH["graphs.overlay.metric.max_abs"] in browser.text("error-legend")
+        assert plain(ZH["graphs.overlay.tolerance.atol"], value="0.001") in browser.text("error-legend")
+        assert ZH["graphs.overlay.scale"] in browser.text("error-legend")
         text = _hover(browser, f"n{FAULT_AT}_overflow")
         assert ZH["graphs.overlay.nonfinite"] in text and ZH["graphs.overlay.beyond"] in text
         scale = next(e for e in jobs["errors"]["tensors"] if e["tensor"] == f"t{FAULT_AT - 1}")
