@@ -13,14 +13,20 @@ verdict that lands after the plan finds no running job: it re-plans nothing."""
 
 from __future__ import annotations
 
+import logging
+from datetime import UTC, datetime
+
+from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
 from persistence import tracing
 from persistence.enums import ErrorCode, JobStatus
 from persistence.events import AnswerPayload, JobEndPayload, end_kind, record_event
-from persistence.models import Job
+from persistence.models import Job, Team, utcnow
 from persistence.repositories import CancelOutcome, IterationRepository, JobRepository
 from persistence.repositories.units import UnitRepository
+
+log = logging.getLogger("onnx_reducer.jobflow")
 
 
 def end_payload(job: Job) -> JobEndPayload:
@@ -74,10 +80,31 @@ def _best_so_far(iterations: IterationRepository, job: Job) -> None:
 
 def record_end(db: Session, job: Job, answer: AnswerPayload | None = None) -> int:
     """The terminal event of ``job``, ended by ``end`` or by a conditional UPDATE (a queued job's
-    cancel, a claim out of attempts)."""
+    cancel, a claim out of attempts); its one log line once the end is committed."""
     payload: JobEndPayload = {**(answer or {}), **end_payload(job)}
     tracing.job_end(db, job)
+    _log_once_committed(db, job)
     return record_event(db, job.id, end_kind(job.status), payload)
+
+
+def _log_once_committed(db: Session, job: Job) -> None:
+    """One line per job end, with its outcome, by whichever process ended it (a transaction run
+    again after a conflict logs nothing for the try that was rolled back)."""
+    outcome = job.status + (f" ({job.error_code})" if job.error_code else "")
+    started, ended = job.started_at or job.created_at, job.finished_at or utcnow()
+    seconds = (_aware(ended) - _aware(started)).total_seconds() if started is not None else 0.0
+    team = db.scalar(select(Team.name).where(Team.id == job.team_id))
+    line = (job.id, outcome, team, seconds, job.checks_run, job.cache_hits)
+
+    def log_end(_: Session) -> None:
+        log.info("job %s ended: %s, team %s, %.1f s, %d checks, %d cache hits", *line)
+
+    event.listen(db, "after_commit", log_end, once=True)
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes (stored as UTC)."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def succeed(db: Session, job: Job, answer: AnswerPayload | None = None) -> int:

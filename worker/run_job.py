@@ -19,7 +19,6 @@ otherwise (others are at it)."""
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +66,6 @@ class _Found:
 
 def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
     worked = False
-    started: dict[str, tuple[str, float]] = {}  # the jobs this call started: team, when
     while (taken := take_next(ctx)) is not None:
         worked = True
         ctx.on_work(taken.job_id)
@@ -77,15 +75,12 @@ def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
                 cleanup_if_ended(ctx, taken.job_id)
             elif taken.unit is None:
                 _log_start(ctx, taken)
-                started[taken.job_id] = (taken.team, time.monotonic())
                 start_job(ctx, taken.job_id)
                 cleanup_if_ended(ctx, taken.job_id)  # e.g. cancelled while it was prepared (worker.cancel_watch)
             else:
                 follow_up = UnitRun(ctx, taken.unit).run(follow=True)
                 while follow_up is not None:  # the job's next checks, while nothing else waits
                     follow_up = follow_up.run(follow=True)
-    for started_id, (team, since) in started.items():
-        _log_end(ctx, started_id, team, time.monotonic() - since)
     if worked:
         return ClaimResult.CLAIMED
     with ctx.db.session() as session:
@@ -224,18 +219,4 @@ def _log_start(ctx: RunnerContext, taken: _Taken) -> None:
     log.info(
         "job %s started: team %s, queue %s, attempt %d, worker %s",
         *(taken.job_id, taken.team, taken.queue, taken.attempt, ctx.worker),
-    )
-
-
-def _log_end(ctx: RunnerContext, job_id: str, team: str, seconds: float) -> None:
-    """One line once this worker has no more work to take, for each job it started (the job may
-    go on on other workers)."""
-    with ctx.db.session() as session:
-        job = JobRepository(session).get(job_id)
-        if job is None:
-            return
-        status, code, checks, hits = job.status, job.error_code, job.checks_run, job.cache_hits
-    outcome = "running on other workers" if status is JobStatus.RUNNING else status + (f" ({code})" if code else "")
-    log.info(
-        "job %s ended: %s, team %s, %.1f s, %d checks, %d cache hits", *(job_id, outcome, team, seconds, checks, hits)
     )

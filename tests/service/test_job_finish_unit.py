@@ -7,6 +7,7 @@ no bundle stored again, no final check run again)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +21,8 @@ from persistence.db import Database
 from persistence.enums import ArtifactKind
 from persistence.models import CheckUnit, utcnow
 from persistence.repositories import ArtifactRepository, JobRepository
-from tests.service.helpers import OP_PRESENT_MUL, read_sse, submit, wait_job
+from tests.service.helpers import OP_PRESENT_MUL, chain_model, read_sse, submit, wait_job
+from tests.service.in_process import start_here
 from tests.service.test_verified_jobs import weighted_model
 from worker import final_checks
 from worker.context import RunnerContext, context_from_settings
@@ -189,3 +191,13 @@ def _late_verdict(ctx: RunnerContext, database: Database, job_id: str, failures:
     thread.start()
     thread.join(120)
     assert not thread.is_alive()
+
+
+def test_a_job_s_end_is_logged_once_whichever_worker_ends_it(
+    client: httpx.Client, ctx: RunnerContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO):
+        job_id = start_here(client, ctx, chain_model(6, 3).SerializeToString())  # this worker starts it
+        run_job(job_id, _second_worker(ctx))  # another runs its checks and ends it
+    ended = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"job {job_id} ended: ")]
+    assert len(ended) == 1 and ended[0].startswith(f"job {job_id} ended: succeeded, team team-a, "), ended
