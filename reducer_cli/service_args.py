@@ -47,6 +47,8 @@ def add_service_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "(on the web page's Team view, or /v1/tokens and /v1/audit).",
     )
     create.add_argument("--name", default="", help="What the token is for (shown in the team's token list).")
-    token_sub.add_parser("list", help="List tokens: prefix, team, created, revoked (never the tokens).")
+    token_sub.add_parser(
+        "list", help="List tokens: prefix, team, role (admin or member), created, revoked (never the tokens)."
+    )
     revoke = token_sub.add_parser("revoke", help="Revoke a token (its open event streams end too).")
     revoke.add_argument("token", metavar="TOKEN_OR_PREFIX", help="the token, or its prefix as `token list` shows it")

@@ -86,10 +86,12 @@ def _print_tokens(tokens: list[TokenInfo], where: str) -> None:
     if not tokens:
         print(f"No tokens in {where}; create one with `onnx-reducer token create --team NAME`.")
         return
-    print(f"{'PREFIX':<14}{'TEAM':<24}{'CREATED':<27}REVOKED")
+    print(f"{'PREFIX':<14}{'TEAM':<24}{'ROLE':<8}{'CREATED':<27}REVOKED")
     for token in tokens:
         revoked = token.revoked_at.isoformat(timespec="seconds") if token.revoked_at else "-"
-        print(f"{token.prefix:<14}{token.team[:23]:<24}{token.created_at.isoformat(timespec='seconds'):<27}{revoked}")
+        role = "admin" if token.admin else "member"
+        created = token.created_at.isoformat(timespec="seconds")
+        print(f"{token.prefix:<14}{token.team[:23]:<24}{role:<8}{created:<27}{revoked}")
 
 
 def _create_token(session: Session, teams: TeamRepository, ns: argparse.Namespace) -> str:

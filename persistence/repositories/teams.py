@@ -24,6 +24,7 @@ class TokenInfo:
     team: str
     created_at: datetime
     revoked_at: datetime | None
+    admin: bool = False  # a team admin token (manages the team's tokens)
 
 
 def hash_token(token: str) -> str:
@@ -85,7 +86,7 @@ class TeamRepository:
 
     def tokens(self) -> list[TokenInfo]:
         rows = self.session.execute(
-            select(ApiToken.prefix, Team.name, ApiToken.created_at, ApiToken.revoked_at)
+            select(ApiToken.prefix, Team.name, ApiToken.created_at, ApiToken.revoked_at, ApiToken.admin)
             .join(Team, Team.id == ApiToken.team_id)
             .order_by(ApiToken.created_at, ApiToken.id)
         ).all()

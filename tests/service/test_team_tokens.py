@@ -103,3 +103,15 @@ def test_an_admin_manages_the_teams_tokens_and_reads_the_audit_record(
 def test_a_missing_or_wrong_token_is_401_not_403(quiet_api: str) -> None:
     assert httpx.get(quiet_api + "/v1/tokens").status_code == 401
     assert httpx.get(quiet_api + "/v1/audit", headers={"Authorization": "Bearer nope"}).status_code == 401
+
+
+def test_token_list_says_which_tokens_are_admin(db_url: str) -> None:
+    admin = _cli_token(db_url, "team-c", "--admin")
+    member = _cli_token(db_url, "team-c")
+    env = dict(os.environ, DATABASE_URL=db_url)
+    listed = subprocess.run(
+        ["onnx-reducer", "token", "list"], env=env, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.splitlines()
+    assert listed[0].split() == ["PREFIX", "TEAM", "ROLE", "CREATED", "REVOKED"]
+    roles = {line.split()[0]: line.split()[2] for line in listed[1:]}
+    assert roles[admin[:12]] == "admin" and roles[member[:12]] == "member"
