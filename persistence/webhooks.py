@@ -182,7 +182,29 @@ class TargetPolicy:
     def permits(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
         if self.allow_private or any(address in network for network in self.allowed_networks):
             return True
+        inside = embedded_ipv4(address)
+        if inside is not None and not self.permits(inside):
+            return False  # a NAT64, 6to4, Teredo or IPv4-compatible form of a private IPv4 address
         return address.is_global and not address.is_multicast
+
+
+# IPv6 prefixes whose addresses carry an IPv4 address in their last 32 bits, which a translator
+# (NAT64: RFC 6052, RFC 8215) or the host itself (IPv4-compatible, ::/96) may reach
+_IPV4_IN_LAST_32_BITS = tuple(ipaddress.IPv6Network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96"))
+
+
+def embedded_ipv4(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for (IPv4-mapped, NAT64, 6to4, Teredo server,
+    IPv4-compatible); None for an IPv4 address or one that carries none."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return None
+    if address.ipv4_mapped is not None or address.sixtofour is not None:
+        return address.ipv4_mapped or address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[0]
+    if any(address in network for network in _IPV4_IN_LAST_32_BITS):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
 
 
 def parse_networks(text: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:

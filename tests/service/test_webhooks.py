@@ -451,6 +451,30 @@ def test_the_operator_allows_named_networks_only() -> None:
     assert check_target("http://10.0.0.1/x", TargetPolicy(allow_private=True)).port == 80
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://2130706433/hook",  # 127.0.0.1 as one decimal number
+        "http://0177.0.0.1/hook",  # octal
+        "http://0x7f.1/hook",  # hexadecimal, two parts
+        "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/",  # NAT64 of 169.254.169.254
+        "http://[64:ff9b:1::a00:1]/hook",  # local-use NAT64 of 10.0.0.1
+        "http://[2002:c0a8:1::]/hook",  # 6to4 of 192.168.0.1
+        "http://[::7f00:1]/hook",  # IPv4-compatible 127.0.0.1
+        "http://[fd00:ec2::254]/hook",  # a cloud's IPv6 metadata address
+        "http://[::]/hook",
+    ],
+)
+def test_other_spellings_of_private_addresses_are_refused(url: str) -> None:
+    with pytest.raises(WebhookTargetError, match="WEBHOOK_ALLOW_PRIVATE"):
+        check_target(url, TargetPolicy())
+
+
+def test_ipv6_forms_of_public_addresses_are_allowed() -> None:
+    assert check_target("http://[64:ff9b::808:808]/hook", TargetPolicy()).addresses == ("64:ff9b::808:808",)
+    assert check_target("http://[2002:808:808::1]/hook", TargetPolicy()).port == 80
+
+
 def test_retries_back_off_exponentially_for_a_day() -> None:
     settings = WorkerSettings(webhook_backoff_s=5, webhook_max_age_s=24 * 3600)
     start = utcnow()
