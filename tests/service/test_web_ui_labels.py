@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from selenium.webdriver.common.keys import Keys
 
 from examples.build_example_model import build_example_model
 from tests.service.conftest import client_for
@@ -58,3 +59,34 @@ def test_no_labels_no_row_and_no_link_but_http(service: Service, browser: Browse
     open_job(service, browser, submit(service, {"run_url": "javascript:alert(1)", "team": "x"}), "en")
     browser.wait(lambda d: browser.find("job-labels").is_displayed(), "the labels")
     assert browser.js("return document.getElementById('job-run-link')") is None
+
+
+def test_the_jobs_list_shows_where_a_job_came_from_and_filters_by_label(service: Service, browser: Browser) -> None:
+    app = submit(service, {"repo": "org/listed-app", "branch": "main"})
+    other = submit(service, {"repo": "org/other"})
+    words = catalogue("en")
+    browser.set_language("en-US,en")
+    browser.open(f"{service.url}/#/jobs")
+    browser.sign_in(service.token)
+    listed = f"return !!document.querySelector('#jobs-body tr[data-id=\"{other}\"]')"
+    browser.wait(lambda d: browser.js(listed), "the list")
+    origin = (
+        "return [...document.querySelectorAll('#jobs-body tr')]"
+        ".map(r => [r.dataset.id, (r.querySelector('.job-origin') || {}).textContent || ''])"
+    )
+    shown = dict(browser.js(origin))
+    assert shown[app] == "org/listed-app · main" and shown[other] == "org/other"
+
+    field = browser.find("label-filter")
+    field.send_keys("repo=org/listed-app", Keys.ENTER)
+    browser.wait(lambda d: [row[0] for row in browser.js(origin)] == [app], "only the org/listed-app job")
+    field.clear()
+    field.send_keys("repo=org/nothing", Keys.ENTER)
+    no_job = plain(words["jobs.state.no_label"], label="repo=org/nothing")
+    browser.wait(lambda d: browser.text("jobs-state") == no_job, "no job with that label")
+    field.clear()
+    field.send_keys("repo", Keys.ENTER)  # no '=': the server says how to write it
+    browser.wait(lambda d: browser.find("error").is_displayed(), "the error")
+    assert "label=key=value" in browser.text("error")
+    field.clear()
+    field.send_keys(Keys.ENTER)

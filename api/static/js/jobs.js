@@ -1,5 +1,5 @@
-// The jobs list: the team's jobs, newest first, filtered by status (server side) and by model name
-// (this page); refreshed every few seconds while one of them is still queued or running.
+// The jobs list: the team's jobs, newest first, filtered by status and label (server side) and by
+// model name (this page), each with the repository and branch it came from when it has them; refreshed every few seconds while one of them is still queued or running.
 
 import { getJson } from "./api.js";
 import { formatDate, t } from "./i18n.js";
@@ -32,6 +32,7 @@ async function load() {
   const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
   const status = $("status-filter").value;
   if (status) params.set("status", status);
+  for (const label of labelFilters()) params.append("label", label);
   const cursor = list.pages[list.index];
   if (cursor) params.set("cursor", cursor);
   try {
@@ -52,6 +53,11 @@ export function rerenderJobs() {
   if (list.active) render(signInHint());
 }
 
+// the label filter: key=value pairs separated by spaces, every one must match (server side)
+function labelFilters() {
+  return $("label-filter").value.trim().split(/\s+/).filter(Boolean);
+}
+
 function render(hint) {
   const text = $("model-filter").value.trim().toLowerCase();
   const shown = list.items.filter((job) => !text || job.model.filename.toLowerCase().includes(text));
@@ -59,7 +65,9 @@ function render(hint) {
   tbody.replaceChildren(...shown.map(row));
   $("jobs-table").hidden = shown.length === 0;
   let state = hint;
-  if (!state && !list.items.length) {
+  if (!state && !list.items.length && labelFilters().length) {
+    state = t("jobs.state.no_label", { label: labelFilters().join(" ") });
+  } else if (!state && !list.items.length) {
     const status = $("status-filter").value;
     state = status ? t("jobs.state.none_status", { status: t(`status.${status}`) }) : t("jobs.state.empty");
   } else if (!state && !shown.length) {
@@ -86,6 +94,13 @@ function row(job) {
   id.textContent = job.id.slice(0, 8);
   const model = document.createDocumentFragment();
   model.append(link, " ", id);
+  const labels = job.labels || {};
+  if (labels.repo) {
+    const origin = document.createElement("span");
+    origin.className = "job-origin muted";
+    origin.textContent = labels.branch ? `${labels.repo} · ${labels.branch}` : labels.repo;
+    model.append(document.createElement("br"), origin);
+  }
   cell(tr, model, t("col.model"), "model");
   // "after" is the finished job's size; a running job's best so far is said as such, and only once
   // it is smaller than the model (a fresh job's best is the whole model: "100 → 100" read as done).
@@ -117,6 +132,10 @@ export function bindJobs() {
     load();
   });
   $("model-filter").addEventListener("input", () => render(signInHint()));
+  $("label-filter").addEventListener("change", () => {
+    resetPages();
+    load();
+  });
   $("jobs-next").addEventListener("click", () => {
     if (!list.next) return;
     list.pages = list.pages.slice(0, list.index + 1);
