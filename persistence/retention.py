@@ -25,7 +25,7 @@ less than ``min_age_s`` ago (``RETENTION_MIN_AGE_S``, an hour by default)."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -88,7 +88,22 @@ def _remove_unreferenced(db: Database, store: ArtifactStore, keys: Iterable[str]
     keys = list(keys)
     with db.session() as session:
         referenced = ArtifactRepository(session).referenced(keys)
-    return sum(1 for key in keys if key not in referenced and store.delete_if_stored_before(key, blob_grace))
+    return sum(
+        1
+        for key in keys
+        if key not in referenced and store.delete_if_stored_before(key, blob_grace, still_unreferenced(db, key))
+    )
+
+
+def still_unreferenced(db: Database, key: str) -> Callable[[], bool]:
+    """The question a store asks again while it deletes ``key`` (``delete_if_stored_before``): does
+    no artifact row refer to it yet? A row committed since the first look puts the blob back."""
+
+    def ask() -> bool:
+        with db.session() as session:
+            return not ArtifactRepository(session).referenced([key])
+
+    return ask
 
 
 def enforce_retention(

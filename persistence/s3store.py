@@ -29,10 +29,12 @@ client is made per process (Celery forks its workers; a client is not fork-safe)
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,8 @@ from urllib.parse import quote
 from persistence.store import CHUNK, ArtifactStore, StoredBlob
 
 COPY_LIMIT = 5 * 2**30  # the largest object one CopyObject call may copy
+ASIDE_PREFIX = "deleting/"  # a swept blob's copy while the sweep asks the database again (never listed as a blob)
+log = logging.getLogger("onnx_reducer.store")
 
 
 class ArtifactStoreError(Exception):
@@ -251,12 +255,36 @@ class S3ArtifactStore(ArtifactStore):
                 if item["LastModified"].timestamp() < cutoff:
                     yield str(item["Key"])
 
-    def delete_if_stored_before(self, key: str, seconds: float) -> bool:
+    def delete_if_stored_before(self, key: str, seconds: float, unreferenced: Callable[[], bool] | None = None) -> bool:
+        """Delete the blob unless it was stored within ``seconds``. S3 has no conditional delete,
+        so a job may store (mark) the blob between the HEAD and the DELETE: the object is first
+        copied aside in the bucket (a server-side copy), then deleted, then ``unreferenced`` (the
+        caller's question to the database) is asked again: when a job's artifact row refers to it
+        now, the copy is put back (stored now). The copy aside is removed either way."""
         head = self._head(key)
         if head is not None and head["LastModified"].timestamp() >= time.time() - seconds:
             return False
-        self.delete(key)
-        return head is not None
+        if head is None or unreferenced is None or int(head.get("ContentLength", 0)) > COPY_LIMIT:
+            self.delete(key)
+            return head is not None
+        aside = f"{ASIDE_PREFIX}{key}.{uuid.uuid4().hex}"
+        client, bucket = self._client(), self.config.bucket
+        client.copy_object(Bucket=bucket, Key=aside, CopySource={"Bucket": bucket, "Key": key})
+        try:
+            self.delete(key)
+            if unreferenced():
+                return True
+            client.copy_object(
+                Bucket=bucket,
+                Key=key,
+                CopySource={"Bucket": bucket, "Key": aside},
+                Metadata={"stored": f"{time.time():.3f}"},
+                MetadataDirective="REPLACE",
+            )
+            log.warning("blob %s: a job came to refer to it while the sweep deleted it; put back", key)
+            return False
+        finally:
+            client.delete_object(Bucket=bucket, Key=aside)
 
 
 def _sha256_of(path: Path) -> str:

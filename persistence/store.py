@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -129,11 +129,13 @@ class ArtifactStore:
             if _stored_before(path, seconds):
                 yield f"sha256/{path.parent.name}/{path.name}"
 
-    def delete_if_stored_before(self, key: str, seconds: float) -> bool:
+    def delete_if_stored_before(self, key: str, seconds: float, unreferenced: Callable[[], bool] | None = None) -> bool:
         """Delete the blob unless it was stored within ``seconds``. A job storing it meanwhile
         keeps it: the blob is first moved aside (atomically: a store after the move finds no blob
         and installs its own), then its age is read again from the moved file (a store before the
-        move touched it): stored meanwhile, it is put back unless a new copy is already there."""
+        move touched it): stored meanwhile, it is put back unless a new copy is already there.
+        ``unreferenced`` (the caller's question to the database, asked again once the blob is
+        aside): False puts it back too (a job's artifact row came to refer to it meanwhile)."""
         path = self.local_path(key)
         if not _stored_before(path, seconds):
             return False
@@ -142,7 +144,7 @@ class ArtifactStore:
             os.rename(path, aside)
         except FileNotFoundError:
             return False  # deleted meanwhile
-        if _stored_before(aside, seconds):
+        if _stored_before(aside, seconds) and (unreferenced is None or unreferenced()):
             aside.unlink(missing_ok=True)
             return True
         with contextlib.suppress(FileExistsError):  # (a newer copy may be there already)

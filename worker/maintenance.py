@@ -3,7 +3,8 @@ are older than the longest a check can run (a cancelled or killed check leaves i
 model stored but never recorded; a deleted job leaves the blobs that were not old enough then).
 A blob's age is the time since it was last stored (``persistence.store``): a job of any team that
 stores the same content again makes it young again, and ``delete_if_stored_before`` reads that age
-again atomically with the removal."""
+again atomically with the removal; it also asks the database again once the blob is aside (S3 has
+no conditional delete: a job whose artifact row appeared meanwhile gets the blob put back)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterable, Iterator
 
 from persistence.db import Database
 from persistence.repositories import ArtifactRepository
+from persistence.retention import still_unreferenced
 from persistence.store import ArtifactStore
 
 BATCH = 500
@@ -23,7 +25,7 @@ def sweep_unreferenced_blobs(db: Database, store: ArtifactStore, min_age_s: floa
         with db.session() as session:
             referenced = ArtifactRepository(session).referenced(keys)
         for key in keys:
-            if key not in referenced and store.delete_if_stored_before(key, min_age_s):
+            if key not in referenced and store.delete_if_stored_before(key, min_age_s, still_unreferenced(db, key)):
                 removed += 1
     return removed
 

@@ -1,0 +1,83 @@
+"""The unreferenced-blob sweep against a real S3 API server (moto's standalone server) and real
+PostgreSQL: S3 has no conditional delete, so a job's artifact row may come to refer to a blob
+between the sweep's look (old, unreferenced) and its DELETE. The sweep asks the database again
+once the object is deleted and puts it back from a copy it made aside (issue 30, the S3 window)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from persistence.db import Database
+from persistence.enums import ArtifactKind
+from persistence.repositories import ArtifactRepository, TeamRepository
+from persistence.s3store import S3ArtifactStore
+from tests.service.helpers import stored_job
+from tests.service.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, moto_server
+from worker.maintenance import sweep_unreferenced_blobs
+
+BUCKET = "window-bucket"
+CONTENT = b"a candidate two jobs store"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with moto_server(tmp_path_factory.mktemp("moto") / "moto.log") as server:
+        yield server
+
+
+def test_a_blob_a_job_comes_to_refer_to_while_the_sweep_deletes_it_is_put_back(
+    s3: S3Server, database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep finds the blob old and unreferenced; just before its DELETE reaches the bucket a
+    job's artifact row referring to the blob commits (the window, made exact by running that commit
+    inside the store's delete). Afterwards the blob is in the bucket (another machine, with an
+    empty cache, reads it), the sweep counts nothing removed, and no copy is left aside (before:
+    removed, and the job's artifact answered 'in neither the cache nor the bucket')."""
+    store = S3ArtifactStore(tmp_path / "sweeper", s3.config(BUCKET))
+    store.ensure_bucket()
+    blob = store.put_stream([CONTENT])
+    with database.session() as session:
+        job_id = stored_job(session, TeamRepository(session).get_or_create("team-window").id).id
+    delete = store.delete
+
+    def a_job_refers_to_it_then_delete(key: str) -> None:
+        with database.session() as session:
+            ArtifactRepository(session).put(job_id, ArtifactKind.ITERATION, "iteration-1", blob, {})
+        delete(key)
+
+    monkeypatch.setattr(store, "delete", a_job_refers_to_it_then_delete)
+    removed = sweep_unreferenced_blobs(database, store, -60)  # a cutoff in the future: every blob is old
+    assert removed == 0
+    another_machine = S3ArtifactStore(tmp_path / "reader", s3.config(BUCKET))
+    assert another_machine.path(blob.key).read_bytes() == CONTENT
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+    )
+    keys = [item["Key"] for item in client.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+    assert keys == [blob.key]
+
+
+def test_an_unreferenced_old_blob_is_still_removed(s3: S3Server, database: Database, tmp_path: Path) -> None:
+    """Nothing came to refer to it: deleted from the bucket, the copy aside too."""
+    store = S3ArtifactStore(tmp_path / "sweeper", s3.config(BUCKET + "-2"))
+    store.ensure_bucket()
+    blob = store.put_stream([b"nobody's"])
+    assert sweep_unreferenced_blobs(database, store, -60) == 1
+    assert not store.exists(blob.key)
+    assert not S3ArtifactStore(tmp_path / "reader", store.config).exists(blob.key)
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+    )
+    assert client.list_objects_v2(Bucket=BUCKET + "-2").get("Contents", []) == []
