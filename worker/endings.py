@@ -6,8 +6,11 @@ running job ends)."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.exc import NoResultFound, SQLAlchemyError
@@ -61,6 +64,45 @@ def end_job(ctx: RunnerContext, job_id: str, status: JobStatus, code: ErrorCode 
         return False
     ctx.notify(job_id, seq)
     return True
+
+
+@dataclass
+class StopPoll:
+    """The stop scope's question for a unit a worker runs (``checks.cancel.stop_checks_when``): its
+    lease ``lost``, or the job row (read at most every ``every`` seconds) gone, cancelled, no longer
+    ``status``, or past ``deadline``."""
+
+    ctx: RunnerContext
+    job_id: str
+    status: JobStatus
+    deadline: datetime | None
+    every: float
+    polled: float = 0.0  # when the row was last read (``time.monotonic``)
+    lost: threading.Event | None = None
+
+    def __call__(self) -> bool:
+        if self.lost is not None and self.lost.is_set():
+            return True
+        now = time.monotonic()
+        if now - self.polled < self.every:
+            return False
+        self.polled = now
+        if self.deadline is not None and utcnow() > self.deadline:
+            return True
+        with self.ctx.db.session() as db:
+            job = JobRepository(db).get(self.job_id)
+            return job is None or job.cancel_requested or job.status != self.status
+
+
+def end_if_stopped(ctx: RunnerContext, job_id: str, deadline: datetime | None) -> None:
+    """A unit was stopped: its job ends if it was cancelled or is out of time (once); a lost lease
+    leaves the job to the worker that took the unit."""
+    with ctx.db.session() as db:
+        cancelled = JobRepository(db).cancel_requested(job_id)
+    if cancelled:
+        end_job(ctx, job_id, JobStatus.CANCELLED, None, None)
+    elif deadline is not None and utcnow() > deadline:
+        end_job(ctx, job_id, JobStatus.FAILED, ErrorCode.TIME_LIMIT, time_limit_message(ctx))
 
 
 def time_limit_message(ctx: RunnerContext) -> str:

@@ -26,16 +26,15 @@ from checks.cancel import CheckStoppedError, stop_checks_when
 from jobflow.advance import Collector
 from jobflow.answer import answer_payload
 from jobflow.ending import succeed
-from persistence.enums import ArtifactKind, ErrorCode, JobStatus, JobTask
+from persistence.enums import ArtifactKind, JobStatus, JobTask
 from persistence.events import AnswerPayload
 from persistence.jsonlog import bind_job
-from persistence.models import utcnow
 from persistence.repositories import ArtifactRepository, JobRepository
 from persistence.repositories.units import UnitRepository
 from persistence.retry import transaction
 from persistence.store import StoredBlob
 from worker.context import RunnerContext
-from worker.endings import deadline_of, end_job, ending_errors, time_limit_message
+from worker.endings import StopPoll, deadline_of, end_if_stopped, ending_errors
 from worker.final_checks import Evidence, Finals, check_finals, plan_finals, succeed_verified
 from worker.live_session import LIVE
 from worker.precision_job import precision_payload, store_precision_results, written_fp32_nodes
@@ -76,8 +75,6 @@ class FinishRun:
     def __init__(self, ctx: RunnerContext, ticket: FinishTicket) -> None:
         self.ctx, self.ticket, self.job_id = ctx, ticket, ticket.job_id
         self.lease: HeldUnit | None = None
-        self.deadline: datetime | None = None
-        self.last_poll = 0.0
 
     def run(self) -> int:
         """Finish the job; the end event's number (0: it ended otherwise, or the finish stopped)."""
@@ -85,15 +82,16 @@ class FinishRun:
             read = self._read()
             if read is None:
                 return 0
-            self.deadline = read.deadline
             began = time.monotonic()
             prepared = PREPARED.get(read.job, self.ctx)
             self.lease = LEASES.hold(self.ctx, self.ticket.id, self.job_id)
+            poll = StopPoll(self.ctx, self.job_id, JobStatus.FINISHING, read.deadline, CANCEL_POLL_S)
+            poll.lost = self.lease.lost  # another worker took the unit
             try:
-                with stop_checks_when(self._should_stop):
+                with stop_checks_when(poll):
                     answer = self._answer(prepared, read.model_name)
             except CheckStoppedError:
-                self._stopped()
+                end_if_stopped(self.ctx, self.job_id, read.deadline)
                 return 0
             finally:
                 LEASES.release(self.lease)
@@ -145,28 +143,3 @@ class FinishRun:
             ArtifactRepository(db).put(job.id, kind, kind.value, blob, meta)
         job.nodes_after = job.best_size = answer.nodes_after
         return succeed(db, job, answer.payload)
-
-    def _should_stop(self) -> bool:
-        """The stop scope's question: the unit's lease lost, or the job row (at most every
-        CANCEL_POLL_S) cancelled, no longer finishing, or out of time."""
-        if self.lease is not None and self.lease.lost.is_set():
-            return True
-        now = time.monotonic()
-        if now - self.last_poll < CANCEL_POLL_S:
-            return False
-        self.last_poll = now
-        if self.deadline is not None and utcnow() > self.deadline:
-            return True
-        with self.ctx.db.session() as db:
-            job = JobRepository(db).get(self.job_id)
-            return job is None or job.cancel_requested or job.status != JobStatus.FINISHING
-
-    def _stopped(self) -> None:
-        """The finish was stopped: a cancel or the time limit ends the job (once); a lost lease
-        leaves it to the worker that took the unit."""
-        with self.ctx.db.session() as db:
-            cancelled = JobRepository(db).cancel_requested(self.job_id)
-        if cancelled:
-            end_job(self.ctx, self.job_id, JobStatus.CANCELLED, None, None)
-        elif self.deadline is not None and utcnow() > self.deadline:
-            end_job(self.ctx, self.job_id, JobStatus.FAILED, ErrorCode.TIME_LIMIT, time_limit_message(self.ctx))

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from checks.cancel import CheckStoppedError, stop_checks_when
 from engine.localize import layerwise_run
 from jobflow.units import request_of
-from persistence.enums import ErrorCode, JobStatus
+from persistence.enums import JobStatus
 from persistence.jsonlog import bind_job
 from persistence.models import CheckUnit, utcnow
 from persistence.repositories import JobRepository
@@ -31,7 +31,7 @@ from reducer_core.verdict import Verdict, VerdictKind
 from worker.advance import Advanced, Delivery, advance
 from worker.claims import claim_follow_up
 from worker.context import RunnerContext
-from worker.endings import JobTimedOutError, deadline_of, end_job, ending_errors, time_limit_message
+from worker.endings import JobTimedOutError, StopPoll, deadline_of, end_if_stopped, ending_errors
 from worker.prepared import PREPARED, JobInput, PreparedJob
 from worker.unit_lease import LEASES, HeldUnit
 
@@ -81,11 +81,14 @@ class UnitRun:
                 return None
             prepared = PREPARED.get(job, self.ctx)
             self.lease = LEASES.hold(self.ctx, self.ticket.id, self.job_id)
+            poll = StopPoll(self.ctx, self.job_id, JobStatus.RUNNING, self.deadline, CANCEL_POLL_S, self.last_poll)
+            poll.lost = self.lease.lost  # another worker took the unit
             try:
-                with stop_checks_when(self._should_stop):
+                with stop_checks_when(poll):
                     delivery = self._execute(prepared, self.ticket.request)
             except CheckStoppedError:
-                self._stopped()
+                end_if_stopped(self.ctx, self.job_id, self.deadline)
+                cleanup_if_ended(self.ctx, self.job_id)
                 return None
             finally:
                 LEASES.release(self.lease)
@@ -119,30 +122,6 @@ class UnitRun:
         verdict, output = prepared.check.run(path)
         self.duration_s = verdict.duration_s
         return Delivery(request, verdict, blob, locations, output, worker)
-
-    def _should_stop(self) -> bool:
-        """The stop scope's question (the job row at most every CANCEL_POLL_S)."""
-        if self.lease is not None and self.lease.lost.is_set():
-            return True
-        now = time.monotonic()
-        if now - self.last_poll < CANCEL_POLL_S:
-            return False
-        self.last_poll = now
-        if self.deadline is not None and utcnow() > self.deadline:
-            return True
-        with self.ctx.db.session() as session:
-            job = JobRepository(session).get(self.job_id)
-            return job is None or job.cancel_requested or job.status != JobStatus.RUNNING
-
-    def _stopped(self) -> None:
-        """The check was stopped: end the job if it was cancelled or is out of time (once)."""
-        with self.ctx.db.session() as session:
-            cancelled = JobRepository(session).cancel_requested(self.job_id)
-        if cancelled:
-            end_job(self.ctx, self.job_id, JobStatus.CANCELLED, None, None)
-        elif self.deadline is not None and utcnow() > self.deadline:
-            end_job(self.ctx, self.job_id, JobStatus.FAILED, ErrorCode.TIME_LIMIT, time_limit_message(self.ctx))
-        cleanup_if_ended(self.ctx, self.job_id)
 
     def _record(self, prepared: PreparedJob, delivery: Delivery, follow: bool) -> UnitTicket | None:
         """Record the verdict and advance the job (one transaction); the job's next check when
