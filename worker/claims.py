@@ -7,7 +7,7 @@ the job's lease runs on, and a ``check_started`` event announces the check."""
 
 from __future__ import annotations
 
-from typing import Any
+from sqlalchemy.orm import Session
 
 from persistence.enums import EventKind
 from persistence.events import CheckStartedPayload, record_event
@@ -17,7 +17,7 @@ from persistence.repositories.units import FINISH, UnitRepository, Work
 from worker.context import RunnerContext
 
 
-def claim_unit(ctx: RunnerContext, session: Any, item: Work) -> tuple[CheckUnit, int] | None:
+def claim_unit(ctx: RunnerContext, session: Session, item: Work) -> tuple[CheckUnit, int] | None:
     """The queued unit ``item`` (fair share's pick), claimed, with its event's sequence number
     (0 for a finish unit: it announces no check); None when another worker took it first, its job
     is not running (a finish unit's: not finishing), or its team is at its cap of running checks."""
@@ -41,7 +41,9 @@ def may_follow_up(ctx: RunnerContext, job: Job) -> bool:
     return not job.cancel_requested and not ctx.team_max_running_checks
 
 
-def claim_follow_up(ctx: RunnerContext, session: Any, job: Job, others_waiting: bool) -> tuple[CheckUnit, int] | None:
+def claim_follow_up(
+    ctx: RunnerContext, session: Session, job: Job, others_waiting: bool
+) -> tuple[CheckUnit, int] | None:
     """The row-locked running ``job``'s next queued check, claimed by the worker that has just
     recorded one of its verdicts, when nothing else waits for a worker of its queues (other jobs'
     checks or starts, jobs to take again or to end: ``others_waiting``, read in this transaction
@@ -56,7 +58,7 @@ def claim_follow_up(ctx: RunnerContext, session: Any, job: Job, others_waiting: 
     return unit, _started(ctx, session, job, unit)
 
 
-def _started(ctx: RunnerContext, session: Any, job: Job, unit: CheckUnit) -> int:
+def _started(ctx: RunnerContext, session: Session, job: Job, unit: CheckUnit) -> int:
     """The claimed unit's job lives on (its lease runs on); the ``check_started`` event's number."""
     JobRepository.extend_lease(job, ctx.lease_s)
     payload: CheckStartedPayload = {

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+from sqlalchemy.orm import Session
 
 from checks.spec import CheckSpec, ModelCheck, parse_check_spec
 from checks.user_inputs import complete_samples, golden_from_samples, load_user_samples
@@ -63,7 +64,7 @@ class JobInput:
     allow_nonfinite: bool = False  # a precision job: keep the search's answer, inf in fp16 tensors or not
 
     @classmethod
-    def of(cls, session: Any, job: Job) -> JobInput:
+    def of(cls, session: Session, job: Job) -> JobInput:
         artifacts = ArtifactRepository(session)
         golden = artifacts.get(job.id, ArtifactKind.GOLDEN, "golden")
         original = artifacts.get(job.id, ArtifactKind.ORIGINAL, "original")

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+
+from sqlalchemy.orm import Session
 
 from checks.capabilities import unmet
 from checks.spec import requirements_of
@@ -122,7 +123,7 @@ def take_next(ctx: RunnerContext) -> _Taken | None:
     return found.taken
 
 
-def _take(ctx: RunnerContext, session: Any) -> _Found:
+def _take(ctx: RunnerContext, session: Session) -> _Found:
     units = UnitRepository(session)
     work = units.available_work(ctx.queues, ctx.max_attempts)
     cap = ctx.team_max_running_checks or None
@@ -136,7 +137,7 @@ def _take(ctx: RunnerContext, session: Any) -> _Found:
     return _Found()
 
 
-def _claim_job(ctx: RunnerContext, session: Any, item: Work) -> _Found | None:
+def _claim_job(ctx: RunnerContext, session: Session, item: Work) -> _Found | None:
     """A queued job to start, or a running one nobody holds to take again (or to end: the claim
     ends a cancelled or exhausted one, and this transaction then commits at once)."""
     claim = JobRepository(session).claim(item.job_id, ctx.lease_s, ctx.max_attempts)
@@ -149,7 +150,7 @@ def _claim_job(ctx: RunnerContext, session: Any, item: Work) -> _Found | None:
     return _Found(_Taken(item.job_id, None, item.team, job.queue, job.attempts, resumed=item.kind == "resume"))
 
 
-def _claim_in_savepoint(ctx: RunnerContext, session: Any, item: Work) -> _Found | None:
+def _claim_in_savepoint(ctx: RunnerContext, session: Session, item: Work) -> _Found | None:
     """A unit, inside a savepoint: one another worker took first is rolled back, and with it the
     locks taken for it, so this transaction holds the rows of one job at most (lock order: retry.py)."""
     savepoint = session.begin_nested()
@@ -161,7 +162,7 @@ def _claim_in_savepoint(ctx: RunnerContext, session: Any, item: Work) -> _Found 
     return found
 
 
-def _claim_unit(ctx: RunnerContext, session: Any, item: Work) -> _Found | None:
+def _claim_unit(ctx: RunnerContext, session: Session, item: Work) -> _Found | None:
     claimed = claim_unit(ctx, session, item)
     if claimed is None:
         return None
@@ -183,7 +184,7 @@ def _unmet(ctx: RunnerContext, check_spec: str) -> list[str]:
 def _end_cancelled(ctx: RunnerContext) -> None:
     """Cancelled running jobs with no check running: nobody else would end them."""
 
-    def end_all(session: Any) -> list[tuple[str, int]]:
+    def end_all(session: Session) -> list[tuple[str, int]]:
         ended: list[tuple[str, int]] = []
         for job_id in JobRepository(session).cancelled_running(ctx.queues):
             if UnitRepository(session).running_count(job_id):
@@ -198,7 +199,7 @@ def _end_cancelled(ctx: RunnerContext) -> None:
         cleanup_if_ended(ctx, job_id)
 
 
-def _announce_end(session: Any, job: Job) -> None:
+def _announce_end(session: Session, job: Job) -> None:
     """A job ended by the claim itself (cancelled while queued, out of attempts) gets its event once."""
     if job.finished_at is not None and job.status != JobStatus.SUCCEEDED:
         last = EventRepository(session).after(job.id, job.event_seq - 1)
