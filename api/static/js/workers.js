@@ -56,12 +56,18 @@ function render() {
   $("workers-body").replaceChildren(...data.items.map(row));
 }
 
+// onnxruntime's providers by their short names (CUDA, CPU); the full names in the tooltip
+const shortProvider = (name) => name.replace(/ExecutionProvider$/, "") || name;
+
 function runtimes(worker) {
   const parts = [];
   const r = worker.runtimes;
-  if (r.onnxruntime) parts.push(`onnxruntime ${r.onnxruntime}${r.providers.length ? ` (${r.providers.join(", ")})` : ""}`);
+  if (r.onnxruntime) parts.push(`onnxruntime ${r.onnxruntime}${r.providers.length ? ` (${r.providers.map(shortProvider).join(", ")})` : ""}`);
   if (r.tensorrt) parts.push(`TensorRT ${r.tensorrt}`);
-  return parts.join(" · ") || "–";
+  const text = document.createElement("span");
+  text.textContent = parts.join(" · ") || "–";
+  if (r.providers.length) text.title = r.providers.join(", ");
+  return text;
 }
 
 function currentJob(worker) {
