@@ -89,8 +89,14 @@ def store(folder: Path, key: str, values: Values) -> None:
 
 
 def _keep_newest(folder: Path) -> None:
-    entries = sorted(folder.glob("*.npz"), key=lambda p: p.stat().st_mtime_ns)
-    for old in entries[: max(0, len(entries) - MAX_ENTRIES)]:
+    """Remove all but the newest ``MAX_ENTRIES``; checks at once (``--jobs N``) may remove the
+    same entries, so one gone between the listing and its ``stat`` is skipped."""
+    entries: list[tuple[int, Path]] = []
+    for path in folder.glob("*.npz"):
+        with contextlib.suppress(OSError):
+            entries.append((path.stat().st_mtime_ns, path))
+    entries.sort()
+    for _, old in entries[: max(0, len(entries) - MAX_ENTRIES)]:
         with contextlib.suppress(OSError):
             old.unlink()
 

@@ -13,8 +13,9 @@ memory is never followed by another check in the same process, and the runner go
 Runners are kept per environment (a slot's ``CUDA_VISIBLE_DEVICES`` is part of it) in a pool of
 this process: a thread takes an idle runner, or starts one, and gives it back after the check, so
 ``--jobs N`` (N checks at once) keeps N warm runners, one per slot. The server never creates an
-``InferenceSession`` or a CUDA context, so a fork is always safe; a runner the caller stopped
-using in the middle of a check (cancelled, an error) is closed, never reused.
+``InferenceSession`` or a CUDA context (see ``checks.warm_server`` for the one native thread the
+onnxruntime import starts); a runner the caller stopped using in the middle of a check
+(cancelled, an error) is closed, never reused, and one that died while idle is replaced.
 
 ``ONNX_REDUCER_WARM_CHECKS=0`` runs every spec check cold; a runner that cannot start makes the
 check run cold (and that environment is not tried again in this process)."""
@@ -197,20 +198,34 @@ class RunnerPool:
         return tuple(sorted(env.items()))
 
     def take(self, env: Mapping[str, str]) -> WarmRunner | None:
-        """An idle runner for ``env``, or a new one; None where runners cannot start here."""
+        """An idle runner for ``env`` that still runs, or a new one; None where runners cannot
+        start here."""
         key = self._key(env)
         with self._lock:
             if key in self._broken:
                 return None
-            idle = self._idle.get(key)
-            if idle:
-                return idle.pop()
+            runner, dead = self._idle_alive(key)
+        for gone in dead:  # died while idle (killed, out of memory): replaced by a fresh one
+            gone.close()
+        if runner is not None:
+            return runner
         try:
             return WarmRunner(env)
         except WarmRunnerError:
             with self._lock:
                 self._broken.add(key)
             return None
+
+    def _idle_alive(self, key: tuple[tuple[str, str], ...]) -> tuple[WarmRunner | None, list[WarmRunner]]:
+        """(an idle runner of ``key`` whose process runs, the dead ones found before it); under the lock."""
+        idle = self._idle.get(key, [])
+        dead: list[WarmRunner] = []
+        while idle:
+            runner = idle.pop()
+            if runner.proc.poll() is None:
+                return runner, dead
+            dead.append(runner)
+        return None, dead
 
     def give_back(self, runner: WarmRunner) -> None:
         if not runner.usable or runner.proc.poll() is not None:

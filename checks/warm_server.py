@@ -1,7 +1,7 @@
 """The server side of a warm check runner (``checks.warm``): ``python -m checks.warm_server FD``.
 
 It imports numpy, onnx, onnxruntime and the spec kinds once (import only: no ``InferenceSession``,
-no thread of its own, CUDA never initialised here), then forks one child per check it is asked
+no Python thread, CUDA never initialised here), then forks one child per check it is asked
 for on the socket ``FD`` (a ``SOCK_SEQPACKET`` pair with the caller). The child starts a session
 of its own (its own process group, killed as a whole), takes the output pipe the caller sent as
 its stdout and stderr, changes into the check's private folder and runs ``checks.child`` there: from
@@ -14,7 +14,14 @@ this process answers ``{"pid"}`` once the child leads its own session, then ``{"
 ``returncode`` convention: negative for a signal) once it ended, without reaping it, so its process
 group cannot be reused while the caller kills what is left of it; the caller's ``reap`` ends the
 check. When the caller goes away (its end of the socket closes), the running check is killed and
-this process exits."""
+this process exits.
+
+Not quite single-threaded: importing onnxruntime (1.32) starts one native thread of its own,
+asleep on a timed wait that now and then starts a short-lived helper thread. A forked child has
+no copy of it; the child builds its own sessions and ends with ``os._exit`` (no destructor waits
+for that thread). Should a child ever block on a lock that thread held at the fork, it ends as a
+hanging check does, killed at its timeout (a wrong ``timeout`` verdict, not a hang of this process);
+``ONNX_REDUCER_WARM_CHECKS=0`` rules that out."""
 
 from __future__ import annotations
 

@@ -96,3 +96,11 @@ def test_any_tensor_name_round_trips(tmp_path: Path) -> None:
     found = reference_cache.load(tmp_path, "k")
     assert found is not None and list(found) == ["file", "a/b:0"]
     assert all(np.array_equal(found[n], v) and found[n].dtype == v.dtype for n, v in values.items())
+
+
+def test_an_entry_removed_by_a_check_at_the_same_time_does_not_fail_the_next_store(tmp_path: Path) -> None:
+    """Checks at once keep the folder to ``MAX_ENTRIES`` together: an entry listed by one and
+    removed by another before its ``stat`` (here: a link to nothing) is skipped, not an error."""
+    (tmp_path / "gone.npz").symlink_to(tmp_path / "removed-meanwhile.npz")
+    reference_cache.store(tmp_path, "k", {"y": np.ones(2, dtype=np.float32)})
+    assert reference_cache.load(tmp_path, "k") is not None
