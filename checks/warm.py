@@ -40,6 +40,7 @@ from typing import IO, Any
 
 from checks.capture import Stopped, StreamCapture, kill_group, pump
 from checks.command import KILL_GRACE_S
+from checks.lifeline import owner_mark
 
 WARM_ENV = "ONNX_REDUCER_WARM_CHECKS"
 START_TIMEOUT_S = 120.0  # imports on a loaded machine; a runner that takes longer is given up
@@ -258,9 +259,26 @@ atexit.register(POOL.close_all)
 os.register_at_fork(after_in_child=POOL.forget)
 
 
+REUSE_PREFIX = "onnx-reducer-reuse-"
+
+
+def remove_orphaned_reuse_folders(parent: Path) -> int:
+    """Remove the reuse folders in ``parent`` whose process is gone (its name carries the
+    process's owner mark, ``checks.lifeline.owner_mark``): a Celery pool process ends with
+    ``os._exit`` and a killed one with nothing, so neither ran its ``atexit``. Returns how many."""
+    removed = 0
+    for folder in parent.glob(f"{REUSE_PREFIX}*_*-*"):
+        pid, _, started = folder.name.removeprefix(REUSE_PREFIX).split("-", 1)[0].partition("_")
+        if pid.isdigit() and owner_mark(int(pid)) != f"{pid}:{started}":
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    return removed
+
+
 class ReuseFolder:
     """This process's folder for what checks may reuse (``checks.reference_cache``): made when
-    first asked for, removed when the process that made it exits."""
+    first asked for (the folders of processes that are gone removed then), removed when the process
+    that made it exits."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -270,8 +288,11 @@ class ReuseFolder:
     def path(self) -> Path:
         with self._lock:
             if self._path is None or self._owner != os.getpid():
-                self._path = Path(tempfile.mkdtemp(prefix="onnx-reducer-reuse-"))
                 self._owner = os.getpid()
+                mark = owner_mark(self._owner)
+                remove_orphaned_reuse_folders(Path(tempfile.gettempdir()))
+                tag = mark.replace(":", "_") + "-" if mark else ""
+                self._path = Path(tempfile.mkdtemp(prefix=REUSE_PREFIX + tag))
             return self._path
 
     def remove(self) -> None:

@@ -4,6 +4,9 @@ one a cold run without reuse gives."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,9 +17,10 @@ from onnx import numpy_helper
 
 from checks import reference_cache, warm
 from checks.build import build_check
+from checks.lifeline import owner_mark
 from checks.runtimes.onnxruntime import OrtRunner
 from checks.spec import RuntimeSpec, parse_check_spec
-from tests.checks.conftest import COMPARE_FP16
+from tests.checks.conftest import COMPARE_FP16, ROOT
 from tests.checks.models import chain_model
 
 CPU = RuntimeSpec()
@@ -104,3 +108,25 @@ def test_an_entry_removed_by_a_check_at_the_same_time_does_not_fail_the_next_sto
     (tmp_path / "gone.npz").symlink_to(tmp_path / "removed-meanwhile.npz")
     reference_cache.store(tmp_path, "k", {"y": np.ones(2, dtype=np.float32)})
     assert reference_cache.load(tmp_path, "k") is not None
+
+
+def test_the_reuse_folders_of_processes_that_are_gone_are_removed(tmp_path: Path) -> None:
+    """A process that did not run its ``atexit`` (a Celery pool process, a killed one) leaves its
+    reuse folder; the next process that makes one removes it, and keeps those of running ones."""
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    gone = tmp_path / f"{warm.REUSE_PREFIX}{int(ended.stdout)}_1-abc"
+    mark = owner_mark(os.getpid())
+    assert mark is not None
+    running = tmp_path / f"{warm.REUSE_PREFIX}{mark.replace(':', '_')}-def"
+    for folder in (gone, running):
+        folder.mkdir()
+        (folder / "0.npz").write_bytes(b"x")
+    made = subprocess.run(
+        [sys.executable, "-c", "from checks.warm import reuse_folder; print(reuse_folder())"],
+        env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Path(made.stdout.strip()).parent == tmp_path
+    assert sorted(p.name for p in tmp_path.iterdir()) == [running.name]  # and its own removed at exit
