@@ -65,10 +65,13 @@ class WebhookRepository:
         return found if found is not None and found.team_id == team_id else None
 
     def delete_endpoint(self, team_id: str, endpoint_id: str) -> bool:
-        """Remove the team's endpoint and its delivery log; False when it has none such."""
-        query = delete(WebhookEndpoint).where(WebhookEndpoint.id == endpoint_id, WebhookEndpoint.team_id == team_id)
+        """Remove the team's endpoint and its delivery log; False (nothing removed) when it has none
+        such, also when ``endpoint_id`` is another team's."""
+        if self.endpoint(team_id, endpoint_id) is None:
+            return False
         self.session.execute(delete(WebhookDelivery).where(WebhookDelivery.endpoint_id == endpoint_id))
-        return bool(getattr(self.session.execute(query), "rowcount", 0))
+        self.session.execute(delete(WebhookEndpoint).where(WebhookEndpoint.id == endpoint_id))
+        return True
 
     # -- deliveries --
 

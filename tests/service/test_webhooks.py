@@ -323,6 +323,22 @@ def test_a_delivery_held_by_a_killed_worker_is_sent_again_with_its_id(database: 
     assert entry.status == "succeeded" and entry.attempts == 2
 
 
+def test_another_team_deleting_an_endpoint_removes_nothing(database: Database) -> None:
+    """The repository itself keeps another team's endpoint and its log (not only the request's
+    rollback when the api answers 404)."""
+    with database.session() as session:
+        team = TeamRepository(session).get_or_create("team-a")
+        other = TeamRepository(session).get_or_create("team-b")
+        endpoint_id = _endpoint(WebhookRepository(session), team.id, "https://example.com/hook")
+    _queue_test_event(database, endpoint_id)
+    with database.session() as session:
+        webhooks = WebhookRepository(session)
+        assert not webhooks.delete_endpoint(other.id, endpoint_id)
+        assert len(webhooks.deliveries(endpoint_id)) == 1
+        assert webhooks.delete_endpoint(team.id, endpoint_id)
+        assert webhooks.deliveries(endpoint_id) == [] and webhooks.endpoint(team.id, endpoint_id) is None
+
+
 def test_the_log_forgets_ended_deliveries_after_a_while(database: Database, receiver: Receiver) -> None:
     with database.session() as session:
         team = TeamRepository(session).get_or_create("team-a")
