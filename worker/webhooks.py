@@ -16,6 +16,7 @@ way with its endpoint's secret.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import logging
 import socket
@@ -68,16 +69,32 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
 
 
 def post(target: Target, headers: dict[str, str], body: str, timeout: float) -> int:
-    """POST ``body`` to ``target`` (its first checked address); the answer's status code."""
+    """POST ``body`` to ``target`` (its first checked address); the answer's status code.
+    ``timeout`` bounds the whole exchange, not only each read: a receiver that trickles its answer
+    a byte at a time is cut off then (``TimeoutError``), so it cannot hold this worker's deliveries."""
     kind = _PinnedHTTPSConnection if target.scheme == "https" else _PinnedHTTPConnection
     connection = kind(target, timeout)
+    cut = threading.Event()
+    watchdog = threading.Timer(timeout, _cut_off, (connection, cut))
+    watchdog.start()
     try:
         connection.request("POST", target.path, body=body.encode(), headers={**headers, "user-agent": USER_AGENT})
         response = connection.getresponse()
         response.read(64 * 1024)
-        return response.status
     finally:
+        watchdog.cancel()
         connection.close()
+    if cut.is_set():
+        raise TimeoutError(f"the receiver did not answer in {timeout:g} s")
+    return response.status
+
+
+def _cut_off(connection: http.client.HTTPConnection, cut: threading.Event) -> None:
+    """The watchdog of ``post``: end the exchange where it is (the blocked read returns)."""
+    cut.set()
+    if connection.sock is not None:
+        with contextlib.suppress(OSError):
+            connection.sock.shutdown(socket.SHUT_RDWR)
 
 
 def attempt(claimed: Claimed, policy: TargetPolicy, public_url: str, timeout: float) -> AttemptResult:

@@ -7,7 +7,9 @@ allows them."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import socket
 import ssl
 import threading
 import time
@@ -407,6 +409,37 @@ def test_https_goes_to_the_checked_address_and_verifies_the_hosts_name(
     assert answered == 200
     (seen,) = receiver.received
     assert seen.headers["host"].startswith("webhooks.test") and seen.body == b"{}"
+
+
+def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_timeout() -> None:
+    """The timeout bounds the whole exchange: a receiver sending its status line a byte at a time
+    (each byte well inside the per-read timeout, for far longer than the timeout) holds the
+    delivery no longer than the timeout."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    sent: list[int] = []
+
+    def trickle() -> None:
+        peer, _ = listener.accept()
+        with peer:
+            peer.recv(65536)  # the request
+            with contextlib.suppress(OSError):  # the worker cut the connection
+                peer.sendall(b"HTTP/1.1 200 ")
+                for _ in range(300):
+                    peer.sendall(b"O")
+                    sent.append(1)
+                    time.sleep(0.1)
+                peer.sendall(b"K\r\ncontent-length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        target = Target("http", "127.0.0.1", listener.getsockname()[1], "/hook", ("127.0.0.1",))
+        with pytest.raises(TimeoutError, match="did not answer in 1 s"):
+            post(target, {}, "{}", 1.0)
+        thread.join(60)
+    finally:
+        listener.close()
+    assert not thread.is_alive() and len(sent) < 300  # the receiver saw the connection end early
 
 
 def _self_signed(folder: Path, name: str) -> tuple[Path, Path]:
