@@ -14,6 +14,9 @@ from api.problems import ProblemError, field_errors
 MAX_LABELS = 32
 MAX_KEY = 63
 MAX_VALUE = 1024
+# a value's UTF-8 bytes: the (key, value) index's b-tree entry holds at most 2,704 bytes, and 1,024
+# characters of four-byte UTF-8 (emoji) are 4 KiB; PostgreSQL refuses such a row (was a 503)
+MAX_VALUE_BYTES = 2048
 KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 KEY_RULE = f"a key is 1-{MAX_KEY} characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
 
@@ -31,6 +34,11 @@ def _check_pair(key: object, value: object) -> tuple[str, str]:
         raise _invalid(f"Label '{key}' must have a string value (got {type(value).__name__}).")
     if len(value) > MAX_VALUE:
         raise _invalid(f"Label '{key}' is {len(value)} characters long; the most is {MAX_VALUE}.")
+    if len(value.encode()) > MAX_VALUE_BYTES:
+        raise _invalid(
+            f"Label '{key}' is {len(value.encode())} bytes in UTF-8; the most is {MAX_VALUE_BYTES} "
+            f"({MAX_VALUE} characters of ASCII, fewer of other scripts); shorten it."
+        )
     if not value.isprintable():
         raise _invalid(f"Label '{key}' holds a control character (a newline, a tab, a NUL); remove it.")
     return key, value

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from api.labels import MAX_VALUE_BYTES
 from examples.build_example_model import build_example_model
 from reducer_client.ci_context import PROVIDER_VARIABLES
 from tests.service.conftest import client_for
@@ -125,3 +126,23 @@ def test_a_label_must_be_key_value_and_the_server_names_a_bad_one(
         assert client.get("/v1/jobs").json()["items"] == []
         bad_filter = client.get("/v1/jobs", params={"label": "repo"})
         assert bad_filter.status_code == 422 and "label=key=value" in bad_filter.json()["detail"]
+
+
+def test_a_long_label_of_wide_characters_is_stored_and_filtered(api_url: str, tokens: dict[str, str]) -> None:
+    """A value of four-byte characters at the byte limit (2,048 bytes of UTF-8; 1,024 of them were
+    4 KiB, more than a PostgreSQL b-tree entry holds: a 503) is stored and found by the jobs
+    list's filter; one character more is a 422 that says the limit."""
+    wide = "".join(chr(0x1F300 + (i * 7919) % 760) for i in range(MAX_VALUE_BYTES // 4))  # emoji, nothing to compress
+    with client_for(api_url, tokens["team-a"]) as client:
+        files = {"model": ("m.onnx", build_example_model().SerializeToString())}
+        data = {"check_spec": OP_PRESENT_MUL, "labels": json.dumps({"note": wide})}
+        answer = client.post("/v1/jobs", files=files, data=data)
+        assert answer.status_code == 202, answer.text
+        job_id = answer.json()["id"]
+        assert client.get(f"/v1/jobs/{job_id}").json()["labels"] == {"note": wide}
+        found = client.get("/v1/jobs", params={"label": f"note={wide}"}).json()["items"]
+        assert [item["id"] for item in found] == [job_id]
+        longer = {"check_spec": OP_PRESENT_MUL, "labels": json.dumps({"note": wide + "\U0001f300"})}
+        refused = client.post("/v1/jobs", files=files, data=longer)
+        assert refused.status_code == 422, refused.text
+        assert f"the most is {MAX_VALUE_BYTES}" in refused.json()["detail"]
