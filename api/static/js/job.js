@@ -361,6 +361,7 @@ function render(state) {
   optionalFact("job-samples", samples(job));
   optionalFact("job-keep-fp32", keptFp32(job));
   renderReleases(job);
+  optionalFact("job-passes", passesAnswer(job));
   optionalFact("job-verified", verification(job));
   renderSuspect(job);
   if (job.error) {
@@ -432,9 +433,32 @@ function releasesAnswer(view) {
   return `${text ? text() : ""} ${checks}${flaky}`;
 }
 
+/** A bisect-passes job finds the runtime optimizers the failure needs; it makes no model. */
+function isPasses(job) {
+  return job.task === "bisect-passes";
+}
+
+// the optimizers to disable and the level the failure first appears at, or the probes so far
+function passesAnswer(job) {
+  const view = isPasses(job) ? job.passes : null;
+  if (!view) return "";
+  if (!view.done) return t("job.passes.running", { n: view.checks });
+  const checks = t("job.passes.checks", { n: view.checks, candidates: view.candidates.length });
+  const text = {
+    optimizers: () => {
+      const values = { names: view.optimizers.join(", "), level: view.first_failing_level || "-" };
+      return view.verified ? t("job.passes.found", values) : t("job.passes.unverified", values);
+    },
+    "no-optimizer": () => t("job.passes.no_optimizer"),
+    "no-failure": () => t("job.passes.no_failure"),
+    unresolved: () => t("job.passes.unresolved"),
+  }[view.outcome];
+  return `${text ? text() : view.message} ${checks}${view.flaky_note ? ` ${view.flaky_note}` : ""}`;
+}
+
 function renderButtons(state) {
   const status = state.job.status;
-  const precision = isPrecision(state.job) || isReleases(state.job);
+  const precision = isPrecision(state.job) || isReleases(state.job) || isPasses(state.job);
   $("download-min-bad").hidden = precision;
   $("download-min-good").hidden = precision;
   $("download-mixed").hidden = !isPrecision(state.job);
