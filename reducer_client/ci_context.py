@@ -12,7 +12,8 @@ from urllib.parse import urlsplit
 
 Env = Mapping[str, str]
 
-_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+# W3C trace context: version ff, a trace id or a parent id of zeros are invalid
+_TRACEPARENT = re.compile(r"(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 def repo_from_url(url: str) -> str:

@@ -79,6 +79,8 @@ def test_outside_ci_only_a_valid_traceparent() -> None:
     assert ci_labels({"GITHUB_REPOSITORY": "org/app"}) == {}  # not inside Actions: GITHUB_ACTIONS unset
     assert ci_labels({"TRACEPARENT": TRACEPARENT}) == {"traceparent": TRACEPARENT}
     assert ci_labels({"TRACEPARENT": "garbage"}) == {}
+    invalid = ("ff" + TRACEPARENT[2:], f"00-{'0' * 32}-00f067aa0ba902b7-01", f"00-{'1' * 32}-{'0' * 16}-01")
+    assert [ci_labels({"TRACEPARENT": text}) for text in invalid] == [{}, {}, {}]
 
 
 @pytest.mark.parametrize(
