@@ -89,7 +89,7 @@ def _validate_zip(path: Path, budget: ByteBudget) -> list[TensorMap]:
                 index.setdefault(sample, {})[name] = _check_entry(archive, infos, entry, budget)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as exc:
         raise _invalid(f"the zip cannot be read ({exc}).") from exc
-    return [index.get(i, {}) for i in range(max(len(index), 1))]
+    return [index.get(i, {}) for i in range(max(len(index), 1))]  # (as checks.golden reads them)
 
 
 def _manifest(archive: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo]) -> list[tuple[int, str, str]]:

@@ -260,7 +260,9 @@ class S3ArtifactStore(ArtifactStore):
         so a job may store (mark) the blob between the HEAD and the DELETE: the object is first
         copied aside in the bucket (a server-side copy), then deleted, then ``unreferenced`` (the
         caller's question to the database) is asked again: when a job's artifact row refers to it
-        now, the copy is put back (stored now). The copy aside is removed either way."""
+        now, the copy is put back (stored now). An error after the copy (the database or the bucket
+        unreachable) puts it back too; the copy aside is removed once the blob is back or gone for
+        good. A copy a killed sweep left is handled by the next sweep (``recover_asides``)."""
         head = self._head(key)
         if head is not None and head["LastModified"].timestamp() >= time.time() - seconds:
             return False
@@ -272,19 +274,49 @@ class S3ArtifactStore(ArtifactStore):
         client.copy_object(Bucket=bucket, Key=aside, CopySource={"Bucket": bucket, "Key": key})
         try:
             self.delete(key)
-            if unreferenced():
-                return True
-            client.copy_object(
-                Bucket=bucket,
-                Key=key,
-                CopySource={"Bucket": bucket, "Key": aside},
-                Metadata={"stored": f"{time.time():.3f}"},
-                MetadataDirective="REPLACE",
-            )
-            log.warning("blob %s: a job came to refer to it while the sweep deleted it; put back", key)
-            return False
-        finally:
+            gone = unreferenced()
+        except BaseException:
+            self._put_back(aside, key)  # unsure whether a row refers to it: keep the blob
             client.delete_object(Bucket=bucket, Key=aside)
+            raise
+        if not gone:
+            self._put_back(aside, key)
+            log.warning("blob %s: a job came to refer to it while the sweep deleted it; put back", key)
+        client.delete_object(Bucket=bucket, Key=aside)
+        return gone
+
+    def _put_back(self, aside: str, key: str) -> None:
+        """Copy ``aside`` back to ``key``, stored now (when this fails the copy aside stays)."""
+        self._client().copy_object(
+            Bucket=self.config.bucket,
+            Key=key,
+            CopySource={"Bucket": self.config.bucket, "Key": aside},
+            Metadata={"stored": f"{time.time():.3f}"},
+            MetadataDirective="REPLACE",
+        )
+
+    def recover_asides(self, older_than_s: float, referenced: Callable[[list[str]], set[str]]) -> int:
+        """Copies aside that a sweep killed between its steps left (``deleting/...`` older than
+        ``older_than_s``): put back when an artifact row refers to the blob and the bucket lacks it,
+        then removed. How many were put back."""
+        client, bucket, cutoff = self._client(), self.config.bucket, time.time() - older_than_s
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=ASIDE_PREFIX)
+        stale = [
+            str(item["Key"])
+            for page in pages
+            for item in page.get("Contents", [])
+            if item["LastModified"].timestamp() < cutoff
+        ]
+        owners = {aside: aside[len(ASIDE_PREFIX) :].rsplit(".", 1)[0] for aside in stale}
+        wanted = referenced(sorted(set(owners.values()))) if owners else set()
+        restored = 0
+        for aside, key in owners.items():
+            if key in wanted and self._head(key) is None:
+                self._put_back(aside, key)
+                log.warning("blob %s: put back from the copy a stopped sweep left aside", key)
+                restored += 1
+            client.delete_object(Bucket=bucket, Key=aside)
+        return restored
 
 
 def _sha256_of(path: Path) -> str:

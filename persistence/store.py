@@ -144,13 +144,21 @@ class ArtifactStore:
             os.rename(path, aside)
         except FileNotFoundError:
             return False  # deleted meanwhile
-        if _stored_before(aside, seconds) and (unreferenced is None or unreferenced()):
+        gone = False
+        try:
+            gone = _stored_before(aside, seconds) and (unreferenced is None or unreferenced())
+        finally:  # (an error asking the database keeps the blob too)
+            if not gone:
+                with contextlib.suppress(FileExistsError):  # (a newer copy may be there already)
+                    os.link(aside, path)  # stored again meanwhile: back in place
             aside.unlink(missing_ok=True)
-            return True
-        with contextlib.suppress(FileExistsError):  # (a newer copy may be there already)
-            os.link(aside, path)  # stored again meanwhile: back in place
-        aside.unlink(missing_ok=True)
-        return False
+        return gone
+
+    def recover_asides(self, older_than_s: float, referenced: Callable[[list[str]], set[str]]) -> int:
+        """Blobs a sweep killed between its steps left aside, put back where a row refers to them
+        (the S3 store's copies aside). The local store's rename aside is not recovered: a sweep
+        killed between its rename and its put-back leaves the blob in ``tmp/*.deleting``."""
+        return 0
 
 
 def _stored_before(path: Path, seconds: float) -> bool:

@@ -55,6 +55,8 @@ def npy_header(handle: IO[bytes]) -> tuple[tuple[int, ...], np.dtype[Any]]:
         raise ValueError(f"unsupported .npy format version {version}")
     if dtype.hasobject:
         raise ValueError("the array holds Python objects; only plain arrays are read")
+    if any(dim < 0 for dim in shape):
+        raise ValueError(f"the array declares a negative dimension (shape {tuple(shape)})")
     return tuple(shape), dtype
 
 

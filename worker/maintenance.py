@@ -16,10 +16,13 @@ from persistence.retention import still_unreferenced
 from persistence.store import ArtifactStore
 
 BATCH = 500
+ASIDE_STALE_S = 3600.0  # a copy aside older than this was left by a sweep that was stopped between its steps
 
 
 def sweep_unreferenced_blobs(db: Database, store: ArtifactStore, min_age_s: float) -> int:
-    """Delete the blobs stored more than ``min_age_s`` ago that no artifact refers to; how many."""
+    """Delete the blobs stored more than ``min_age_s`` ago that no artifact refers to; how many.
+    First, blobs a stopped sweep left aside are put back where a row refers to them."""
+    store.recover_asides(ASIDE_STALE_S, lambda keys: _referenced(db, keys))
     removed = 0
     for keys in _batches(store.keys_stored_before(min_age_s), BATCH):
         with db.session() as session:
@@ -28,6 +31,11 @@ def sweep_unreferenced_blobs(db: Database, store: ArtifactStore, min_age_s: floa
             if key not in referenced and store.delete_if_stored_before(key, min_age_s, still_unreferenced(db, key)):
                 removed += 1
     return removed
+
+
+def _referenced(db: Database, keys: list[str]) -> set[str]:
+    with db.session() as session:
+        return set(ArtifactRepository(session).referenced(keys))
 
 
 def _batches(keys: Iterable[str], size: int) -> Iterator[list[str]]:

@@ -7,6 +7,7 @@ compared with the upload's size."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import subprocess
@@ -21,6 +22,8 @@ from onnx import TensorProto, helper
 
 from api.inspection import InspectRequest, Refusal, UploadLimits, inspect_upload
 from api.settings import ApiSettings
+from checks.golden import FORMAT as GOLDEN_FORMAT
+from checks.golden import MANIFEST
 
 COMPARE = """\
 kind: compare
@@ -179,3 +182,42 @@ def test_an_accepted_polygraphy_json_sample_is_checked_within_the_budget(tmp_pat
     outcome, size = _measure(tmp_path, [("inputs.json", _polygraphy_inputs(sample))])
     assert outcome["status"] == 202, outcome
     assert outcome["rise"] < AMPLIFICATION * size, (outcome, size)
+
+
+def _negative_dimension_npy() -> bytes:
+    """A .npy whose header declares shape (-3,): numpy's header reader accepts any int."""
+    return _npy(np.zeros(3, np.float32)).replace(b"(3,)", b"(-3,)")
+
+
+def _golden_zip(entry: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        tensors = [{"sample": "0", "name": "x", "entry": "s0/0.npy"}]
+        archive.writestr(MANIFEST, json.dumps({"format": GOLDEN_FORMAT, "tensors": tensors}))
+        archive.writestr("s0/0.npy", entry)
+    return buffer.getvalue()
+
+
+def test_a_negative_dimension_in_an_array_header_is_refused_as_inputs_and_as_golden_values(tmp_path: Path) -> None:
+    """A header declaring a negative dimension is 422 naming it, in an .npz, in Polygraphy JSON and
+    in a golden zip (before: its negative size credited the upload's budget, and in a golden zip
+    the stand-in's ValueError escaped the intake: a 500)."""
+    npy = _negative_dimension_npy()
+    request = _request(tmp_path / "golden", [])
+    golden = request.staging / "golden.bin"
+    golden.write_bytes(_golden_zip(npy))
+    request = dataclasses.replace(request, golden=golden, golden_size=golden.stat().st_size)
+    outcome = inspect_upload(request)
+    assert isinstance(outcome, Refusal) and outcome.status == 422, outcome
+    assert "negative dimension" in outcome.detail, outcome
+    npz = io.BytesIO()
+    with zipfile.ZipFile(npz, "w") as archive:
+        archive.writestr("x.npy", npy)
+    for i, (name, data) in enumerate([("neg.npz", npz.getvalue()), ("neg.json", _polygraphy_inputs_raw(npy))]):
+        outcome = inspect_upload(_request(tmp_path / f"inputs-{i}", [(name, data)]))
+        assert isinstance(outcome, Refusal) and outcome.status == 422, outcome
+        assert "negative dimension" in outcome.detail, outcome
+
+
+def _polygraphy_inputs_raw(npy: bytes) -> bytes:
+    return json.dumps([{"x": {"array": base64.b64encode(npy).decode(), "polygraphy_class": "ndarray"}}]).encode()

@@ -17,6 +17,7 @@ from persistence.repositories import ArtifactRepository, TeamRepository
 from persistence.s3store import S3ArtifactStore
 from tests.service.helpers import stored_job
 from tests.service.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, moto_server
+from worker import maintenance
 from worker.maintenance import sweep_unreferenced_blobs
 
 BUCKET = "window-bucket"
@@ -81,3 +82,60 @@ def test_an_unreferenced_old_blob_is_still_removed(s3: S3Server, database: Datab
         aws_secret_access_key=SECRET_KEY,
     )
     assert client.list_objects_v2(Bucket=BUCKET + "-2").get("Contents", []) == []
+
+
+def _bucket_keys(s3: S3Server, bucket: str) -> list[str]:
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+    )
+    return sorted(item["Key"] for item in client.list_objects_v2(Bucket=bucket).get("Contents", []))
+
+
+class DatabaseUnreachableError(Exception):
+    """What the sweep's second look raises in the test below (PostgreSQL gone in production)."""
+
+
+def test_a_failing_second_look_keeps_the_blob(s3: S3Server, tmp_path: Path) -> None:
+    """The database cannot be asked again once the object is deleted (unreachable): the sweep
+    cannot know whether a row refers to the blob, so it puts the blob back and removes its copy
+    aside, then raises (before: the copy aside was removed too, and with it the only copy)."""
+    store = S3ArtifactStore(tmp_path / "sweeper", s3.config(BUCKET + "-3"))
+    store.ensure_bucket()
+    blob = store.put_stream([b"maybe someone's"])
+
+    def database_unreachable() -> bool:
+        raise DatabaseUnreachableError
+
+    with pytest.raises(DatabaseUnreachableError):
+        store.delete_if_stored_before(blob.key, -60, database_unreachable)
+    assert _bucket_keys(s3, BUCKET + "-3") == [blob.key]
+    assert S3ArtifactStore(tmp_path / "reader", store.config).path(blob.key).read_bytes() == b"maybe someone's"
+
+
+def test_the_next_sweep_puts_back_what_a_stopped_sweep_left_aside(
+    s3: S3Server, database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep killed after its DELETE and before its put-back leaves the blob only in its copy
+    aside. The next sweep puts back such copies when a row refers to the blob and drops the others;
+    no ``deleting/`` object is left (before: copies aside stayed forever, the blob stayed gone)."""
+    bucket = BUCKET + "-4"
+    store = S3ArtifactStore(tmp_path / "sweeper", s3.config(bucket))
+    store.ensure_bucket()
+    kept, dropped = store.put_stream([b"a job's candidate"]), store.put_stream([b"nobody's candidate"])
+    client = store._client()
+    for blob in (kept, dropped):  # what a killed sweep leaves: the copy aside, the blob deleted
+        client.copy_object(
+            Bucket=bucket, Key=f"deleting/{blob.key}.0f0f", CopySource={"Bucket": bucket, "Key": blob.key}
+        )
+        store.delete(blob.key)
+    with database.session() as session:
+        job_id = stored_job(session, TeamRepository(session).get_or_create("team-aside").id).id
+        ArtifactRepository(session).put(job_id, ArtifactKind.ITERATION, "iteration-1", kept, {})
+    monkeypatch.setattr(maintenance, "ASIDE_STALE_S", -60)  # every copy aside counts as left by a stopped sweep
+    assert sweep_unreferenced_blobs(database, store, 3600) == 0
+    assert _bucket_keys(s3, bucket) == [kept.key]
+    assert S3ArtifactStore(tmp_path / "reader", store.config).path(kept.key).read_bytes() == b"a job's candidate"
