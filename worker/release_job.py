@@ -263,7 +263,8 @@ def _hand_over(
 ) -> None:
     """Queue the job again for a worker that offers ``release`` (module doc). A job handed to this
     worker for that very release (a worker that takes any job, or whose RUNTIME_ENVS changed)
-    fails instead of going round in a circle."""
+    fails instead of going round in a circle. A cancel asked for while its last release ran ends it
+    here (the row is locked: a cancel comes before or after, never between)."""
     if stored.current_spec != stored.spec_text and stored.current_spec == spec_requiring(stored.spec_text, release):
         raise UsageError(
             f"bisect-releases: onnxruntime {release} was asked of this worker, which cannot run it; start a "
@@ -272,6 +273,8 @@ def _hand_over(
 
     def write(session: Session) -> str:
         job = _held(session, job_id, attempt)
+        if job.cancel_requested:  # queued again it would wait for ever: no claim takes a cancelled job
+            raise JobCancelledError()
         job.check_spec = spec_requiring(stored.spec_text, release)
         job.session_state = _state(stored, search)
         job.state_version += 1
