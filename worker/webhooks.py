@@ -81,12 +81,20 @@ def post(target: Target, headers: dict[str, str], body: str, timeout: float) -> 
         connection.request("POST", target.path, body=body.encode(), headers={**headers, "user-agent": USER_AGENT})
         response = connection.getresponse()
         response.read(64 * 1024)
+    except (OSError, http.client.HTTPException) as exc:
+        if not cut.is_set():
+            raise
+        raise _too_slow(timeout) from exc  # what the cut made of the read (a reset, a short answer)
     finally:
         watchdog.cancel()
         connection.close()
     if cut.is_set():
-        raise TimeoutError(f"the receiver did not answer in {timeout:g} s")
+        raise _too_slow(timeout)
     return response.status
+
+
+def _too_slow(timeout: float) -> TimeoutError:
+    return TimeoutError(f"the receiver did not answer in {timeout:g} s")
 
 
 def _cut_off(connection: http.client.HTTPConnection, cut: threading.Event) -> None:
