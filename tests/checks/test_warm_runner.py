@@ -61,11 +61,15 @@ def is_warm_server(pid: int) -> bool:
 
 
 def alive(pid: int) -> bool:
+    """Whether ``pid`` has not ended for good: a killed runner's main thread is a zombie while the
+    native thread of the onnxruntime import still exits, and until that one is gone its parent
+    cannot reap it (``Popen.poll`` says it runs)."""
     try:
+        threads = os.listdir(f"/proc/{pid}/task")
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return False
-    return state not in ("Z", "X")
+    return len(threads) > 1 or state not in ("Z", "X")
 
 
 def wait_until(condition: Any, within_s: float = 60.0) -> bool:

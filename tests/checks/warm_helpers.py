@@ -60,7 +60,9 @@ def meet(payload: Mapping[str, Any]) -> dict[str, Any]:
     ``payload['count']`` checks did, and passes with its parent's pid as the detail: checks that
     meet ran at the same time."""
     folder = Path(payload["folder"])
-    (folder / f"{os.getpid()}.parent").write_text(str(os.getppid()))
+    written = folder / f"{os.getpid()}.written"
+    written.write_text(str(os.getppid()))
+    written.replace(folder / f"{os.getpid()}.parent")  # whole: a reader never sees it half written
     deadline = time.monotonic() + 60
     while len(list(folder.glob("*.parent"))) < int(payload["count"]) and time.monotonic() < deadline:
         time.sleep(0.01)
