@@ -18,6 +18,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from api.app import create_app
@@ -30,6 +31,7 @@ from tests.service.helpers import OP_PRESENT_MUL, stored_job
 
 MODEL = build_example_model().SerializeToString()
 WAIT_S = 60.0
+DEADLOCK_DETECTED = "40P01"
 
 
 @pytest.fixture
@@ -121,20 +123,45 @@ def test_a_submission_aborted_as_a_deadlock_is_run_again_and_accepted(
     the test's transaction then inserts a job with key ``k`` and so waits for the upload. PostgreSQL
     aborts the upload's transaction (the test's waits longer before it looks for deadlocks); the
     intake runs it again in place (``persistence.retry``) and, once the test's transaction is rolled
-    back, the upload is accepted: 202, not the 409 of a conflict left to the client."""
+    back, the upload is accepted: 202, not the 409 of a conflict left to the client.
+
+    PostgreSQL looks for a deadlock once per wait, ``deadlock_timeout`` (1 s) after the wait began:
+    on a loaded machine the test's INSERT may come later than the upload's look, and then the test's
+    transaction is the one aborted (5 s into its wait) and the upload was not: that round is run
+    again with another key, until the upload is the one aborted."""
     with client_for(api, tokens["team-a"]) as client, ThreadPoolExecutor(2) as pool:
-        with Session(database.engine) as holder:
-            holder.execute(text("SET LOCAL deadlock_timeout = '120s'"))
-            team_id = TeamRepository(holder).get_or_create("team-a").id
-            holder.execute(text("SELECT id FROM teams WHERE id = :id FOR UPDATE"), {"id": team_id})
-            upload: Future[httpx.Response] = pool.submit(_upload, client, "k")
-            _until(lambda: _waiting_on_locks(database) == 1, "the upload to wait for the team's row")
-            job = stored_job(holder, team_id)
-            job.idempotency_key = "k"
-            holder.flush()  # waits for the upload's uncommitted key, until PostgreSQL aborts the upload
-            holder.rollback()
-        accepted = upload.result(WAIT_S)
-    assert accepted.status_code == 202, accepted.text
+        for key in ("k", "k2", "k3", "k4", "k5"):
+            upload, upload_aborted = _deadlock_round(database, client, pool, key)
+            accepted = upload.result(WAIT_S)
+            assert accepted.status_code == 202, accepted.text
+            if upload_aborted:
+                break
+        else:
+            pytest.fail("in 5 rounds the test's transaction, never the upload's, was aborted as a deadlock")
     with database.session() as session:
-        keys = session.execute(text("SELECT idempotency_key FROM jobs WHERE idempotency_key = 'k'")).scalars().all()
-    assert keys == ["k"]
+        keys = session.execute(text("SELECT idempotency_key FROM jobs WHERE idempotency_key = :k"), {"k": key})
+        assert keys.scalars().all() == [key]
+
+
+def _deadlock_round(
+    database: Database, client: httpx.Client, pool: ThreadPoolExecutor, key: str
+) -> tuple[Future[httpx.Response], bool]:
+    """One try at the deadlock: the upload's future, and whether PostgreSQL aborted the upload
+    (the test's INSERT went through) rather than the test's transaction."""
+    with Session(database.engine) as holder:
+        holder.execute(text("SET LOCAL deadlock_timeout = '5s'"))
+        team_id = TeamRepository(holder).get_or_create("team-a").id
+        holder.execute(text("SELECT id FROM teams WHERE id = :id FOR UPDATE"), {"id": team_id})
+        upload: Future[httpx.Response] = pool.submit(_upload, client, key)
+        _until(lambda: _waiting_on_locks(database) == 1, "the upload to wait for the team's row")
+        job = stored_job(holder, team_id)
+        job.idempotency_key = key
+        try:
+            holder.flush()  # waits for the upload's uncommitted key, until PostgreSQL aborts one of the two
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) != DEADLOCK_DETECTED:
+                raise
+            return upload, False
+        finally:
+            holder.rollback()
+    return upload, True
