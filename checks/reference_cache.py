@@ -13,7 +13,7 @@ interpreter, the same for every check of one process. Values are stored as ``.np
 zip (no pickles)
 written to a temporary name and renamed, so a check killed while writing leaves nothing half
 written. Models above ``MAX_MODEL_BYTES`` and outputs above ``MAX_VALUES_BYTES`` are not cached; at
-most ``MAX_ENTRIES`` files are kept (the oldest go first).
+most ``MAX_ENTRIES`` files of at most ``MAX_TOTAL_BYTES`` together are kept (the oldest go first).
 
 The folder comes in the check's payload (``reference_cache``); ``checks.isolated`` gives one folder
 per process, removed when the process exits."""
@@ -37,6 +37,7 @@ from checks.spec import RuntimeSpec
 MAX_MODEL_BYTES = 256 * 2**20
 MAX_VALUES_BYTES = 64 * 2**20
 MAX_ENTRIES = 64
+MAX_TOTAL_BYTES = 512 * 2**20  # all entries of one folder together (a folder per process, in the temp folder)
 NAMES = "names.json"
 
 Values = Mapping[str, np.ndarray]
@@ -89,16 +90,21 @@ def store(folder: Path, key: str, values: Values) -> None:
 
 
 def _keep_newest(folder: Path) -> None:
-    """Remove all but the newest ``MAX_ENTRIES``; checks at once (``--jobs N``) may remove the
-    same entries, so one gone between the listing and its ``stat`` is skipped."""
-    entries: list[tuple[int, Path]] = []
+    """Keep the newest ``MAX_ENTRIES`` that fit in ``MAX_TOTAL_BYTES`` together, remove the rest;
+    checks at once (``--jobs N``) may remove the same entries, so one gone between the listing and
+    its ``stat`` is skipped."""
+    entries: list[tuple[int, int, Path]] = []
     for path in folder.glob("*.npz"):
         with contextlib.suppress(OSError):
-            entries.append((path.stat().st_mtime_ns, path))
-    entries.sort()
-    for _, old in entries[: max(0, len(entries) - MAX_ENTRIES)]:
-        with contextlib.suppress(OSError):
-            old.unlink()
+            status = path.stat()
+            entries.append((status.st_mtime_ns, status.st_size, path))
+    entries.sort(reverse=True)
+    kept_bytes = 0
+    for index, (_, size, path) in enumerate(entries):
+        kept_bytes += size
+        if index >= MAX_ENTRIES or kept_bytes > MAX_TOTAL_BYTES:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def reference_values(

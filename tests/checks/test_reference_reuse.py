@@ -130,3 +130,15 @@ def test_the_reuse_folders_of_processes_that_are_gone_are_removed(tmp_path: Path
     )
     assert Path(made.stdout.strip()).parent == tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == [running.name]  # and its own removed at exit
+
+
+def test_the_folder_keeps_the_newest_entries_within_its_byte_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process's folder holds at most ``MAX_TOTAL_BYTES`` (``MAX_ENTRIES`` of the largest values
+    would be gigabytes in the temporary folder): the oldest entries go first."""
+    monkeypatch.setattr(reference_cache, "MAX_TOTAL_BYTES", 3 * 2**20)
+    for key in ("first", "second", "third"):
+        reference_cache.store(tmp_path, key, {"y": np.zeros(2**18, dtype=np.float32)})  # 1 MiB each
+    assert reference_cache.load(tmp_path, "first") is None
+    assert reference_cache.load(tmp_path, "second") is not None and reference_cache.load(tmp_path, "third") is not None
