@@ -13,6 +13,7 @@ from tests.service.conftest import client_for
 from tests.service.web_harness import Browser, Service, catalogue, plain, severe
 
 pytest.importorskip("onnxruntime")
+PRECISION_JOB_S = 600.0  # a search and its verified answer on a loaded machine (the page's other waits: 45 s)
 
 
 def test_the_allow_nonfinite_box_sends_the_option_with_task_precision(service: Service, browser: Browser) -> None:
@@ -32,7 +33,11 @@ def test_the_allow_nonfinite_box_sends_the_option_with_task_precision(service: S
     browser.find("submit-job").click()
     browser.wait(lambda d: "#/jobs/" in d.current_url, "the job page")
     job_id = str(browser.driver.current_url.rsplit("/", 1)[1])
-    browser.wait(lambda d: browser.find("job-status").get_attribute("data-status") == "succeeded", "succeeded")
+    browser.wait(
+        lambda d: browser.find("job-status").get_attribute("data-status") == "succeeded",
+        "succeeded",
+        timeout=PRECISION_JOB_S,
+    )
     with client_for(service.url, service.token) as client:
         job = client.get(f"/v1/jobs/{job_id}").json()
     assert job["task"] == "precision" and job["options"]["allow_nonfinite"] is True
