@@ -81,10 +81,12 @@ def _cli_min_bad(folder: Path) -> bytes:
 
 
 def _units(db_url: str, job_id: str) -> list[tuple[str, str, int]]:
+    """The job's check units (its finish unit, the job's end, is no check)."""
     engine = create_engine(normalize_url(db_url))
     with engine.connect() as conn:
         rows = conn.execute(
-            text("SELECT status, worker, number FROM check_units WHERE job_id = :id"), {"id": job_id}
+            text("SELECT status, worker, number FROM check_units WHERE job_id = :id AND kind != 'finish'"),
+            {"id": job_id},
         ).all()
     engine.dispose()
     return [(str(s), str(w), int(n)) for s, w, n in rows]
