@@ -71,6 +71,16 @@ def all_env_pythons(cache: Path = CACHE) -> dict[str, Path]:
     return {version: env_python(version, cache) for version in RELEASES}
 
 
+def env_pythons_or_skip(cache: Path = CACHE) -> dict[str, Path]:
+    """``all_env_pythons``, or the calling test skipped with the reason it could not be built."""
+    import pytest  # here: a check's child imports this module in a release's venv, which has no pytest
+
+    try:
+        return all_env_pythons(cache)
+    except EnvUnavailableError as exc:
+        pytest.skip(f"cannot build the onnxruntime venvs (is PyPI reachable?): {exc}")
+
+
 def report_version(payload: dict[str, object]) -> dict[str, str]:
     """A check child's entry (``checks.child``) that reports the onnxruntime it imports as its
     signature: which environment's interpreter ran the child."""

@@ -22,7 +22,7 @@ from reducer_core.errors import UsageError
 from reducer_core.release_bisect import ReleaseError
 from reducer_core.verdict import VerdictKind
 from tests.models import make_model
-from tests.ort_envs import RELEASES, EnvUnavailableError, all_env_pythons
+from tests.ort_envs import RELEASES, env_pythons_or_skip
 from worker.checking import job_check
 from worker.release_envs import load_runtime_envs, with_runtime_envs
 
@@ -31,10 +31,7 @@ OLD, MIDDLE, NEW = RELEASES
 
 @pytest.fixture(scope="module")
 def pythons() -> dict[str, Path]:
-    try:
-        return all_env_pythons()
-    except EnvUnavailableError as exc:
-        pytest.skip(f"cannot build the onnxruntime venvs (is PyPI reachable?): {exc}")
+    return env_pythons_or_skip()
 
 
 def test_capabilities_advertise_releases_and_meet_requirements() -> None:

@@ -21,7 +21,7 @@ from reducer_cli.main import run
 from reducer_core.release_bisect import ReleaseError, max_release_checks
 from reducer_core.verdict import VerdictKind
 from tests.models import make_model
-from tests.ort_envs import RELEASES, EnvUnavailableError, all_env_pythons
+from tests.ort_envs import RELEASES, env_pythons_or_skip
 
 # Fails (exit 1) when the interpreter running it imports onnxruntime >= the second release.
 SECOND = RELEASES[1]
@@ -39,10 +39,7 @@ _FLAKY_TEST = (
 
 @pytest.fixture(scope="module")
 def pythons() -> dict[str, Path]:
-    try:
-        return all_env_pythons()
-    except EnvUnavailableError as exc:
-        pytest.skip(f"cannot build the onnxruntime venvs (is PyPI reachable?): {exc}")
+    return env_pythons_or_skip()
 
 
 @pytest.fixture

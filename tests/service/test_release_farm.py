@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from examples.build_example_model import build_example_model
-from tests.ort_envs import RELEASES, EnvUnavailableError, all_env_pythons
+from tests.ort_envs import RELEASES, env_pythons_or_skip
 from tests.service.conftest import Processes, client_for
 from tests.service.helpers import submit, wait_job
 
@@ -26,10 +26,7 @@ SPEC = f'{{"kind": "command", "command": ["python", "-c", "{PROGRAM}"]}}'
 def test_bisect_releases_job_on_two_workers_with_different_releases(
     processes: Processes, command_api_url: str, tokens: dict[str, str]
 ) -> None:
-    try:
-        pythons = all_env_pythons()
-    except EnvUnavailableError as exc:
-        pytest.skip(f"cannot build the onnxruntime venvs (is PyPI reachable?): {exc}")
+    pythons = env_pythons_or_skip()
     import onnxruntime
 
     assert onnxruntime.__version__ == NEW  # the workers' own release

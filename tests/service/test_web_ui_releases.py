@@ -14,7 +14,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
 from reducer_cli.main import run
-from tests.ort_envs import RELEASES, EnvUnavailableError, all_env_pythons
+from tests.ort_envs import RELEASES, env_pythons_or_skip
 from tests.service.conftest import EXAMPLE, client_for
 from tests.service.helpers import wait_job
 from tests.service.web_harness import Browser, Service, catalogue, embedded_service, module_browser, plain
@@ -30,10 +30,7 @@ SPEC = f'{{"kind": "command", "command": ["python", "-c", "{PROGRAM}"]}}'
 
 @pytest.fixture(scope="module")
 def releases_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    try:
-        pythons = all_env_pythons()
-    except EnvUnavailableError as exc:
-        pytest.skip(f"cannot build the onnxruntime venvs (is PyPI reachable?): {exc}")
+    pythons = env_pythons_or_skip()
     envs = f"{OLD}={pythons[OLD]},{MIDDLE}={pythons[MIDDLE]}"
     with embedded_service(tmp_path_factory.mktemp("releases"), worker_settings={"runtime_envs": envs}) as service:
         yield service
