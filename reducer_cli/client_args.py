@@ -212,7 +212,9 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     delete.add_argument("job", help="Job id or URL.")
     jobs = _command(sub, common, "jobs", "List the team's jobs, newest first.")
-    jobs.add_argument("--status", choices=("queued", "running", "succeeded", "failed", "cancelled"), default=None)
+    jobs.add_argument(
+        "--status", choices=("queued", "running", "finishing", "succeeded", "failed", "cancelled"), default=None
+    )
     jobs.add_argument("--limit", type=int, default=20, help="At most this many jobs (default 20).")
     jobs.add_argument(
         "--label",
