@@ -124,8 +124,9 @@ def _npz_headers(path: Path, name: str, budget: ByteBudget) -> TensorMap:
     sample: TensorMap = {}
     try:
         with zipfile.ZipFile(path) as archive:
-            left = budget.left if budget.left is not None else 1 << 62
-            for info in check_zip_members(archive, left, LABEL, TITLE):
+            infos = check_zip_members(archive, 1 << 62, LABEL, TITLE)  # (names, symlinks; sizes below)
+            _charge_members(infos, budget)
+            for info in infos:
                 if info.is_dir():
                     continue
                 with archive.open(info) as handle:
@@ -143,6 +144,18 @@ def _npz_headers(path: Path, name: str, budget: ByteBudget) -> TensorMap:
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as exc:
         raise _invalid(f"'{name}' cannot be read as an .npz archive ({exc}). {HOW}") from exc
     return sample
+
+
+def _charge_members(infos: list[zipfile.ZipInfo], budget: ByteBudget) -> None:
+    """``BudgetExceededError`` when the archive's members declare more bytes, unpacked, than the
+    upload's budget has left (a zip bomb is refused from its directory, before a member is read)."""
+    declared = sum(info.file_size for info in infos)
+    left = budget.left
+    if left is not None and declared > left:
+        raise BudgetExceededError(
+            f"its members unpack to {declared} bytes, more than the {left} left of the {budget.limit} "
+            f"allowed for {budget.what}"
+        )
 
 
 def validate_inputs(staged: StagedInputs, model_path: Path, spec_kind: str, has_golden: bool) -> int:
