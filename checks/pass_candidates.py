@@ -69,9 +69,7 @@ def find_candidates(spec: CheckSpec, model_path: Path, python: str | None = None
             "model": str(Path(model_path).resolve()),
             "answer": str(answer),
         }
-        verdict, _ = run_isolated(
-            payload, min(spec.timeout, CANDIDATES_TIMEOUT_S), spec.memory_limit, None, python
-        )
+        verdict, _ = run_isolated(payload, min(spec.timeout, CANDIDATES_TIMEOUT_S), spec.memory_limit, None, python)
         if verdict.kind is not VerdictKind.PASS or not answer.exists():
             reason = f"{verdict.kind.value} {verdict.signature}: {verdict.detail}".strip()
             raise CandidateError(f"{target.runtime} could not build the model to list what it applies ({reason})")
