@@ -62,14 +62,20 @@ def parse_labels(text: str | None) -> dict[str, str]:
 
 
 def parse_filters(filters: Sequence[str]) -> dict[str, str]:
-    """``label=key=value`` query parameters (every one must match)."""
+    """``label=key=value`` query parameters (every one must match): at most ``MAX_LABELS``, a key
+    at most once with one value (a job carries one value per key)."""
+    if len(filters) > MAX_LABELS:
+        raise _invalid(f"{len(filters)} label filters given; a job carries at most {MAX_LABELS} labels.", "label")
     wanted: dict[str, str] = {}
     for item in filters:
         key, sep, value = item.partition("=")
         if not sep:
             raise _invalid(f"The label filter '{item[:80]}' has no '='; write label=key=value.", "label")
         try:
-            wanted.update([_check_pair(key, value)])
+            key, value = _check_pair(key, value)
         except ProblemError as exc:
             raise _invalid(exc.detail, "label") from None
+        if wanted.get(key, value) != value:
+            raise _invalid(f"The label filters give '{key}' two values; a job has one: keep one of them.", "label")
+        wanted[key] = value
     return wanted

@@ -126,6 +126,10 @@ def test_a_label_must_be_key_value_and_the_server_names_a_bad_one(
         assert client.get("/v1/jobs").json()["items"] == []
         bad_filter = client.get("/v1/jobs", params={"label": "repo"})
         assert bad_filter.status_code == 422 and "label=key=value" in bad_filter.json()["detail"]
+        two_values = client.get("/v1/jobs", params=[("label", "repo=a"), ("label", "repo=b")])
+        assert two_values.status_code == 422 and "two values" in two_values.json()["detail"]  # was: repo=b alone
+        too_many = client.get("/v1/jobs", params=[("label", f"k{i}=v") for i in range(33)])
+        assert too_many.status_code == 422 and "at most 32" in too_many.json()["detail"]
 
 
 def test_a_long_label_of_wide_characters_is_stored_and_filtered(api_url: str, tokens: dict[str, str]) -> None:
