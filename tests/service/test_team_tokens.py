@@ -77,6 +77,9 @@ def test_an_admin_manages_the_teams_tokens_and_reads_the_audit_record(
     with client_for(quiet_api, other_admin) as stranger:
         assert stranger.delete(f"/v1/tokens/{listed[0]['id']}").status_code == 404
         assert [t["admin"] for t in stranger.get("/v1/tokens").json()["items"]] == [False, True]  # team-b's own
+        seen = [(e["action"], e["target"]) for e in stranger.get("/v1/audit").json()["items"]]
+        assert seen == [("token.created", other_admin[:12])]  # team-b's record: nothing of team-a's
+        assert stranger.delete("/v1/tokens/not-a-token-id").status_code == 404
 
     with client_for(quiet_api, ordinary) as client:
         job_id = submit(client, chain_model(6, 3).SerializeToString(), OP_PRESENT_MUL).json()["id"]
