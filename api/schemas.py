@@ -207,6 +207,16 @@ def remaining_checks(mode: str, best_size: int) -> int:
     return {"bisect": bisect, "linear": best_size}.get(mode, bisect + best_size)
 
 
+def user_spec(job: Job, task: JobTask) -> str:
+    """The check spec the job was submitted with: a bisect-releases job waiting for a release has
+    one requiring it (``worker.release_job._hand_over``: it routes the job), the user's kept in its
+    session state until the job ends."""
+    state = job.session_state or {}
+    if task is JobTask.BISECT_RELEASES and isinstance(state.get("spec"), str):
+        return str(state["spec"])
+    return job.check_spec
+
+
 def job_from_row(
     job: Job,
     mean_check_s: float | None,
@@ -245,7 +255,7 @@ def job_from_row(
         mode=job.mode,
         queue=job.queue,
         check_kind=job.check_kind,
-        check_spec=job.check_spec,
+        check_spec=user_spec(job, task),
         options=dict(job.options),
         model=ModelInfo(filename=job.model_filename, sha256=job.model_sha256, size=job.model_size),
         nodes_before=job.nodes_before,

@@ -168,5 +168,7 @@ def test_a_release_no_worker_offers_is_waited_for_and_said(releases_service: Ser
         assert job["waiting_reason"].startswith("no worker offers onnxruntime ==1.29.0"), job["waiting_reason"]
         assert job["releases"]["next"] == "1.29.0"
         assert [item["state"] for item in job["releases"]["strip"]] == ["unknown", "fail"]
+        assert job["check_spec"] == SPEC  # the user's, not the one routing the job to a worker with 1.29.0
         assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200  # a queued job ends at once
-        assert wait_job(client, job_id)["status"] == "cancelled"
+        cancelled = wait_job(client, job_id)
+        assert cancelled["status"] == "cancelled" and cancelled["check_spec"] == SPEC
