@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+ASIDE_SUFFIX = ".deleting"  # a blob a sweep moved aside in ``tmp/`` while it asks again
 CHUNK = 1024 * 1024
 
 
@@ -139,7 +140,8 @@ class ArtifactStore:
         path = self.local_path(key)
         if not _stored_before(path, seconds):
             return False
-        aside = self.temp_path(".deleting")
+        aside = self.temp_path(ASIDE_SUFFIX)
+        aside = aside.with_name(f"{path.name}.{aside.name}")  # <sha256>.<id>.deleting: the next sweep can tell whose
         try:
             os.rename(path, aside)
         except FileNotFoundError:
@@ -155,10 +157,26 @@ class ArtifactStore:
         return gone
 
     def recover_asides(self, older_than_s: float, referenced: Callable[[list[str]], set[str]]) -> int:
-        """Blobs a sweep killed between its steps left aside, put back where a row refers to them
-        (the S3 store's copies aside). The local store's rename aside is not recovered: a sweep
-        killed between its rename and its put-back leaves the blob in ``tmp/*.deleting``."""
-        return 0
+        """Blobs a sweep killed between its steps left aside (``tmp/<sha256>.<id>.deleting``, moved
+        there more than ``older_than_s`` ago: a rename sets the file's ctime): put back where a row
+        refers to them and the store lacks them, then removed. How many were put back."""
+        cutoff = time.time() - older_than_s
+        owners: dict[Path, str] = {}
+        for aside in self.tmp_dir.glob(f"*{ASIDE_SUFFIX}"):
+            with contextlib.suppress(OSError):  # (gone meanwhile)
+                if aside.stat().st_ctime < cutoff:
+                    owners[aside] = self.key_for(aside.name.split(".", 1)[0])
+        wanted = referenced(sorted(set(owners.values()))) if owners else set()
+        restored = 0
+        for aside, key in owners.items():
+            target = self.local_path(key)
+            if key in wanted and not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(FileExistsError, FileNotFoundError):
+                    os.link(aside, target)
+                    restored += 1
+            aside.unlink(missing_ok=True)
+        return restored
 
 
 def _stored_before(path: Path, seconds: float) -> bool:

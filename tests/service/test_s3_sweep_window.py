@@ -1,10 +1,13 @@
 """The unreferenced-blob sweep against a real S3 API server (moto's standalone server) and real
 PostgreSQL: S3 has no conditional delete, so a job's artifact row may come to refer to a blob
 between the sweep's look (old, unreferenced) and its DELETE. The sweep asks the database again
-once the object is deleted and puts it back from a copy it made aside (issue 30, the S3 window)."""
+once the object is deleted and puts it back from a copy it made aside (issue 30, the S3 window).
+A sweep stopped between its steps leaves that copy (or, in the local store, the renamed blob): the
+next sweep puts it back where a row refers to it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from persistence.db import Database
 from persistence.enums import ArtifactKind
 from persistence.repositories import ArtifactRepository, TeamRepository
 from persistence.s3store import S3ArtifactStore
+from persistence.store import ArtifactStore
 from tests.service.helpers import stored_job
 from tests.service.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, moto_server
 from worker import maintenance
@@ -139,3 +143,23 @@ def test_the_next_sweep_puts_back_what_a_stopped_sweep_left_aside(
     assert sweep_unreferenced_blobs(database, store, 3600) == 0
     assert _bucket_keys(s3, bucket) == [kept.key]
     assert S3ArtifactStore(tmp_path / "reader", store.config).path(kept.key).read_bytes() == b"a job's candidate"
+
+
+def test_the_next_sweep_puts_back_what_a_stopped_sweep_moved_aside_in_the_local_store(
+    database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local store's sweep renames a blob into ``tmp/`` before it asks the database again; a
+    sweep killed there leaves it only in ``tmp/``. The next sweep links it back when a row refers to
+    it and removes the others (before: the blob stayed gone and the file in ``tmp/`` forever)."""
+    store = ArtifactStore(tmp_path / "data")
+    kept, dropped = store.put_stream([b"a job's model"]), store.put_stream([b"nobody's model"])
+    for blob in (kept, dropped):  # what a killed sweep leaves: the blob renamed aside
+        os.rename(store.local_path(blob.key), store.tmp_dir / f"{blob.sha256}.0f0f.deleting")
+    with database.session() as session:
+        job_id = stored_job(session, TeamRepository(session).get_or_create("team-aside").id).id
+        ArtifactRepository(session).put(job_id, ArtifactKind.ITERATION, "iteration-1", kept, {})
+    monkeypatch.setattr(maintenance, "ASIDE_STALE_S", -60)  # every file aside counts as left by a stopped sweep
+    assert sweep_unreferenced_blobs(database, store, 3600) == 0
+    assert store.local_path(kept.key).read_bytes() == b"a job's model"
+    assert not store.exists(dropped.key)
+    assert list(store.tmp_dir.iterdir()) == []
