@@ -103,8 +103,9 @@ def run_isolated(
         if ran is None:
             try:
                 ran = _run_cold(python or sys.executable, payload_path, Path(tmp), env, timeout_s, memory_limit_bytes)
-            except OSError as exc:
-                return Verdict(VerdictKind.INFRA_ERROR, "", f"cannot start the check process: {exc}"), str(exc)
+            except OSError as exc:  # its reason without the interpreter's path (a server's, for a RUNTIME_ENVS one)
+                reason = f"cannot start the check process: {exc.strerror or type(exc).__name__}"
+                return Verdict(VerdictKind.INFRA_ERROR, "", reason), reason
         duration = time.monotonic() - started
         if ran.stopped is not None:
             return ran.stopped.verdict(duration), ran.output

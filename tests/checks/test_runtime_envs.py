@@ -15,8 +15,9 @@ import pytest
 from onnx import helper
 
 from checks.capabilities import Capabilities, unmet
+from checks.isolated import IsolatedSpecCheck
 from checks.requirements import parse_requirements
-from checks.runtime_envs import RuntimeEnv, env_for_requirement, probe_release
+from checks.runtime_envs import RuntimeEnv, env_for_requirement, in_env, probe_release
 from checks.spec import parse_check_spec
 from reducer_core.errors import UsageError
 from reducer_core.release_bisect import ReleaseError
@@ -80,3 +81,15 @@ def test_an_environment_without_what_a_check_needs_is_refused(tmp_path: Path) ->
     env = RuntimeEnv(OLD, str(folder / "bin" / "python"))
     with pytest.raises(ReleaseError, match=rf"cannot run a check .*pip install onnxruntime=={re.escape(OLD)} onnx"):
         probe_release(env)
+
+
+def test_an_environment_gone_since_its_probe_is_an_infra_error_without_its_path(tmp_path: Path) -> None:
+    """A RUNTIME_ENVS interpreter removed after the worker probed it: the check's verdict and output
+    (shown to the job's user) say why, not where on the server."""
+    model = tmp_path / "model.onnx"
+    onnx.save(make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], ["x"], ["y"]), model)
+    gone = tmp_path / "server-only-folder" / "bin" / "python"
+    spec = parse_check_spec(json.dumps({"kind": "error", "target": {"runtime": "onnxruntime"}}))
+    verdict, output = in_env(IsolatedSpecCheck(spec), RuntimeEnv(OLD, str(gone))).run(model)
+    assert verdict.kind is VerdictKind.INFRA_ERROR and "No such file" in verdict.detail
+    assert "server-only-folder" not in verdict.detail + output
