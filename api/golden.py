@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 
 from api.bundles import check_zip_members
-from api.inputs import json_element_limit
+from api.inputs import check_zip_member_count, json_element_limit
 from api.problems import ProblemError
 from checks.golden import FORMAT, MANIFEST
 from reducer_core.errors import UsageError
@@ -81,6 +81,8 @@ def validate_golden(path: Path, budget: ByteBudget) -> GoldenHeaders:
 
 def _validate_zip(path: Path, budget: ByteBudget) -> list[TensorMap]:
     try:
+        if (why := check_zip_member_count(path, "the zip")) is not None:
+            raise _invalid(f"{why}.")
         with zipfile.ZipFile(path) as archive:
             left = budget.left if budget.left is not None else 1 << 62
             infos = {info.filename: info for info in check_zip_members(archive, left, LABEL, TITLE)}

@@ -221,3 +221,21 @@ def test_a_negative_dimension_in_an_array_header_is_refused_as_inputs_and_as_gol
 
 def _polygraphy_inputs_raw(npy: bytes) -> bytes:
     return json.dumps([{"x": {"array": base64.b64encode(npy).decode(), "polygraphy_class": "ndarray"}}]).encode()
+
+
+def _zip_of_empty_members(count: int) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for i in range(count):
+            archive.writestr(f"{i}", b"")
+    return buffer.getvalue()
+
+
+def test_an_npz_of_a_hundred_thousand_empty_members_is_refused_before_its_directory_is_read(tmp_path: Path) -> None:
+    """A 9 MB zip of 100,000 empty members: read, its directory alone is about 6 times its size in
+    Python objects. Refused (422 naming the count) from its end-of-directory record (before: parsed,
+    then refused as not plain arrays, the intake process up by about 6 times the upload)."""
+    outcome, size = _measure(tmp_path, [("many.npz", _zip_of_empty_members(100_000))])
+    assert outcome["status"] == 422, outcome
+    assert "'many.npz' holds 100000 members" in outcome["detail"], outcome
+    assert outcome["rise"] < AMPLIFICATION * size, (outcome, size)
