@@ -32,7 +32,10 @@ from persistence.models import Job, JobLabel
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 TRACEPARENT_LABEL = "traceparent"
-_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+# W3C Trace Context: version 00 is exactly these four fields; a receiver parses a later version
+# (any but ff) by its first four, and what follows them, if anything, starts with "-".
+_TRACEPARENT = re.compile(r"(?:00|(?!00|ff)([0-9a-f]{2}))-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_LATER_VERSION_TAIL = re.compile(r"-.*")
 _PENDING = "tracing.pending"  # Session.info: spans waiting for the transaction's commit
 
 Attribute = str | int | float | bool
@@ -78,11 +81,24 @@ def _id_from(job_id: str, purpose: str, bits: int) -> int:
 
 def job_trace(job_id: str, traceparent: str | None) -> JobTrace:
     """The job's trace: under ``traceparent`` when it is a valid W3C ``traceparent``."""
-    match = _TRACEPARENT.fullmatch((traceparent or "").strip().lower())
+    match = _parse_traceparent((traceparent or "").strip().lower())
     span_id = _id_from(job_id, "span", 64)
-    if match is None or not int(match[1], 16) or not int(match[2], 16):
+    if match is None or not int(match[2], 16) or not int(match[3], 16):
         return JobTrace(_id_from(job_id, "trace", 128), span_id, None)
-    return JobTrace(int(match[1], 16), span_id, int(match[2], 16), bool(int(match[3], 16) & 1))
+    return JobTrace(int(match[2], 16), span_id, int(match[3], 16), bool(int(match[4], 16) & 1))
+
+
+def _parse_traceparent(traceparent: str) -> re.Match[str] | None:
+    """The four fields of a W3C ``traceparent``: version 00 exactly; a later version by its
+    first four fields, whatever it adds after a ``-`` (groups: later version, trace id, parent
+    span id, flags)."""
+    match = _TRACEPARENT.match(traceparent)
+    if match is None:
+        return None
+    tail = traceparent[match.end() :]
+    if not tail or (match[1] is not None and _LATER_VERSION_TAIL.fullmatch(tail)):
+        return match
+    return None
 
 
 def _exporter() -> Exporter:
