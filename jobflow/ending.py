@@ -20,8 +20,8 @@ from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
 from persistence import tracing
-from persistence.enums import ErrorCode, JobStatus
-from persistence.events import AnswerPayload, JobEndPayload, end_kind, record_event
+from persistence.enums import ErrorCode, EventKind, JobStatus
+from persistence.events import AnswerPayload, FinishingPayload, JobEndPayload, end_kind, record_event
 from persistence.models import Job, Team, utcnow
 from persistence.repositories import CancelOutcome, IterationRepository, JobRepository
 from persistence.repositories.units import UnitRepository
@@ -60,13 +60,16 @@ def end(
     return record_end(db, job, answer)
 
 
-def plan_end(db: Session, job: Job) -> None:
+def plan_end(db: Session, job: Job) -> int:
     """``job`` (held, running) has its answer: ``finishing`` now, its checks in flight cancelled
-    (their workers stop within a second), its finish unit queued (the caller announces it)."""
+    (their workers stop within a second), its finish unit queued (the caller announces it).
+    Returns the ``job.finishing`` event's sequence number."""
     units = UnitRepository(db)
     units.cancel_active(job.id)
     units.add_finish(job.id)
     job.status = JobStatus.FINISHING
+    said: FinishingPayload = {"status": JobStatus.FINISHING, "best_size": job.best_size, "checks_run": job.checks_run}
+    return record_event(db, job, EventKind.FINISHING, said)
 
 
 def _best_so_far(iterations: IterationRepository, job: Job) -> None:

@@ -60,6 +60,7 @@ class JobTask(enum.StrEnum):
 class EventKind(enum.StrEnum):
     QUEUED = "job.queued"
     STARTED = "job.started"
+    FINISHING = "job.finishing"  # the search is done: a finish unit stores and verifies the answer
     ITERATION = "iteration"
     CHECK_STARTED = "check_started"  # a worker took one of the job's checks (its iteration event ends it)
     SUCCEEDED = "job.succeeded"

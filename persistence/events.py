@@ -26,6 +26,7 @@ __all__ = [
     "EndKind",
     "EventKind",
     "EventPayloadError",
+    "FinishingPayload",
     "IterationPayload",
     "JobEndPayload",
     "QueuedPayload",
@@ -53,6 +54,15 @@ class StartedPayload(TypedDict):
     status: NotRequired[JobStatus]
     attempt: NotRequired[int]
     resumed: NotRequired[bool]
+
+
+class FinishingPayload(TypedDict):
+    """The search is done (``jobflow.ending.plan_end``): the job is ``finishing`` while a worker
+    stores and verifies its answer (its finish unit); the end event follows."""
+
+    status: JobStatus
+    best_size: int | None
+    checks_run: int
 
 
 class CheckStartedPayload(TypedDict):
@@ -122,6 +132,7 @@ EndKind = Literal[EventKind.SUCCEEDED, EventKind.FAILED, EventKind.CANCELLED]
 PAYLOADS: dict[EventKind, type[Mapping[str, Any]]] = {
     EventKind.QUEUED: QueuedPayload,
     EventKind.STARTED: StartedPayload,
+    EventKind.FINISHING: FinishingPayload,
     EventKind.CHECK_STARTED: CheckStartedPayload,
     EventKind.ITERATION: IterationPayload,
     EventKind.VERDICT_NEEDED: VerdictNeededPayload,
@@ -146,6 +157,8 @@ def end_kind(status: JobStatus) -> EndKind:
 def record_event(db: Session, job: Job | str, kind: Literal[EventKind.QUEUED], payload: QueuedPayload) -> int: ...
 @overload
 def record_event(db: Session, job: Job | str, kind: Literal[EventKind.STARTED], payload: StartedPayload) -> int: ...
+@overload
+def record_event(db: Session, job: Job | str, kind: Literal[EventKind.FINISHING], payload: FinishingPayload) -> int: ...
 @overload
 def record_event(
     db: Session, job: Job | str, kind: Literal[EventKind.CHECK_STARTED], payload: CheckStartedPayload

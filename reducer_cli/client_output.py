@@ -73,6 +73,10 @@ def event_line(event: Event) -> str | None:
         return "[I] queued" + (" again (retry)" if data.get("retry") else "")
     if event.kind == "job.started":
         return "[I] started" + (f" (attempt {data['attempt']})" if data.get("attempt") else "")
+    if event.kind == "job.finishing":
+        return "[I] finishing: storing and verifying the answer" + (
+            f" (best {data['best_size']} nodes)" if data.get("best_size") is not None else ""
+        )
     return None
 
 

@@ -107,7 +107,7 @@ def advance(
     if step.failure is not None:
         status, code, message = ending_of(step.failure, ctx, job.id)
         return Advanced(end(session, job, status, code, message), ended=True)
-    plan_end(session, job)  # the finish unit stores and verifies the answer, outside the lock
+    seq = plan_end(session, job)  # the finish unit stores and verifies the answer, outside the lock
     LIVE.keep_after_commit(session, prepared, job, reduction)  # for this worker's finish, if it takes it
     return Advanced(seq, queued=1, finishing=True)
 

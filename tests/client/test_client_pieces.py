@@ -306,3 +306,12 @@ def test_a_flaky_jobs_status_says_so_in_the_clients_lines() -> None:
     repeatable = Job.from_json(body | {"flaky": {"status": "repeatable", "fails_percent": None}})
     assert not any(line.startswith("flaky:") for line in job_lines(repeatable))
     assert Job.from_json(body | {"flaky": None}).flaky is None
+
+
+def test_a_finishing_event_prints_a_line_and_an_unknown_kind_passes_through_silently() -> None:
+    finishing = Event(10, "job.finishing", {"status": "finishing", "best_size": 3, "checks_run": 9})
+    assert event_line(finishing) == "[I] finishing: storing and verifying the answer (best 3 nodes)"
+    parser = SseParser()
+    events = feed(parser, 'id: 11\nevent: job.some-later-kind\ndata: {"x": 1}\n\n')
+    assert events == [(11, "job.some-later-kind", {"x": 1})]  # an older client keeps reading
+    assert event_line(Event(11, "job.some-later-kind", {"x": 1})) is None

@@ -121,6 +121,10 @@ def test_an_end_slower_than_the_lease_is_not_taken_for_an_abandoned_job(
         job = wait_job(client, job_id, 300)
     assert job["status"] == "succeeded", job
     assert _ends(client, job_id) == ["job.succeeded"], "it ended once"
+    kinds = [e.kind for e in read_sse(client, f"/v1/jobs/{job_id}/events")]
+    assert kinds.count("job.finishing") == 1, kinds
+    assert "iteration" not in kinds[kinds.index("job.finishing") :], "finishing comes after its last verdict"
+    assert kinds[-1] == "job.succeeded", kinds
     with database.session() as session:
         row = JobRepository(session).get(job_id)
         assert row is not None and row.attempts == 1, "no worker took it again while it finished"

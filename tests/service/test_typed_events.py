@@ -28,6 +28,7 @@ _END = {
 SAMPLES: dict[EventKind, dict[str, Any]] = {
     EventKind.QUEUED: {"status": JobStatus.QUEUED},
     EventKind.STARTED: {"nodes_before": 12},
+    EventKind.FINISHING: {"status": JobStatus.FINISHING, "best_size": 4, "checks_run": 9},
     EventKind.CHECK_STARTED: {
         "iteration": 4,
         "phase": "bisect",

@@ -15,6 +15,8 @@ import {
 
 const REFRESH_MS = 1500;
 const SUMMARY_NAMES = 6;
+// the status each status event gives the job (job.finishing: its answer is being stored and verified)
+const STATUS_OF_EVENT = { "job.queued": "queued", "job.started": "running", "job.finishing": "finishing" };
 let current = null;
 
 const jobPath = (state, rest = "") => `/v1/jobs/${encodeURIComponent(state.id)}${rest}`;
@@ -550,9 +552,9 @@ function onEvent(state, event) {
       renderFlights(state);
       renderVerdict(state);
     }
-  } else if (event.type === "job.started" || event.type === "job.queued") {
+  } else if (Object.hasOwn(STATUS_OF_EVENT, event.type)) {
     if (state.job && !state.ended) {
-      state.job.status = event.type === "job.started" ? "running" : "queued";
+      state.job.status = STATUS_OF_EVENT[event.type];
       badge($("job-status"), state.job.status);
     }
     scheduleRefresh(state);
