@@ -30,7 +30,6 @@ from checks.runtime_envs import RuntimeEnv
 from checks.spec import CheckSpec, parse_check_spec
 from jobflow.ending import succeed
 from persistence.enums import JobStatus
-from persistence.models import Job, utcnow
 from persistence.repositories import IterationRepository, JobRepository, WorkerRepository
 from persistence.retry import transaction
 from reducer_core.errors import CheckInfraError, UsageError
@@ -47,16 +46,13 @@ from reducer_core.release_bisect import (
 from reducer_core.verdict import Verdict
 from worker.checking import job_check
 from worker.context import RunnerContext
-from worker.endings import JobCancelledError, JobTimedOutError, deadline_of
+from worker.endings import JobCancelledError
+from worker.job_hold import JobGoneError, going_on, held, stop_if_asked
 from worker.prepared import PREPARED, JobInput, PreparedJob
 
 log = logging.getLogger("onnx_reducer.worker")
 TASK = "bisect-releases"
 OUTPUT_TAIL = 4000
-
-
-class _JobGoneError(Exception):
-    """The job ended, or another worker took it, while this one ran a probe."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +77,7 @@ def run_release_job(ctx: RunnerContext, job_id: str, attempt: int) -> None:
     prepared = PREPARED.get(job_input, ctx)
     try:
         _probe_until_done_or_elsewhere(ctx, job_id, attempt, stored, search, prepared)
-    except _JobGoneError:
+    except JobGoneError:
         log.info("job %s: ended or taken by another worker while a release was checked", job_id)
     finally:
         PREPARED.drop(job_id)
@@ -103,7 +99,7 @@ def _probe_until_done_or_elsewhere(
         if not here:
             _hand_over(ctx, job_id, attempt, stored, search, release)
             return
-        _stop_if_asked(ctx, job_id)
+        stop_if_asked(ctx, job_id)
         verdict, output = _run_probe(ctx, prepared, spec, env)
         repeat = search.next_repeat()
         try:
@@ -170,13 +166,7 @@ def _advertised(capabilities: dict[str, Any]) -> list[str]:
 
 def _load(ctx: RunnerContext, job_id: str) -> tuple[_Stored, JobInput]:
     with ctx.db.session() as session:
-        job = JobRepository(session).get(job_id)
-        if job is None:
-            raise _JobGoneError()
-        if job.cancel_requested:
-            raise JobCancelledError()
-        if utcnow() > deadline_of(job, ctx):
-            raise JobTimedOutError()
+        job = going_on(ctx, JobRepository(session).get(job_id))
         state = dict(job.session_state or {})
         options = dict(job.options)
         releases = state.get("releases") or options.get("releases")
@@ -200,17 +190,6 @@ def _run_probe(
     return check.run(prepared.workspace.options.model)
 
 
-def _stop_if_asked(ctx: RunnerContext, job_id: str) -> None:
-    with ctx.db.session() as session:
-        job = JobRepository(session).get(job_id)
-        if job is None or job.status.terminal:
-            raise _JobGoneError()
-        if job.cancel_requested:
-            raise JobCancelledError()
-        if utcnow() > deadline_of(job, ctx):
-            raise JobTimedOutError()
-
-
 def _state(stored: _Stored, search: ReleaseBisection, answer: dict[str, Any] | None = None) -> dict[str, Any]:
     state: dict[str, Any] = {
         "task": TASK,
@@ -221,13 +200,6 @@ def _state(stored: _Stored, search: ReleaseBisection, answer: dict[str, Any] | N
     if answer is not None:
         state["answer"] = answer
     return state
-
-
-def _held(session: Session, job_id: str, attempt: int) -> Job:
-    job = JobRepository(session).lock_running(job_id)
-    if job is None or job.attempts != attempt:
-        raise _JobGoneError()
-    return job
 
 
 def _record(
@@ -242,7 +214,7 @@ def _record(
     search: ReleaseBisection,
 ) -> None:
     def write(session: Session) -> None:
-        job = _held(session, job_id, attempt)
+        job = held(session, job_id, attempt)
         iterations = IterationRepository(session)
         row = iterations.start(job_id, f"release {run.release}", f"{run.release}#{run.repeat}", nodes)
         verdict = run.verdict
@@ -272,7 +244,7 @@ def _hand_over(
         )
 
     def write(session: Session) -> str:
-        job = _held(session, job_id, attempt)
+        job = held(session, job_id, attempt)
         if job.cancel_requested:  # queued again it would wait for ever: no claim takes a cancelled job
             raise JobCancelledError()
         job.check_spec = spec_requiring(stored.spec_text, release)
@@ -297,7 +269,7 @@ def spec_requiring(spec_text: str, release: str) -> str:
 
 def _finish(ctx: RunnerContext, job_id: str, attempt: int, stored: _Stored, answer: ReleaseAnswer, nodes: int) -> None:
     def write(session: Session) -> int:
-        job = _held(session, job_id, attempt)
+        job = held(session, job_id, attempt)
         data = with_iteration_links(job_id, answer.to_json(), IterationRepository(session).list(job_id, 0, 1000))
         job.check_spec = stored.spec_text
         job.nodes_before = job.nodes_after = nodes
