@@ -7,7 +7,7 @@ the model (``checks.pass_candidates.find_candidates``); that build is no check (
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from checks.build import build_check
@@ -48,6 +48,7 @@ class PassBisection:
     on_probe: ProbeListener | None = None
     work_dir: Path | None = None
     build: CheckBuilder | None = None
+    replayed: Sequence[ProbeRecord] = ()  # probes an earlier run of this search stored (a worker that died)
 
     def __post_init__(self) -> None:
         try:
@@ -56,6 +57,7 @@ class PassBisection:
             raise PassBisectError(f"--check-spec: {exc}") from exc
         self.answer = PassAnswer(self.target.runtime, self._level_name(), Outcome.UNRESOLVED)
         self.pinned: Verdict | None = None
+        self.replayed_until: list[ProbeRecord] = []  # the stored probes this run took, in order
 
     def _level_name(self) -> str:
         return LEVEL_OF_OPTIMIZATION[self.target.optimization] if self.target.runtime == "onnxruntime" else ""
@@ -104,6 +106,11 @@ class PassBisection:
 
     def _probe(self, role: str, disabled: tuple[str, ...], optimization: str | None = None) -> Verdict:
         runtime = self._runtime(disabled, optimization)
+        level = LEVEL_OF_OPTIMIZATION[runtime.optimization] if runtime.runtime == "onnxruntime" else ""
+        stored = self._stored_probe(role, disabled, level)
+        if stored is not None:
+            self.answer.probes.append(stored)  # its check ran before: heard then, not again
+            return Verdict(VerdictKind(stored.verdict), stored.signature, stored.detail, stored.duration_s)
         probed = dataclasses.replace(self.spec, target=runtime)
         if self.build is not None:
             check = self.build(probed)
@@ -114,7 +121,6 @@ class PassBisection:
             raise PassBisectError(f"the check could not run ({runtime.label}): {verdict.detail or output[-300:]}")
         pinned = self.pinned if self.pinned is not None and role != "all-on" else verdict  # the first failure pins
         reproduces = pinned is not None and verdict.reproduces(pinned, self.pinning)
-        level = LEVEL_OF_OPTIMIZATION[runtime.optimization] if runtime.runtime == "onnxruntime" else ""
         record = ProbeRecord(
             role, disabled, level, verdict.kind.value, verdict.signature, reproduces, verdict.detail, verdict.duration_s
         )
@@ -124,6 +130,20 @@ class PassBisection:
         if self.on_probe is not None:
             self.on_probe(record)
         return verdict
+
+    def _stored_probe(self, role: str, disabled: tuple[str, ...], level: str) -> ProbeRecord | None:
+        """The ``replayed`` probe in this probe's place, when it is this probe: the search asks
+        the same probes in the same order for the same verdicts, so a search rebuilt from the
+        stored ones runs only those that had not ended; from the first that differs on, every
+        probe runs."""
+        done = len(self.answer.probes)
+        if done >= len(self.replayed) or len(self.replayed_until) < done:
+            return None
+        stored = self.replayed[done]
+        if (stored.role, stored.disabled, stored.level) != (role, disabled, level):
+            return None
+        self.replayed_until.append(stored)
+        return stored
 
     def _runtime(self, disabled: tuple[str, ...], optimization: str | None) -> RuntimeSpec:
         target = self.target

@@ -28,6 +28,7 @@ import enum
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 ORT_LEVELS = ("disable", "basic", "extended", "all")  # the order they include each other
 LEVEL_OF_OPTIMIZATION = {"none": "disable", "basic": "basic", "extended": "extended", "all": "all"}
@@ -76,6 +77,20 @@ class ProbeRecord:
             "detail": self.detail,
             "duration_s": round(self.duration_s, 3),
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProbeRecord:
+        """The probe ``to_json`` wrote (a job's stored probes)."""
+        return cls(
+            str(data["role"]),
+            tuple(str(name) for name in data["disabled"]),
+            str(data["level"]),
+            str(data["verdict"]),
+            str(data["signature"]),
+            bool(data["reproduces"]),
+            str(data.get("detail", "")),
+            float(data.get("duration_s", 0.0)),
+        )
 
 
 @dataclass

@@ -8,7 +8,8 @@ values, command policy) with the target's disabled list or level changed; it is 
 probes so far are in the job's ``session_state`` (``{"task", "probes"}``); the answer
 (``PassAnswer.to_json``) is added there (``answer``) and to the success event (``passes``). A cancel
 or the time limit stops it after the probe that runs; a job taken again after its worker died
-runs the search again from the start (its probes are few)."""
+rebuilds the search from its stored probes (``PassBisection.replayed``: their checks do not run
+again) and runs only the probes that had not ended."""
 
 from __future__ import annotations
 
@@ -21,32 +22,27 @@ from sqlalchemy.orm import Session
 from checks.spec import CheckSpec, ModelCheck, parse_check_spec
 from engine.pass_bisect import PassBisection
 from jobflow.ending import succeed
-from persistence.models import Job, utcnow
 from persistence.repositories import IterationRepository, JobRepository
 from persistence.retry import transaction
 from reducer_core.pass_bisect import PassAnswer, ProbeRecord
 from reducer_core.verdict import Pinning
 from worker.checking import job_check
 from worker.context import RunnerContext
-from worker.endings import JobCancelledError, JobTimedOutError, deadline_of
+from worker.job_hold import JobGoneError, going_on, held, stop_if_asked
 from worker.prepared import PREPARED, JobInput, PreparedJob
 
 log = logging.getLogger("onnx_reducer.worker")
 TASK = "bisect-passes"
 
 
-class _JobGoneError(Exception):
-    """The job ended, or another worker took it, while this one ran a probe."""
-
-
 def run_passes_job(ctx: RunnerContext, job_id: str, attempt: int) -> None:
     """Run after ``JobRepository.claim`` gave this worker a bisect-passes job (``start_job``)."""
-    spec_text, pinning, job_input = _load(ctx, job_id)
+    spec_text, pinning, stored, job_input = _load(ctx, job_id)
     prepared = PREPARED.get(job_input, ctx)
     try:
-        answer = _search(ctx, job_id, attempt, parse_check_spec(spec_text), pinning, prepared)
+        answer = _search(ctx, job_id, attempt, parse_check_spec(spec_text), pinning, stored, prepared)
         _finish(ctx, job_id, attempt, answer, len(prepared.workspace.index))
-    except _JobGoneError:
+    except JobGoneError:
         log.info("job %s: ended or taken by another worker while its optimizers were bisected", job_id)
     finally:
         PREPARED.drop(job_id)
@@ -54,64 +50,48 @@ def run_passes_job(ctx: RunnerContext, job_id: str, attempt: int) -> None:
 
 
 def _search(
-    ctx: RunnerContext, job_id: str, attempt: int, spec: CheckSpec, pinning: Pinning, prepared: PreparedJob
+    ctx: RunnerContext,
+    job_id: str,
+    attempt: int,
+    spec: CheckSpec,
+    pinning: Pinning,
+    stored: list[ProbeRecord],
+    prepared: PreparedJob,
 ) -> PassAnswer:
     golden = prepared.session_check.golden
     nodes = len(prepared.workspace.index)
 
     def build(probed: CheckSpec) -> ModelCheck:
-        _stop_if_asked(ctx, job_id)
+        stop_if_asked(ctx, job_id)
         return job_check(probed, prepared.work_dir, ctx.allow_command, ctx.check_memory_limit_bytes, golden)
 
-    probes: list[ProbeRecord] = []
+    def heard(probe: ProbeRecord) -> None:  # a probe that ran now (a stored one is not heard again)
+        _record(ctx, job_id, attempt, probe, search.answer.probes, nodes)
 
-    def heard(probe: ProbeRecord) -> None:
-        probes.append(probe)
-        _record(ctx, job_id, attempt, probe, probes, nodes)
-
+    model = prepared.workspace.options.model
     search = PassBisection(
-        spec, prepared.workspace.options.model, golden, pinning, ctx.allow_command, heard, prepared.work_dir, build
+        spec, model, golden, pinning, ctx.allow_command, heard, prepared.work_dir, build, replayed=stored
     )
+    if stored:
+        log.info("job %s: the pass bisection goes on from its %d stored probes", job_id, len(stored))
     return search.run()
 
 
-def _load(ctx: RunnerContext, job_id: str) -> tuple[str, Pinning, JobInput]:
+def _load(ctx: RunnerContext, job_id: str) -> tuple[str, Pinning, list[ProbeRecord], JobInput]:
     with ctx.db.session() as session:
-        job = JobRepository(session).get(job_id)
-        if job is None:
-            raise _JobGoneError()
-        if job.cancel_requested:
-            raise JobCancelledError()
-        if utcnow() > deadline_of(job, ctx):
-            raise JobTimedOutError()
+        job = going_on(ctx, JobRepository(session).get(job_id))
         pinned = job.options.get("pin_signature", True)
         pinning = Pinning.of(pinned if isinstance(pinned, bool) else Pinning(str(pinned)))
-        return job.check_spec, pinning, JobInput.of(session, job)
-
-
-def _stop_if_asked(ctx: RunnerContext, job_id: str) -> None:
-    with ctx.db.session() as session:
-        job = JobRepository(session).get(job_id)
-        if job is None or job.status.terminal:
-            raise _JobGoneError()
-        if job.cancel_requested:
-            raise JobCancelledError()
-        if utcnow() > deadline_of(job, ctx):
-            raise JobTimedOutError()
-
-
-def _held(session: Session, job_id: str, attempt: int) -> Job:
-    job = JobRepository(session).lock_running(job_id)
-    if job is None or job.attempts != attempt:
-        raise _JobGoneError()
-    return job
+        state = job.session_state or {}
+        stored = [ProbeRecord.from_json(p) for p in state.get("probes", [])] if state.get("task") == TASK else []
+        return job.check_spec, pinning, stored, JobInput.of(session, job)
 
 
 def _record(
     ctx: RunnerContext, job_id: str, attempt: int, probe: ProbeRecord, probes: list[ProbeRecord], nodes: int
 ) -> None:
     def write(session: Session) -> None:
-        job = _held(session, job_id, attempt)
+        job = held(session, job_id, attempt)
         iterations = IterationRepository(session)
         fingerprint = f"{probe.role}:{probe.level}:{','.join(probe.disabled)}"
         row = iterations.start(job_id, f"passes {probe.role}", fingerprint[:200], nodes)
@@ -131,7 +111,7 @@ def _finish(ctx: RunnerContext, job_id: str, attempt: int, answer: PassAnswer, n
     data: dict[str, Any] = answer.to_json()
 
     def write(session: Session) -> int:
-        job = _held(session, job_id, attempt)
+        job = held(session, job_id, attempt)
         job.nodes_before = job.nodes_after = nodes
         job.session_state = {**(job.session_state or {}), "task": TASK, "answer": data}
         job.state_version += 1

@@ -12,9 +12,9 @@ import pytest
 
 from checks.build import build_check
 from checks.pass_candidates import applied_transformers, find_candidates
-from checks.spec import CheckSpecError, parse_check_spec
-from engine.pass_bisect import PassBisectError, bisect_passes
-from reducer_core.pass_bisect import Outcome, PassCandidate
+from checks.spec import CheckSpec, CheckSpecError, ModelCheck, parse_check_spec
+from engine.pass_bisect import PassBisectError, PassBisection, bisect_passes
+from reducer_core.pass_bisect import Outcome, PassCandidate, ProbeRecord
 from reducer_core.verdict import VerdictKind
 from tests.pass_models import FUSED_MATMUL_FUSION, GELU_FUSION, fusion_model, optimized_op_spec
 
@@ -129,3 +129,45 @@ def test_bad_disabled_lists_name_the_field(text: str, message: str) -> None:
 def test_op_present_takes_only_an_onnxruntime_target() -> None:
     with pytest.raises(CheckSpecError, match="only runtime onnxruntime saves one"):
         parse_check_spec("kind: op-present\nops: [Gelu]\ntarget: {runtime: tensorrt}\n")
+
+
+def _bisection(spec: CheckSpec, model: Path, built: list[CheckSpec], heard: list[ProbeRecord]) -> PassBisection:
+    def build(probed: CheckSpec) -> ModelCheck:
+        built.append(probed)
+        return build_check(probed)
+
+    return PassBisection(spec, model, on_probe=heard.append, build=build)
+
+
+def _asked_and_said(probe: ProbeRecord) -> tuple[object, ...]:
+    return probe.role, probe.disabled, probe.level, probe.verdict, probe.signature, probe.reproduces
+
+
+@pytest.mark.parametrize("died_after", [1, 3])
+def test_a_search_rebuilt_from_its_stored_probes_runs_only_the_rest(model: Path, died_after: int) -> None:
+    """A worker that dies mid-search (issue 28): the job's stored probes (as ``to_json`` stored
+    them) are not checked again, the answer is the uninterrupted search's."""
+    spec = parse_check_spec(optimized_op_spec("FusedMatMul"))
+    whole = _bisection(spec, model, [], []).run()
+    stored = [ProbeRecord.from_json(p.to_json()) for p in whole.probes[:died_after]]
+    built: list[CheckSpec] = []
+    heard: list[ProbeRecord] = []
+    search = _bisection(spec, model, built, heard)
+    search.replayed = stored
+    answer = search.run()
+    assert len(built) == len(heard) == whole.checks - died_after
+    assert heard == answer.probes[died_after:]
+    assert [_asked_and_said(p) for p in answer.probes] == [_asked_and_said(p) for p in whole.probes]
+    assert (answer.outcome, answer.optimizers, answer.verified) == (Outcome.OPTIMIZERS, [FUSED_MATMUL_FUSION], True)
+
+
+def test_stored_probes_of_another_search_are_checked_again(model: Path) -> None:
+    spec = parse_check_spec(optimized_op_spec("FusedMatMul"))
+    other = ProbeRecord("no-optimizer", (), "all", "fail", "op-present:FusedMatMul", True)  # not this probe
+    built: list[CheckSpec] = []
+    search = _bisection(spec, model, built, [])
+    search.replayed = [other]
+    answer = search.run()
+    assert len(built) == answer.checks
+    assert answer.probes[0].level == "disable" and answer.probes[0].verdict == "pass"
+    assert answer.optimizers == [FUSED_MATMUL_FUSION]
