@@ -105,6 +105,18 @@ def end_if_stopped(ctx: RunnerContext, job_id: str, deadline: datetime | None) -
         end_job(ctx, job_id, JobStatus.FAILED, ErrorCode.TIME_LIMIT, time_limit_message(ctx))
 
 
+def end_overdue_finishing(ctx: RunnerContext) -> list[str]:
+    """End the finishing jobs of this worker's queues that are past their time limit (counted from
+    their first start, as a running job's): a finish unit nobody claims holds no deadline of its
+    own. A finish running meanwhile stops within a second (its job is no longer finishing). The
+    ids of the jobs ended here."""
+    cutoff = utcnow() - timedelta(seconds=ctx.time_limit_s)
+    with ctx.db.session() as db:
+        overdue = JobRepository(db).finishing_started_before(cutoff, ctx.queues)
+    message = time_limit_message(ctx)
+    return [job_id for job_id in overdue if end_job(ctx, job_id, JobStatus.FAILED, ErrorCode.TIME_LIMIT, message)]
+
+
 def time_limit_message(ctx: RunnerContext) -> str:
     return f"The job ran longer than {ctx.time_limit_s:g}s (JOB_TIME_LIMIT_S, counted from its first start)."
 

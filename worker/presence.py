@@ -28,6 +28,7 @@ from persistence.repositories.units import UnitRepository
 from persistence.retention import enforce_retention
 from persistence.retry import transaction
 from worker.context import RunnerContext
+from worker.endings import end_overdue_finishing
 from worker.maintenance import sweep_unreferenced_blobs
 
 log = logging.getLogger("onnx_reducer.worker")
@@ -161,6 +162,8 @@ class WorkerPresence:
         kill_orphaned_checks()
         self.ctx.layout.sweep_scratch()  # the scratch folders of this host's killed workers
         self._requeue_lost_checks()
+        for job_id in end_overdue_finishing(self.ctx):
+            log.info("job %s: out of time while finishing (nobody finished it); it ended", job_id)
         if time.monotonic() >= self._next_sweep:
             removed = sweep_unreferenced_blobs(self.ctx.db, self.ctx.layout.store, self.timings.sweep_min_age_s)
             if removed:

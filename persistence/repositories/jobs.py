@@ -193,6 +193,14 @@ class JobRepository:
         verifies the answer); a late verdict finds no running job here and re-plans nothing."""
         return self._lock_in(job_id, (JobStatus.FINISHING,))
 
+    def finishing_started_before(self, moment: datetime, queues: Sequence[str]) -> list[str]:
+        """Finishing jobs of ``queues`` first started before ``moment`` (past their time limit:
+        the next worker heartbeat ends them, also when nobody claims their finish unit)."""
+        query = select(Job.id).where(
+            Job.status == JobStatus.FINISHING, Job.started_at < moment, Job.queue.in_(list(queues))
+        )
+        return list(self.session.scalars(query).all())
+
     def lock_active(self, job_id: str) -> Job | None:
         """``lock_running`` for a running or finishing job: what ends a job early (a cancel, the time
         limit, an error) takes it either way."""

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,16 @@ import httpx
 import pytest
 
 from persistence.db import Database
-from persistence.enums import ArtifactKind
+from persistence.enums import ArtifactKind, JobStatus
 from persistence.models import CheckUnit, utcnow
 from persistence.repositories import ArtifactRepository, JobRepository
+from persistence.repositories.units import UnitRepository
 from tests.service.helpers import OP_PRESENT_MUL, chain_model, read_sse, submit, wait_job
 from tests.service.in_process import start_here
 from tests.service.test_verified_jobs import weighted_model
 from worker import final_checks
 from worker.context import RunnerContext, context_from_settings
+from worker.endings import end_overdue_finishing
 from worker.prepared import JobInput
 from worker.run_job import run_job, waiting_job
 from worker.settings import WorkerSettings
@@ -205,3 +208,25 @@ def test_a_job_s_end_is_logged_once_whichever_worker_ends_it(
         run_job(job_id, _second_worker(ctx))  # another runs its checks and ends it
     ended = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"job {job_id} ended: ")]
     assert len(ended) == 1 and ended[0].startswith(f"job {job_id} ended: succeeded, team team-a, "), ended
+
+
+def test_a_finishing_job_whose_finish_unit_nobody_claims_ends_at_its_time_limit(
+    client: httpx.Client, ctx: RunnerContext, database: Database
+) -> None:
+    overdue = submit(client, chain_model(6, 3).SerializeToString(), OP_PRESENT_MUL).json()["id"]
+    in_time = submit(client, chain_model(6, 3).SerializeToString(), OP_PRESENT_MUL).json()["id"]
+    with database.session() as session:  # both finishing, their finish units queued and unclaimed
+        for job_id, started in ((overdue, ctx.time_limit_s + 60), (in_time, 0.0)):
+            job = JobRepository(session).get(job_id)
+            assert job is not None
+            job.status, job.started_at = JobStatus.FINISHING, utcnow() - timedelta(seconds=started)
+            UnitRepository(session).add_finish(job_id)
+        session.commit()
+    assert end_overdue_finishing(ctx) == [overdue]  # what every worker's heartbeat looks for
+    assert _ends(client, overdue) == ["job.failed"]
+    assert client.get(f"/v1/jobs/{in_time}").json()["status"] == "finishing"
+    with database.session() as session:
+        ended = JobRepository(session).get(overdue)
+        assert ended is not None and (ended.status, ended.error_code) == ("failed", "time-limit-exceeded")
+        units = session.query(CheckUnit).filter_by(job_id=overdue).all()
+        assert [u.status for u in units] == ["cancelled"], "its finish unit is no longer offered"
