@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import zipfile
 from pathlib import Path
 
 from checks.spec import load_check_spec
 from engine.pass_bisect import bisect_passes
+from reducer_cli.bisect_args import add_answer_arguments, bundle_to_update, put_answer
 from reducer_cli.progress import ProgressReporter
 from reducer_core.errors import UsageError
 from reducer_core.pass_bisect import Outcome, PassAnswer, ProbeRecord
@@ -50,19 +49,10 @@ def add_passes_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
         default=None,
         help="Which model to bisect (default: min-bad when --min-bad is given, else the original).",
     )
-    parser.add_argument("--golden", default=None, metavar="GOLDEN", help="Golden values, for a kind: golden spec.")
-    parser.add_argument(
-        "--pin-signature",
-        choices=[p.value for p in Pinning],
-        default=Pinning.KIND.value,
-        help="What counts as the same failure as the check's with everything on (as for reduce; default: kind).",
-    )
-    parser.add_argument("--summary-json", default=None, metavar="FILE", help="Write the answer as JSON.")
-    parser.add_argument(
-        "--bundle",
-        default=None,
-        metavar="ZIP",
-        help="A bug-report bundle of this model's reduction (reduce --bundle): the answer goes into it as "
+    add_answer_arguments(
+        parser,
+        "the check's with everything on",
+        "A bug-report bundle of this model's reduction (reduce --bundle): the answer goes into it as "
         "passes.json, and its repro.py prints the optimizers to disable.",
     )
 
@@ -82,8 +72,7 @@ def chosen_model(args: argparse.Namespace) -> tuple[str, Path]:
 def run_bisect_passes(args: argparse.Namespace, log: ProgressReporter) -> int:
     spec = load_check_spec(args.check_spec)
     on, model = chosen_model(args)
-    if args.bundle and not zipfile.is_zipfile(args.bundle):
-        raise UsageError(f"--bundle: '{args.bundle}' is no zip; give the file reduce --bundle wrote.")
+    bundle = bundle_to_update(args.bundle)
     log.info(f"Bisecting the optimizers of {spec.target.label if spec.target else spec.kind} on the {on}: {model}")
 
     def heard(probe: ProbeRecord) -> None:
@@ -100,21 +89,10 @@ def run_bisect_passes(args: argparse.Namespace, log: ProgressReporter) -> int:
     if args.summary_json:
         summary = {"task": "bisect-passes", "on": on, "model": str(model), **answer.to_json()}
         Path(args.summary_json).write_text(json.dumps(summary, indent=1))
-    if args.bundle:
-        add_to_bundle(Path(args.bundle), answer)
-        log.info(f"wrote passes.json into {args.bundle} (its repro.py prints the optimizers to disable)")
+    if bundle is not None:
+        put_answer(bundle, "passes.json", answer.to_json())
+        log.info(f"wrote passes.json into {bundle} (its repro.py prints the optimizers to disable)")
     return exit_code(answer)
-
-
-def add_to_bundle(bundle: Path, answer: PassAnswer) -> None:
-    """``bundle`` with ``passes.json`` (the answer) in it, in place of one it held."""
-    partial = bundle.with_name(bundle.name + ".partial")
-    with zipfile.ZipFile(bundle) as source, zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED, True) as target:
-        for item in source.infolist():
-            if item.filename != "passes.json":
-                target.writestr(item, source.read(item.filename))
-        target.writestr("passes.json", json.dumps(answer.to_json(), indent=1))
-    os.replace(partial, bundle)
 
 
 def describe_probe(probe: ProbeRecord) -> str:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import zipfile
 from pathlib import Path
 
 from checks.build import build_check
 from checks.runtime_envs import RuntimeEnv, in_env, probe_release, runtime_envs
 from checks.spec import load_check_spec
+from reducer_cli.bisect_args import add_answer_arguments, bundle_to_update, put_answer
 from reducer_cli.progress import ProgressReporter
 from reducer_core.errors import CheckInfraError, UsageError
 from reducer_core.release_bisect import (
@@ -45,7 +44,6 @@ def add_release_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore
     )
     parser.add_argument("model", help="The ONNX model: the min-bad of a reduction (cheap), or the original.")
     parser.add_argument("--check-spec", required=True, metavar="SPEC", help="The check spec (docs/check-specs.md).")
-    parser.add_argument("--golden", default=None, metavar="GOLDEN", help="Golden values, for a kind: golden spec.")
     parser.add_argument(
         "--runtime-env",
         action="append",
@@ -60,23 +58,16 @@ def add_release_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore
         help="The check fails only some of the time: a passing newest release is run up to 3 more times, and "
         "every pass counts only after enough passing runs in a row for the measured failure rate.",
     )
-    parser.add_argument(
-        "--pin-signature",
-        choices=[p.value for p in Pinning],
-        default=Pinning.KIND.value,
-        help="What counts as the same failure as the newest release's (as for reduce; default: kind).",
-    )
-    parser.add_argument("--summary-json", default=None, metavar="FILE", help="Write the answer as JSON.")
-    parser.add_argument(
-        "--bundle",
-        default=None,
-        metavar="FILE.zip",
-        help="A bug-report bundle (reduce --bundle) to put the answer in: releases.json, which its repro.py "
+    add_answer_arguments(
+        parser,
+        "the newest release's",
+        "A bug-report bundle (reduce --bundle) to put the answer in: releases.json, which its repro.py "
         "prints (the release to pin, the first failing one).",
     )
 
 
 def run_bisect_releases(args: argparse.Namespace, log: ProgressReporter) -> int:
+    bundle = bundle_to_update(args.bundle)
     envs = _envs(args)
     spec = load_check_spec(args.check_spec)
     check = build_check(spec, Path(args.golden) if args.golden else None)
@@ -101,21 +92,10 @@ def run_bisect_releases(args: argparse.Namespace, log: ProgressReporter) -> int:
     _report(answer, log)
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(release_summary(answer, search), indent=1))
-    if args.bundle:
-        add_to_bundle(Path(args.bundle), answer)
-        log.info(f"wrote releases.json into {args.bundle} (its repro.py prints the releases to pin)")
+    if bundle is not None:
+        put_answer(bundle, "releases.json", answer.to_json())
+        log.info(f"wrote releases.json into {bundle} (its repro.py prints the releases to pin)")
     return EXIT_NEWEST_PASSES if answer.outcome is Outcome.NEWEST_PASSES else EXIT_OK
-
-
-def add_to_bundle(bundle: Path, answer: ReleaseAnswer) -> None:
-    """``bundle`` with ``releases.json`` (the answer) in it, in place of one it held."""
-    partial = bundle.with_name(bundle.name + ".partial")
-    with zipfile.ZipFile(bundle) as source, zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED, True) as target:
-        for item in source.infolist():
-            if item.filename != "releases.json":
-                target.writestr(item, source.read(item.filename))
-        target.writestr("releases.json", json.dumps(answer.to_json(), indent=1))
-    os.replace(partial, bundle)
 
 
 def _envs(args: argparse.Namespace) -> list[RuntimeEnv]:

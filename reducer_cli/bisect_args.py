@@ -1,0 +1,48 @@
+"""What ``bisect-passes`` and ``bisect-releases`` share on the command line: the options after
+the check spec (golden values, signature pinning, ``--summary-json``, ``--bundle``) and how the
+answer goes into a bug-report bundle (``reduce --bundle``'s zip, whose repro.py prints it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import zipfile
+from pathlib import Path
+
+from reducer_core.errors import UsageError
+from reducer_core.verdict import Pinning
+
+
+def add_answer_arguments(parser: argparse.ArgumentParser, pinned_against: str, bundle_help: str) -> None:
+    """``--golden``, ``--pin-signature`` (the same failure as ``pinned_against``'s),
+    ``--summary-json`` and ``--bundle`` (``bundle_help``: what goes into it)."""
+    parser.add_argument("--golden", default=None, metavar="GOLDEN", help="Golden values, for a kind: golden spec.")
+    parser.add_argument(
+        "--pin-signature",
+        choices=[p.value for p in Pinning],
+        default=Pinning.KIND.value,
+        help=f"What counts as the same failure as {pinned_against} (as for reduce; default: kind).",
+    )
+    parser.add_argument("--summary-json", default=None, metavar="FILE", help="Write the answer as JSON.")
+    parser.add_argument("--bundle", default=None, metavar="ZIP", help=bundle_help)
+
+
+def bundle_to_update(value: str | None) -> Path | None:
+    """``--bundle``'s zip, refused before any check runs when it is no zip."""
+    if value is None:
+        return None
+    if not zipfile.is_zipfile(value):
+        raise UsageError(f"--bundle: '{value}' is no zip; give the file reduce --bundle wrote.")
+    return Path(value)
+
+
+def put_answer(bundle: Path, name: str, answer: dict[str, object]) -> None:
+    """``bundle`` with ``name`` (the answer as JSON) in it, in place of one it held."""
+    partial = bundle.with_name(bundle.name + ".partial")
+    with zipfile.ZipFile(bundle) as source, zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED, True) as target:
+        for item in source.infolist():
+            if item.filename != name:
+                target.writestr(item, source.read(item.filename))
+        target.writestr(name, json.dumps(answer, indent=1))
+    os.replace(partial, bundle)
