@@ -147,6 +147,7 @@ class IterationOut(BaseModel):
     output_tail: str | None
     artifact: str | None
     cached: str | None = None  # null: the check ran; "job" or "farm": answered from that cache
+    late: bool = False  # its verdict landed after the job's end was planned: recorded, not the answer
 
 
 class IterationList(BaseModel):
@@ -299,4 +300,5 @@ def iteration_from_row(row: Iteration) -> IterationOut:
         output_tail=row.output_tail,
         artifact=f"/v1/jobs/{row.job_id}/artifacts/iteration-{row.number}" if row.artifact_id else None,
         cached=row.cached,
+        late=row.late,
     )

@@ -21,7 +21,10 @@ from persistence.events import IterationPayload, record_event
 from persistence.models import Iteration, Job
 from persistence.repositories import ArtifactRepository, CachedAnswer, IterationRepository
 from persistence.store import StoredBlob
+from reducer_core.config import SessionConfig
 from reducer_core.records import IterationRecord
+from reducer_core.requests import CheckRequest
+from reducer_core.verdict import Goal, Verdict, VerdictKind
 
 OUTPUT_TAIL = 4000  # the characters of a check's output kept with its iteration
 
@@ -61,6 +64,48 @@ def record_iteration(db: Session, job: Job, record: IterationRecord, run: CheckR
         payload |= {"started_as": record.number, "worker": run.worker}
     tracing.check(db, job, row.number, record.phase, verdict.kind.value, verdict.duration_s, **_span_facts(row, run))
     return record_event(db, job, EventKind.ITERATION, payload)
+
+
+def record_late(
+    db: Session, job: Job, request: CheckRequest, verdict: Verdict, run: CheckRun, config: SessionConfig
+) -> int:
+    """A speculative check's verdict that landed after the job's end was planned (``job``
+    finishing, held): an iteration row marked ``late`` and its event, for the record only. The
+    session is not asked (the end is not re-planned), the model is not stored, the job's best is
+    not changed. Returns the event's sequence number."""
+    iterations = IterationRepository(db)
+    reproduces = _late_reproduces(iterations, job.id, verdict, config)
+    row = Iteration(job_id=job.id, number=iterations.next_number(job.id), late=True)
+    row.phase, row.fingerprint, row.node_count = request.phase, request.candidate.fingerprint, len(request.candidate)
+    iterations.finish(row, verdict.kind.value, reproduces, verdict.signature, verdict.detail)
+    row.duration_s, row.output_tail = verdict.duration_s, run.output[-OUTPUT_TAIL:]
+    db.add(row)
+    job.check_time_s += verdict.duration_s
+    payload: IterationPayload = {
+        "number": row.number,
+        "phase": request.phase,
+        "nodes": len(request.candidate),
+        "verdict": verdict.kind.value,
+        "reproduces": reproduces,
+        "duration_s": round(verdict.duration_s, 4),
+        "best_size": job.best_size if job.best_size is not None else len(request.candidate),
+        "fingerprint": request.candidate.fingerprint,
+        "started_as": request.number,
+        "worker": run.worker,
+        "late": True,
+    }
+    return record_event(db, job, EventKind.ITERATION, payload)
+
+
+def _late_reproduces(iterations: IterationRepository, job_id: str, verdict: Verdict, config: SessionConfig) -> bool:
+    """Whether a late verdict is the failure the job looked for (as the session would judge it)."""
+    if config.goal is Goal.PASS:
+        return verdict.kind is VerdictKind.PASS
+    original = iterations.original(job_id)
+    if original is None or original.verdict is None:
+        return verdict.is_failure
+    first = Verdict(VerdictKind(original.verdict), original.signature or "", original.detail or "")
+    return verdict.reproduces(first, config.pin_signature)
 
 
 def _span_facts(row: Iteration, run: CheckRun) -> dict[str, str | int | bool]:

@@ -89,6 +89,7 @@ class IterationPayload(TypedDict):
     started_as: NotRequired[int]  # the number the check ran as (shown while it ran)
     worker: NotRequired[str]  # the worker whose check gave the verdict ("" for a person's answer)
     cached: NotRequired[str]  # "job" or "farm": answered from that cache, no check ran
+    late: NotRequired[bool]  # landed after the job's end was planned: recorded, not the answer
 
 
 class VerdictNeededPayload(TypedDict):

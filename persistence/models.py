@@ -120,6 +120,8 @@ class Iteration(Base):
     artifact_id: Mapped[str | None] = mapped_column(ForeignKey("artifacts.id", ondelete="SET NULL"), default=None)
     # None: the check ran; "job": answered from the job's own verdicts; "farm": from the farm's
     cached: Mapped[str | None] = mapped_column(String(8), default=None)
+    # a speculative check's verdict that landed after the job's end was planned: kept, not the answer
+    late: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(default=None, index=True)
 

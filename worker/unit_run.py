@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from checks.cancel import CheckStoppedError, stop_checks_when
 from engine.localize import layerwise_run
+from jobflow.recording import CheckRun, record_late
 from jobflow.units import request_of
 from persistence.enums import JobStatus
 from persistence.jsonlog import bind_job
@@ -97,6 +98,19 @@ class UnitRun:
                 return None
             return UnitRun(self.ctx, next_ticket, KnownJob(job, self.deadline, time.monotonic()))
 
+    def _record_late(self, db: Session, prepared: PreparedJob, delivery: Delivery) -> tuple[str, Advanced] | None:
+        """The verdict of a check that landed after its job's end was planned (``finishing``):
+        recorded as a late iteration, once (``jobflow.recording.record_late``), re-planning nothing;
+        None when the job is not finishing (it ended) or this check was recorded already."""
+        job = JobRepository(db).lock_finishing(self.job_id)
+        request, verdict = delivery.request, delivery.answer
+        if job is None or not isinstance(request, CheckRequest) or not isinstance(verdict, Verdict):
+            return None
+        if not UnitRepository(db).finish_late(self.ticket.id, self.duration_s):
+            return None
+        run = CheckRun(None, [], delivery.output, delivery.worker)
+        return job.queue, Advanced(record_late(db, job, request, verdict, run, prepared.config), finishing=True)
+
     def _read_job(self) -> JobInput | None:
         with self.ctx.db.session() as session:
             job = JobRepository(session).get(self.job_id)
@@ -129,7 +143,10 @@ class UnitRun:
 
         def record(session: Session) -> tuple[str, Advanced | None, UnitTicket | None]:
             job = JobRepository(session).lock_running(self.job_id)
-            if job is None or not UnitRepository(session).finish_open(self.ticket.id, self.duration_s):
+            if job is None:
+                late = self._record_late(session, prepared, delivery)  # the job's end goes on as planned
+                return ("", None, None) if late is None else (late[0], late[1], None)
+            if not UnitRepository(session).finish_open(self.ticket.id, self.duration_s):
                 return "", None, None  # the job ended, or another worker recorded this check first
             if self.deadline is not None and utcnow() > self.deadline:
                 raise JobTimedOutError()  # (the unit's finish is rolled back with the transaction)

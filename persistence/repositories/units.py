@@ -171,6 +171,17 @@ class UnitRepository:
         params = {"unit_id": unit_id, "finished_at": utcnow(), "duration_s": duration_s}
         return self.session.connection().execute(_FINISH_OPEN, params).first() is not None
 
+    def finish_late(self, unit_id: int, duration_s: float) -> bool:
+        """A check unit whose job's end was planned meanwhile (``cancel_active`` cancelled it, or
+        it still runs), done now with its late verdict; False when it is done already (recorded)."""
+        done = self.session.execute(
+            update(CheckUnit)
+            .where(CheckUnit.id == unit_id, CheckUnit.kind != FINISH, CheckUnit.status.in_([RUNNING, CANCELLED]))
+            .values(status=DONE, finished_at=utcnow(), duration_s=duration_s, lease_expires_at=None)
+            .returning(CheckUnit.id)
+        )
+        return done.first() is not None
+
     def finish(self, unit: CheckUnit, duration_s: float) -> None:
         unit.status, unit.finished_at, unit.duration_s, unit.lease_expires_at = DONE, utcnow(), duration_s, None
 

@@ -157,6 +157,12 @@ def test_a_late_speculative_verdict_re_plans_nothing(
     assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
     assert counts == {"store_bundle": 1, "store_final_models": 1, "final checks": 1}
     assert _ends(client, job_id) == ["job.succeeded"]
+    rows = client.get(f"/v1/jobs/{job_id}/iterations", params={"limit": 1000}).json()["items"]
+    late_rows = [r for r in rows if r["late"]]
+    assert len(late_rows) == 1 and late_rows[0] == rows[-1], "the late verdict is recorded, after the others"
+    assert late_rows[0]["verdict"] is not None and late_rows[0]["artifact"] is None, "its model is not stored"
+    late_events = [e.data for e in read_sse(client, f"/v1/jobs/{job_id}/events") if e.data.get("late")]
+    assert [e["number"] for e in late_events] == [late_rows[0]["number"]]
 
 
 def _late_verdict(ctx: RunnerContext, database: Database, job_id: str, failures: list[BaseException]) -> None:
