@@ -1,9 +1,14 @@
 """What a worker running a job's probes one by one (``worker.passes_job``, ``worker.release_job``)
 asks the job's row between them: whether to go on (``stop_if_asked``: a cancel, the time limit,
 the job ended elsewhere) and, to write a probe's result, the row itself while this worker's
-attempt still holds it (``held``)."""
+attempt still holds it (``held``); and the job's prepared model for the run (``probing``)."""
 
 from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy.orm import Session
 
@@ -11,6 +16,9 @@ from persistence.models import Job, utcnow
 from persistence.repositories import JobRepository
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError, JobTimedOutError, deadline_of
+from worker.prepared import PREPARED, JobInput, PreparedJob
+
+log = logging.getLogger("onnx_reducer.worker")
 
 
 class JobGoneError(Exception):
@@ -41,3 +49,17 @@ def held(session: Session, job_id: str, attempt: int) -> Job:
     if job is None or job.attempts != attempt:
         raise JobGoneError()
     return job
+
+
+@contextmanager
+def probing(ctx: RunnerContext, job_id: str, job_input: JobInput, while_doing: str) -> Iterator[PreparedJob]:
+    """The job's prepared model for its probes, dropped with its work folder when they end; a
+    ``JobGoneError`` among them ends the run quietly (logged: gone ``while_doing``)."""
+    prepared = PREPARED.get(job_input, ctx)
+    try:
+        yield prepared
+    except JobGoneError:
+        log.info("job %s: ended or taken by another worker while %s", job_id, while_doing)
+    finally:
+        PREPARED.drop(job_id)
+        shutil.rmtree(prepared.work_dir, ignore_errors=True)

@@ -14,7 +14,6 @@ again) and runs only the probes that had not ended."""
 from __future__ import annotations
 
 import logging
-import shutil
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -28,8 +27,8 @@ from reducer_core.pass_bisect import PassAnswer, ProbeRecord
 from reducer_core.verdict import Pinning
 from worker.checking import job_check
 from worker.context import RunnerContext
-from worker.job_hold import JobGoneError, going_on, held, stop_if_asked
-from worker.prepared import PREPARED, JobInput, PreparedJob
+from worker.job_hold import going_on, held, probing, stop_if_asked
+from worker.prepared import JobInput, PreparedJob
 
 log = logging.getLogger("onnx_reducer.worker")
 TASK = "bisect-passes"
@@ -38,15 +37,9 @@ TASK = "bisect-passes"
 def run_passes_job(ctx: RunnerContext, job_id: str, attempt: int) -> None:
     """Run after ``JobRepository.claim`` gave this worker a bisect-passes job (``start_job``)."""
     spec_text, pinning, stored, job_input = _load(ctx, job_id)
-    prepared = PREPARED.get(job_input, ctx)
-    try:
+    with probing(ctx, job_id, job_input, "its optimizers were bisected") as prepared:
         answer = _search(ctx, job_id, attempt, parse_check_spec(spec_text), pinning, stored, prepared)
         _finish(ctx, job_id, attempt, answer, len(prepared.workspace.index))
-    except JobGoneError:
-        log.info("job %s: ended or taken by another worker while its optimizers were bisected", job_id)
-    finally:
-        PREPARED.drop(job_id)
-        shutil.rmtree(prepared.work_dir, ignore_errors=True)
 
 
 def _search(

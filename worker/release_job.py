@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +46,8 @@ from reducer_core.verdict import Verdict
 from worker.checking import job_check
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError
-from worker.job_hold import JobGoneError, going_on, held, stop_if_asked
-from worker.prepared import PREPARED, JobInput, PreparedJob
+from worker.job_hold import going_on, held, probing, stop_if_asked
+from worker.prepared import JobInput, PreparedJob
 
 log = logging.getLogger("onnx_reducer.worker")
 TASK = "bisect-releases"
@@ -74,14 +73,8 @@ def run_release_job(ctx: RunnerContext, job_id: str, attempt: int) -> None:
         search = replay(releases, stored.runs, stored.flaky, stored.pinned)
     except ReleaseError as exc:
         raise UsageError(f"bisect-releases: {exc}") from None
-    prepared = PREPARED.get(job_input, ctx)
-    try:
+    with probing(ctx, job_id, job_input, "a release was checked") as prepared:
         _probe_until_done_or_elsewhere(ctx, job_id, attempt, stored, search, prepared)
-    except JobGoneError:
-        log.info("job %s: ended or taken by another worker while a release was checked", job_id)
-    finally:
-        PREPARED.drop(job_id)
-        shutil.rmtree(prepared.work_dir, ignore_errors=True)
 
 
 def _probe_until_done_or_elsewhere(
