@@ -92,10 +92,22 @@ def ci_labels(env: Env) -> dict[str, str]:
         if runs_here(env):
             labels = {"ci": name, **{k: v for k, v in read(env).items() if v}}
             break
-    traceparent = env.get("TRACEPARENT", "").strip().lower()
-    if _TRACEPARENT.fullmatch(traceparent):
+    traceparent = _four_fields(env.get("TRACEPARENT", "").strip().lower())
+    if traceparent is not None:
         labels["traceparent"] = traceparent
     return labels
+
+
+def _four_fields(traceparent: str) -> str | None:
+    """A valid W3C ``traceparent``'s four fields: version 00 is exactly them; a later version is
+    read by them (what it adds after a ``-`` is not sent), as Trace Context asks of a receiver."""
+    match = _TRACEPARENT.match(traceparent)
+    if match is None:
+        return None
+    tail = traceparent[match.end() :]
+    if tail and (traceparent.startswith("00") or not tail.startswith("-")):
+        return None
+    return match[0]
 
 
 def parse_label(text: str) -> tuple[str, str]:

@@ -83,6 +83,14 @@ def test_outside_ci_only_a_valid_traceparent() -> None:
     assert [ci_labels({"TRACEPARENT": text}) for text in invalid] == [{}, {}, {}]
 
 
+def test_a_later_traceparent_version_is_sent_as_its_first_four_fields() -> None:
+    later = "cc" + TRACEPARENT[2:]
+    assert ci_labels({"TRACEPARENT": later + "-what-the-future-adds"}) == {"traceparent": later}
+    assert ci_labels({"TRACEPARENT": later}) == {"traceparent": later}
+    assert ci_labels({"TRACEPARENT": TRACEPARENT + "-extra"}) == {}  # version 00 has exactly four
+    assert ci_labels({"TRACEPARENT": later + "extra"}) == {}  # a later version's addition starts with "-"
+
+
 @pytest.mark.parametrize(
     ("url", "repo"),
     [
