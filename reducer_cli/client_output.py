@@ -68,7 +68,7 @@ def event_line(event: Event) -> str | None:
         return (
             f"[I] iteration {data.get('number', '?'):>4} | {data.get('phase', ''):<15} | candidate "
             f"{data.get('nodes', '?'):>6} nodes | {outcome:<18} | {cost:<14} | best {data.get('best_size', '?')}"
-        )
+        ) + (" | late: after the end, not the answer" if data.get("late") else "")
     if event.kind == "job.queued":
         return "[I] queued" + (" again (retry)" if data.get("retry") else "")
     if event.kind == "job.started":

@@ -273,6 +273,8 @@ def test_iteration_events_print_one_line_each() -> None:
     assert line is not None and line.startswith("[I] iteration    3 | bisect")
     assert "candidate      2 nodes | FAIL (reproduces)" in line and "| check    0.25s" in line
     assert event_line(Event(8, "job.succeeded", {})) is None
+    late = event_line(Event(9, "iteration", event.data | {"late": True}))
+    assert late == line + " | late: after the end, not the answer"
 
 
 def test_an_iteration_answered_from_a_cache_says_which_instead_of_a_check_time() -> None:

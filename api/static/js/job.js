@@ -294,7 +294,7 @@ function bestSoFar(state) {
   let best = null;
   for (const { data } of state.rows.values()) {
     // a cached answer has no model of its own: the best so far is a checked one (as the server's)
-    if (data.reproduces && !data.cached && (!best || data.nodes < best.nodes)) best = data;
+    if (data.reproduces && !data.cached && !data.late && (!best || data.nodes < best.nodes)) best = data;
   }
   return best;
 }
@@ -609,11 +609,13 @@ function addRow(state, data) {
   cell(row, String(data.nodes), t("iter.nodes"), "num");
   const verdict = document.createElement("span");
   verdict.className = `verdict v-${data.verdict}`;
-  verdict.textContent = t(`verdict.${data.verdict}`) + (data.reproduces ? ` · ${t("iter.reproduces")}` : "");
+  verdict.textContent =
+    t(`verdict.${data.verdict}`) + (data.reproduces ? ` · ${t("iter.reproduces")}` : "") + (data.late ? ` · ${t("iter.late")}` : "");
+  if (data.late) verdict.title = t("iter.late.title");
   cell(row, verdict, t("iter.verdict"));
   cell(row, data.cached ? t(`iter.cached.${data.cached}`) : formatSeconds(data.duration_s), t("iter.duration"), "num");
-  if (data.cached) {
-    cell(row, "–", t("iter.model")); // answered from a cache: no check ran, no model was written
+  if (data.cached || data.late) {
+    cell(row, "–", t("iter.model")); // answered from a cache (no check ran) or late (its model is not kept)
   } else {
     const model = document.createElement("button");
     model.type = "button";
