@@ -13,16 +13,24 @@ import bz2
 import gzip
 import io
 import lzma
+import os
 import shutil
 import stat
+import struct
 import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 from zlib import error as zlib_error
 
 from api.problems import ProblemError, field_errors
+from reducer_core.tensors import BudgetExceededError, ByteBudget
 
 TAR_MEMBER_OVERHEAD = 1024  # a member's header and padding, counted against the decompressed cap
+MIN_ZIP_MEMBERS = 64
+ZIP_BYTES_PER_MEMBER = 128  # a member holding a .npy takes more (two headers, its name twice, the array's header)
+END_RECORD, ZIP64_LOCATOR, CENTRAL_ENTRY = b"PK\x05\x06", b"PK\x06\x07", b"PK\x01\x02"
+ZIP64_RECORD_SIZE = 56
 
 
 def _bad(detail: str, title: str = "Unsafe bundle") -> ProblemError:
@@ -72,6 +80,79 @@ def check_zip_members(
         if total > max_bytes:
             raise _too_big(label, max_bytes, title)
     return infos
+
+
+def zip_member_limit(size: int) -> int:
+    """How many members a zip of ``size`` bytes of arrays may hold: read, each costs Python about
+    500 bytes (a ``ZipInfo``), so a zip of empty members would need several times its size."""
+    return max(MIN_ZIP_MEMBERS, size // ZIP_BYTES_PER_MEMBER)
+
+
+def zip_member_count(path: Path, stop_after: int) -> int:
+    """How many members ``zipfile`` would read from the zip at ``path``, found without it: the count
+    its end-of-central-directory record declares (zip64's where it says 0xFFFF), or, when more, the
+    entries its central directory holds (a record may declare fewer than ``zipfile`` then parses),
+    walked header by header and no further than ``stop_after`` + 1. ``zipfile.BadZipFile`` when
+    the zip has no end record."""
+    with open(path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        start = max(0, size - (22 + 0xFFFF))  # the record (22 bytes) and the longest comment
+        handle.seek(start)
+        tail = handle.read()
+        at = tail.rfind(END_RECORD)
+        if at < 0 or len(tail) < at + 22:
+            raise zipfile.BadZipFile("no end of central directory record")
+        count, directory_size = struct.unpack("<HI", tail[at + 10 : at + 16])
+        directory_end = start + at
+        locator = at - 20
+        if locator >= 0 and tail[locator : locator + 4] == ZIP64_LOCATOR:
+            (record,) = struct.unpack("<Q", tail[locator + 8 : locator + 16])
+            handle.seek(record + 32)
+            declared, directory_size = struct.unpack("<QQ", handle.read(16).ljust(16, b"\xff"))
+            count = declared if count == 0xFFFF else count
+            directory_end = start + locator - ZIP64_RECORD_SIZE
+        if count > stop_after:
+            return int(count)
+        return max(int(count), _central_entries(handle, directory_end - directory_size, directory_size, stop_after))
+
+
+def _central_entries(handle: BinaryIO, offset: int, size: int, stop_after: int) -> int:
+    """The central directory's entries from ``offset`` (as ``zipfile`` walks them: a fixed header,
+    then a name, extra field and comment of the lengths it gives), counted up to ``stop_after`` + 1."""
+    handle.seek(max(0, offset))
+    count = walked = 0
+    while walked < size and count <= stop_after:
+        header = handle.read(46)
+        if len(header) < 46 or header[:4] != CENTRAL_ENTRY:
+            break  # (zipfile refuses such a directory itself)
+        skip = sum(struct.unpack("<HHH", header[28:34]))
+        handle.seek(skip, os.SEEK_CUR)
+        walked += 46 + skip
+        count += 1
+    return count
+
+
+def check_zip_member_count(path: Path, what: str) -> str | None:
+    """Why the zip of arrays at ``path`` holds too many members for its size (None: it does not)."""
+    size = path.stat().st_size
+    limit = zip_member_limit(size)
+    count = zip_member_count(path, limit)
+    if count <= limit:
+        return None
+    counted = f"{count} members, more than" if count > limit + 1 else "more members than"  # (a walk stops there)
+    return f"{what} holds {counted} the {limit} a zip of {size} bytes of arrays may hold"
+
+
+def charge_zip_members(infos: list[zipfile.ZipInfo], budget: ByteBudget) -> None:
+    """``BudgetExceededError`` when the archive's members declare more bytes, unpacked, than the
+    upload's budget has left (a zip bomb is refused from its directory, before a member is read)."""
+    declared = sum(info.file_size for info in infos)
+    left = budget.left
+    if left is not None and declared > left:
+        raise BudgetExceededError(
+            f"its members unpack to {declared} bytes, more than the {left} left of the {budget.limit} "
+            f"allowed for {budget.what}"
+        )
 
 
 def is_bundle(path: Path) -> bool:
@@ -156,6 +237,8 @@ def _extract_members(tar: tarfile.TarFile, dest: Path, max_bytes: int, max_membe
 
 def _extract_zip(archive: Path, dest: Path, max_bytes: int, max_members: int) -> None:
     try:
+        if zip_member_count(archive, max_members) > max_members:  # (before zipfile reads them all)
+            raise _too_many("Bundle", max_members, "Unsafe bundle")
         with zipfile.ZipFile(archive) as bundle:
             infos = check_zip_members(bundle, max_bytes, max_members=max_members)
             for info in infos:

@@ -21,8 +21,8 @@ from typing import Any, Literal
 import numpy as np
 import onnx
 
-from api.bundles import check_zip_members
-from api.inputs import check_zip_member_count, json_element_limit
+from api.bundles import charge_zip_members, check_zip_member_count, check_zip_members
+from api.inputs import json_element_limit
 from api.problems import ProblemError
 from checks.golden import FORMAT, MANIFEST
 from reducer_core.errors import UsageError
@@ -64,16 +64,18 @@ def validate_golden(path: Path, budget: ByteBudget) -> GoldenHeaders:
     members and arrays are measured from their headers and charged to ``budget`` (shared with the
     upload's input samples); a JSON document with more values than its size explains is refused
     before it is parsed."""
+    what = "the golden zip"
     try:
         if zipfile.is_zipfile(path):
             return GoldenHeaders("zip", _validate_zip(path, budget))
+        what = "the golden JSON"
         with open(path, "rb") as handle:
             head = handle.read(4096).lstrip()
         if head[:1] in (b"[", b"{"):
             return GoldenHeaders("json", _validate_json(path, budget))
     except BudgetExceededError as exc:
         raise _invalid(
-            f"{exc}: the upload's golden values and input samples together may decode to no more; "
+            f"{what}: {exc}: the upload's golden values and input samples together may decode to no more; "
             "send fewer or smaller samples."
         ) from exc
     raise _invalid("the upload is neither a golden-values zip nor a JSON document.")
@@ -84,8 +86,9 @@ def _validate_zip(path: Path, budget: ByteBudget) -> list[TensorMap]:
         if (why := check_zip_member_count(path, "the zip")) is not None:
             raise _invalid(f"{why}.")
         with zipfile.ZipFile(path) as archive:
-            left = budget.left if budget.left is not None else 1 << 62
-            infos = {info.filename: info for info in check_zip_members(archive, left, LABEL, TITLE)}
+            members = check_zip_members(archive, 1 << 62, LABEL, TITLE)  # (names, symlinks; sizes below)
+            charge_zip_members(members, budget)
+            infos = {info.filename: info for info in members}
             index: dict[int, TensorMap] = {}
             for sample, name, entry in _manifest(archive, infos):
                 index.setdefault(sample, {})[name] = _check_entry(archive, infos, entry, budget)

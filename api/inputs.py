@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Literal
 
 import onnx
 
-from api.bundles import check_zip_members
+from api.bundles import charge_zip_members, check_zip_member_count, check_zip_members
 from api.problems import ProblemError
 from checks.user_inputs import INPUT_KINDS
 from reducer_core.errors import UsageError
@@ -35,8 +34,6 @@ from reducer_core.tensors import BudgetExceededError, ByteBudget, TensorMap, loa
 InputsFormat = Literal["npz", "json"]
 MIN_JSON_ELEMENTS = 10_000
 JSON_BYTES_PER_ELEMENT = 32  # a legitimate Polygraphy JSON holds a few values per base64 array
-MIN_ZIP_MEMBERS = 64
-ZIP_BYTES_PER_MEMBER = 128  # a member holding a .npy takes more (two headers, its name twice, the array's header)
 TITLE = "Invalid input values"
 LABEL = "Inputs file (field 'inputs')"
 HOW = (
@@ -76,41 +73,6 @@ def json_element_limit(size: int) -> int:
     """How many JSON values (lists, objects, items) a JSON file of ``size`` bytes may hold: parsed,
     each costs tens of bytes, so ``[],[],...`` would need many times the file's size in memory."""
     return max(MIN_JSON_ELEMENTS, size // JSON_BYTES_PER_ELEMENT)
-
-
-def zip_member_limit(size: int) -> int:
-    """How many members a zip of ``size`` bytes of arrays may hold: read, each costs Python about
-    500 bytes (a ``ZipInfo``), so a zip of empty members would need several times its size."""
-    return max(MIN_ZIP_MEMBERS, size // ZIP_BYTES_PER_MEMBER)
-
-
-def zip_member_count(path: Path) -> int:
-    """The member count a zip's end-of-central-directory record declares (zip64's where it says
-    0xFFFF), read before ``zipfile`` parses the directory; ``zipfile.BadZipFile`` without one."""
-    with open(path, "rb") as handle:
-        size = handle.seek(0, os.SEEK_END)
-        start = max(0, size - (22 + 0xFFFF))  # the record (22 bytes) and the longest comment
-        handle.seek(start)
-        tail = handle.read()
-        at = tail.rfind(b"PK\x05\x06")
-        if at < 0 or len(tail) < at + 22:
-            raise zipfile.BadZipFile("no end of central directory record")
-        count: int = struct.unpack("<H", tail[at + 10 : at + 12])[0]
-        locator = at - 20
-        if count == 0xFFFF and locator >= 0 and tail[locator : locator + 4] == b"PK\x06\x07":
-            (record,) = struct.unpack("<Q", tail[locator + 8 : locator + 16])
-            handle.seek(record + 32)
-            (count,) = struct.unpack("<Q", handle.read(8).ljust(8, b"\xff"))
-        return count
-
-
-def check_zip_member_count(path: Path, what: str) -> str | None:
-    """Why the zip at ``path`` holds too many members for its size (None: it does not)."""
-    count, size = zip_member_count(path), path.stat().st_size
-    limit = zip_member_limit(size)
-    if count > limit:
-        return f"{what} holds {count} members, more than the {limit} a zip of {size} bytes of arrays may hold"
-    return None
 
 
 def stage_inputs(files: list[tuple[Path, str]], budget: ByteBudget) -> StagedInputs:
@@ -165,7 +127,7 @@ def _npz_headers(path: Path, name: str, budget: ByteBudget) -> TensorMap:
             raise _invalid(f"{why}. {HOW}")
         with zipfile.ZipFile(path) as archive:
             infos = check_zip_members(archive, 1 << 62, LABEL, TITLE)  # (names, symlinks; sizes below)
-            _charge_members(infos, budget)
+            charge_zip_members(infos, budget)
             for info in infos:
                 if info.is_dir():
                     continue
@@ -184,18 +146,6 @@ def _npz_headers(path: Path, name: str, budget: ByteBudget) -> TensorMap:
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as exc:
         raise _invalid(f"'{name}' cannot be read as an .npz archive ({exc}). {HOW}") from exc
     return sample
-
-
-def _charge_members(infos: list[zipfile.ZipInfo], budget: ByteBudget) -> None:
-    """``BudgetExceededError`` when the archive's members declare more bytes, unpacked, than the
-    upload's budget has left (a zip bomb is refused from its directory, before a member is read)."""
-    declared = sum(info.file_size for info in infos)
-    left = budget.left
-    if left is not None and declared > left:
-        raise BudgetExceededError(
-            f"its members unpack to {declared} bytes, more than the {left} left of the {budget.limit} "
-            f"allowed for {budget.what}"
-        )
 
 
 def validate_inputs(staged: StagedInputs, model_path: Path, spec_kind: str, has_golden: bool) -> int:

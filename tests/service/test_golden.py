@@ -166,7 +166,7 @@ BAD_GOLDEN: dict[str, tuple[bytes, int, str]] = {
     "zip-bomb": (
         _zip({"manifest.json": _manifest({"x": "x.npy"}), "x.npy": b"\0" * (MAX_EXTRACTED * 10)}, zipfile.ZIP_DEFLATED),
         422,
-        f"more than {MAX_EXTRACTED} bytes",
+        f"bytes, more than the {MAX_EXTRACTED} left of the {MAX_EXTRACTED} allowed for the upload's tensors",
     ),
     "npz-without-manifest": (_zip({"x.npy": X}), 422, "no manifest.json"),
     "foreign-manifest": (_zip({"manifest.json": b'{"format": "other/9", "tensors": []}', "x.npy": X}), 422, "other/9"),

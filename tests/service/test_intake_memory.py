@@ -96,6 +96,13 @@ def _request(folder: Path, inputs: list[tuple[str, bytes]]) -> InspectRequest:
     return InspectRequest(folder, upload, "relu.onnx", upload.stat().st_size, fields, None, 0, _limits(), staged)
 
 
+def _bundle_request(folder: Path, name: str, data: bytes) -> InspectRequest:
+    """A staging folder whose upload is the bundle ``data`` (uploaded as ``name``)."""
+    request = _request(folder, [])
+    request.upload.write_bytes(data)
+    return dataclasses.replace(request, filename=name, size=len(data))
+
+
 def _peak_kib() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -108,7 +115,11 @@ def child_main(folder: str) -> None:
     root = Path(folder)
     warm = inspect_upload(_request(root / "warm", [("warm.npz", _inflating_npz(16, 16))]))
     assert not isinstance(warm, Refusal), warm
-    request = _request(root / "case", json.loads((root / "case.json").read_text(), object_hook=_unpack))
+    case = json.loads((root / "case.json").read_text(), object_hook=_unpack)
+    if isinstance(case, dict):  # a bundle upload: {"bundle": (name, data)}
+        request = _bundle_request(root / "case", *case["bundle"])
+    else:
+        request = _request(root / "case", case)
     Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from what is resident now
     before = _peak_kib()
     outcome = inspect_upload(request)
@@ -239,3 +250,74 @@ def test_an_npz_of_a_hundred_thousand_empty_members_is_refused_before_its_direct
     assert outcome["status"] == 422, outcome
     assert "'many.npz' holds 100000 members" in outcome["detail"], outcome
     assert outcome["rise"] < AMPLIFICATION * size, (outcome, size)
+
+
+def _with_declared_count(zipped: bytes, declared: int) -> bytes:
+    """``zipped`` (no zip64, no comment) with its end record declaring ``declared`` members; its
+    central directory (what ``zipfile`` walks) is left as it is."""
+    at = zipped.rindex(b"PK\x05\x06")
+    count = declared.to_bytes(2, "little")
+    return zipped[: at + 8] + count + count + zipped[at + 12 :]
+
+
+def test_an_npz_whose_end_record_understates_its_members_is_refused_from_its_directory(tmp_path: Path) -> None:
+    """The same 100,000 empty members, the end record declaring 10: ``zipfile`` walks the whole
+    directory whatever the record says, so the count is taken from the directory's entry headers
+    (walked without ``zipfile``, no further than the cap). Before: the record's 10 passed, then
+    ``zipfile`` read all 100,000 (the intake up by about 7 times the upload)."""
+    lying = _with_declared_count(_zip_of_empty_members(100_000), 10)
+    outcome, size = _measure(tmp_path, [("lying.npz", lying)])
+    assert outcome["status"] == 422, outcome
+    assert "'lying.npz' holds more members than the" in outcome["detail"], outcome
+    assert outcome["rise"] < AMPLIFICATION * size, (outcome, size)
+
+
+def test_a_bundle_zip_of_a_hundred_thousand_empty_members_is_refused_before_its_directory_is_read(
+    tmp_path: Path,
+) -> None:
+    """A model bundle (.zip) of 100,000 empty members, more than MAX_BUNDLE_MEMBERS (10,000): refused
+    from its end record, before ``zipfile`` reads its directory (before: read, about 7 times the
+    upload's size, then refused by the same cap); with the record understating the count too."""
+    members = _zip_of_empty_members(100_000)
+    for i, data in enumerate([members, _with_declared_count(members, 10)]):
+        case = tmp_path / f"case-{i}"
+        case.mkdir()
+        outcome, size = _measure_bundle(case, "model.zip", data)
+        assert outcome["status"] == 422, outcome
+        assert "more than 10000 members (MAX_BUNDLE_MEMBERS)" in outcome["detail"], outcome
+        assert outcome["rise"] < AMPLIFICATION * size, (outcome, size)
+
+
+def _measure_bundle(tmp_path: Path, name: str, data: bytes) -> tuple[dict[str, Any], int]:
+    source = tmp_path / "bundle-source"
+    source.write_bytes(data)
+    (tmp_path / "case.json").write_text(json.dumps({"bundle": {"name": name, "path": str(source)}}))
+    code = f"from tests.service.test_intake_memory import child_main; child_main({str(tmp_path)!r})"
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"bundle {len(data)} bytes: {outcome}")
+    return outcome, len(data)
+
+
+def test_a_golden_zip_past_the_uploads_budget_is_refused_naming_it_and_the_budget(tmp_path: Path) -> None:
+    """A golden zip whose one array unpacks to 80 MB (deflated to about 80 KB), past the upload's
+    64 MB tensor budget: 422 naming the golden zip and the budget that applied (before: 'unpacks to
+    more than N bytes (MAX_EXTRACTED_BYTES)', a setting that was not the limit applied)."""
+    npy = _npy(np.zeros(20_000_000, np.float32))
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        tensors = [{"sample": "0", "name": "x", "entry": "s0/0.npy"}]
+        archive.writestr(MANIFEST, json.dumps({"format": GOLDEN_FORMAT, "tensors": tensors}))
+        archive.writestr("s0/0.npy", npy)
+    request = _request(tmp_path / "golden", [])
+    golden = request.staging / "golden.bin"
+    golden.write_bytes(buffer.getvalue())
+    request = dataclasses.replace(request, golden=golden, golden_size=golden.stat().st_size)
+    outcome = inspect_upload(request)
+    assert isinstance(outcome, Refusal) and outcome.status == 422, outcome
+    assert "the golden zip: its members unpack to" in outcome.detail, outcome.detail
+    assert "allowed for the upload's tensors" in outcome.detail, outcome.detail
+    assert "MAX_EXTRACTED_BYTES" not in outcome.detail, outcome.detail
