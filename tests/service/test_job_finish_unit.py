@@ -135,9 +135,16 @@ def test_an_end_slower_than_the_lease_is_not_taken_for_an_abandoned_job(
     assert client.get(f"/v1/jobs/{job_id}/bundle").status_code == 200
 
 
+@pytest.mark.parametrize("cancelled_meanwhile", [False, True], ids=["unit-open", "unit-cancelled-by-the-plan"])
 def test_a_late_speculative_verdict_re_plans_nothing(
-    client: httpx.Client, ctx: RunnerContext, database: Database, monkeypatch: pytest.MonkeyPatch
+    client: httpx.Client,
+    ctx: RunnerContext,
+    database: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    cancelled_meanwhile: bool,
 ) -> None:
+    if cancelled_meanwhile:
+        _cancel_after_the_check(monkeypatch, database)
     counts: dict[str, int] = {}
     for name in ("store_bundle", "store_final_models"):
         _counted(monkeypatch, name, counts)
@@ -163,6 +170,25 @@ def test_a_late_speculative_verdict_re_plans_nothing(
     assert late_rows[0]["verdict"] is not None and late_rows[0]["artifact"] is None, "its model is not stored"
     late_events = [e.data for e in read_sse(client, f"/v1/jobs/{job_id}/events") if e.data.get("late")]
     assert [e["number"] for e in late_events] == [late_rows[0]["number"]]
+
+
+def _cancel_after_the_check(monkeypatch: pytest.MonkeyPatch, database: Database) -> None:
+    """The race as it happens: the check finished, and before its verdict is recorded the end is
+    planned, which cancels the job's checks (its unit too)."""
+    real: Callable[..., Any] = UnitRun._execute
+
+    def execute_then_cancelled(run: UnitRun, *args: Any) -> Any:
+        delivery = real(run, *args)
+        if threading.current_thread().name != "late-check":
+            return delivery  # the job's own checks
+        with database.session() as session:
+            unit = session.get(CheckUnit, run.ticket.id)
+            assert unit is not None
+            unit.status = "cancelled"
+            session.commit()
+        return delivery
+
+    monkeypatch.setattr(UnitRun, "_execute", execute_then_cancelled)
 
 
 def _late_verdict(ctx: RunnerContext, database: Database, job_id: str, failures: list[BaseException]) -> None:
