@@ -12,7 +12,9 @@ way with its endpoint's secret.
 * The target is checked again before every attempt (``persistence.webhooks.check_target``: a name
   that now resolves to a private address is refused) and the connection goes to the address
   that was checked, so a DNS answer changed in between cannot redirect it. Redirects are not
-  followed."""
+  followed.
+* A job deleted by its team takes its deliveries not yet sent with it: they end ``dropped`` (the
+  event's links would answer 404), logged as such."""
 
 from __future__ import annotations
 
@@ -163,7 +165,10 @@ class WebhookDelivery:
             if time.monotonic() >= self._next_prune:
                 webhooks.prune(utcnow() - timedelta(seconds=self.settings.webhook_log_keep_s))
                 self._next_prune = time.monotonic() + PRUNE_INTERVAL_S
+            dropped = webhooks.drop_for_deleted_jobs()
             due = webhooks.due(BATCH)
+        for delivery_id, job_id in dropped:
+            log.info("webhook %s dropped: job %s was deleted before it was sent", delivery_id, job_id)
         made = 0
         for delivery_id in due:
             if self._stop.is_set():

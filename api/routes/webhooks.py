@@ -64,7 +64,10 @@ class DeliveryOut(BaseModel):
     id: str = Field(description="The webhook-id header of every attempt")
     event_type: str
     job_id: str | None
-    status: str = Field(description="pending, delivering, succeeded or failed (gave up after a day)")
+    status: str = Field(
+        description="pending, delivering, succeeded, failed (gave up after a day) or dropped (its job was deleted "
+        "before it was sent)"
+    )
     attempts: int
     last_status_code: int | None
     last_error: str | None

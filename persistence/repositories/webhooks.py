@@ -3,7 +3,8 @@
 A delivery is ``pending`` until due (``next_attempt_at``), ``delivering`` while a worker holds it
 (claimed by a conditional UPDATE, so one worker wins it on PostgreSQL and SQLite alike; its
 ``next_attempt_at`` is then the end of that worker's lease, after which any worker takes it again
-with the same id: at-least-once), and ends ``succeeded`` or ``failed`` (out of time)."""
+with the same id: at-least-once), and ends ``succeeded``, ``failed`` (out of time) or ``dropped``
+(its job was deleted before it was sent: the event's links would answer 404)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, exists, func, or_, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
-from persistence.models import WebhookDelivery, WebhookEndpoint, utcnow
+from persistence.models import Job, WebhookDelivery, WebhookEndpoint, utcnow
 
-PENDING, DELIVERING, SUCCEEDED, FAILED = "pending", "delivering", "succeeded", "failed"
+PENDING, DELIVERING, SUCCEEDED, FAILED, DROPPED = "pending", "delivering", "succeeded", "failed", "dropped"
 DUE = (PENDING, DELIVERING)
+ENDED = (SUCCEEDED, FAILED, DROPPED)
+JOB_DELETED = "not sent: its job was deleted (the event's links would answer 404)"
 
 
 @dataclass(frozen=True)
@@ -94,8 +98,24 @@ class WebhookRepository:
         )
         return list(self.session.scalars(query))
 
+    def drop_for_deleted_jobs(self) -> list[tuple[str, str]]:
+        """End the pending deliveries whose job was deleted since they were queued as ``dropped``
+        (``JOB_DELETED`` in their log): (delivery id, job id) of each."""
+        query = select(WebhookDelivery.id, WebhookDelivery.job_id).where(
+            WebhookDelivery.status == PENDING, WebhookDelivery.job_id.is_not(None), ~_job_exists()
+        )
+        gone = [(str(row[0]), str(row[1])) for row in self.session.execute(query).all()]
+        if gone:
+            self.session.execute(
+                update(WebhookDelivery)
+                .where(WebhookDelivery.id.in_([delivery for delivery, _ in gone]), WebhookDelivery.status == PENDING)
+                .values(status=DROPPED, last_error=JOB_DELETED, next_attempt_at=utcnow())
+            )
+        return gone
+
     def claim(self, delivery_id: str, lease_s: float) -> Claimed | None:
-        """Take ``delivery_id`` for one attempt if it is still due (another worker may have won it)."""
+        """Take ``delivery_id`` for one attempt if it is still due (another worker may have won it)
+        and its job, if it has one, was not deleted (``drop_for_deleted_jobs`` ends it then)."""
         now = utcnow()
         taken = self.session.execute(
             update(WebhookDelivery)
@@ -103,6 +123,7 @@ class WebhookRepository:
                 WebhookDelivery.id == delivery_id,
                 WebhookDelivery.status.in_(DUE),
                 WebhookDelivery.next_attempt_at <= now,
+                or_(WebhookDelivery.job_id.is_(None), _job_exists()),
             )
             .values(
                 status=DELIVERING,
@@ -146,11 +167,14 @@ class WebhookRepository:
         return {status: int(count) for status, count in self.session.execute(query).all()}
 
     def prune(self, before: datetime) -> int:
-        """Forget the deliveries that ended (succeeded or failed) and were created before ``before``."""
-        query = delete(WebhookDelivery).where(
-            WebhookDelivery.status.in_((SUCCEEDED, FAILED)), WebhookDelivery.created_at < before
-        )
+        """Forget the deliveries that ended (succeeded, failed or dropped) and were created before ``before``."""
+        query = delete(WebhookDelivery).where(WebhookDelivery.status.in_(ENDED), WebhookDelivery.created_at < before)
         return int(getattr(self.session.execute(query), "rowcount", 0) or 0)
+
+
+def _job_exists() -> ColumnElement[bool]:
+    """The delivery's job still has its row (a deleted job's rows are gone)."""
+    return exists(select(Job.id).where(Job.id == WebhookDelivery.job_id))
 
 
 def _aware(moment: datetime) -> datetime:

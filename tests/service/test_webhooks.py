@@ -552,3 +552,33 @@ def _queue_test_event(database: Database, endpoint_id: str) -> None:
         endpoint = session.get(WebhookEndpoint, endpoint_id)
         assert endpoint is not None
         webhooks.add_delivery(new_delivery(endpoint, TEST_EVENT, event_body(TEST_EVENT, {}), None))
+
+
+def test_a_deleted_jobs_pending_delivery_is_dropped_not_sent(
+    database: Database, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job's event still pending when its team deletes the job (its rows gone) is not sent (its
+    links would answer 404): it ends 'dropped', saying why in the log and the worker's log; a test
+    event (no job) beside it is still delivered."""
+    with database.session() as session:
+        team = TeamRepository(session).get_or_create("team-a")
+        endpoint_id = _endpoint(WebhookRepository(session), team.id, receiver.url)
+    with database.session() as session:
+        endpoint = session.get(WebhookEndpoint, endpoint_id)
+        assert endpoint is not None
+        body = event_body("job.succeeded", {"job_id": "deleted0job0id", "status": "succeeded"})
+        WebhookRepository(session).add_delivery(new_delivery(endpoint, "job.succeeded", body, "deleted0job0id"))
+    _queue_test_event(database, endpoint_id)
+    worker = WebhookDelivery(database, WorkerSettings(database_url=database.url, webhook_allow_private=True))
+    with caplog.at_level("INFO", logger="onnx_reducer.worker"):
+        assert worker.run_once() == 1  # the test event only
+    (delivery,) = receiver.wait_for(1)
+    assert json.loads(delivery.body)["type"] == TEST_EVENT
+    with database.session() as session:
+        entries = {row.event_type: row for row in WebhookRepository(session).deliveries(endpoint_id)}
+    dropped = entries["job.succeeded"]
+    assert dropped.status == "dropped" and dropped.attempts == 0, dropped
+    assert "its job was deleted" in (dropped.last_error or "")
+    assert entries[TEST_EVENT].status == "succeeded"
+    assert "job deleted0job0id was deleted" in caplog.text
+    assert len(receiver.received) == 1

@@ -149,6 +149,7 @@ function statusText(status) {
     delivering: t("webhooks.status.delivering"),
     succeeded: t("webhooks.status.succeeded"),
     failed: t("webhooks.status.failed"),
+    dropped: t("webhooks.status.dropped"),
   };
   return texts[status] || status;
 }
