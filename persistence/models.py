@@ -272,6 +272,8 @@ class WebhookEndpoint(Base):
     secret: Mapped[str] = mapped_column(String(120))
     description: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    disabled_at: Mapped[datetime | None] = mapped_column(default=None)  # its receiver answered 410 Gone
+    disabled_reason: Mapped[str | None] = mapped_column(String(300), default=None)
 
 
 class WebhookDelivery(Base):

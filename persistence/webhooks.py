@@ -145,7 +145,7 @@ def queue_deliveries(db: Session, job: Job | str, kind: EventKind, payload: Mapp
     if row is None:
         return 0
     repository = WebhookRepository(db)
-    endpoints = [e for e in repository.endpoints(row.team_id) if event_type in e.events]
+    endpoints = [e for e in repository.endpoints(row.team_id) if event_type in e.events and e.disabled_at is None]
     if not endpoints:
         return 0
     body = event_body(event_type, job_event_data(row, kind, payload))

@@ -13,6 +13,9 @@ way with its endpoint's secret.
   that now resolves to a private address is refused) and the connection goes to the address
   that was checked, so a DNS answer changed in between cannot redirect it. Redirects are not
   followed.
+* A ``410 Gone`` answer disables the endpoint (Standard Webhooks: the receiver asks for no more):
+  the delivery fails, its endpoint's pending deliveries end ``dropped``, nothing more is queued
+  for it (``disabled_at``, ``disabled_reason`` in the API and on the page).
 * A job deleted by its team takes its deliveries not yet sent with it: they end ``dropped`` (the
   event's links would answer 404), logged as such."""
 
@@ -29,7 +32,7 @@ from datetime import datetime, timedelta
 
 from persistence.db import Database
 from persistence.models import utcnow
-from persistence.repositories.webhooks import AttemptResult, Claimed, WebhookRepository
+from persistence.repositories.webhooks import GONE, AttemptResult, Claimed, WebhookRepository
 from persistence.webhooks import Target, TargetPolicy, WebhookTargetError, check_target, signed_headers, with_public_url
 from worker.settings import WorkerSettings
 
@@ -39,6 +42,7 @@ BATCH = 20
 LEASE_MARGIN_S = 30.0  # a delivery's lease: the receiver's timeout and this
 USER_AGENT = "onnx-reducer-webhooks/1"
 PRUNE_INTERVAL_S = 3600.0
+GONE_REASON = "the receiver answered 410 Gone: register the URL again to send to it"
 
 
 def retry_at(settings: WorkerSettings, claimed: Claimed, now: datetime) -> datetime | None:
@@ -184,9 +188,19 @@ class WebhookDelivery:
             return 0  # another worker took it
         result = attempt(claimed, self.policy, self.settings.public_url, self.settings.webhook_timeout_s)
         again = None if result.ok else retry_at(self.settings, claimed, utcnow())
+        gone = result.status_code == GONE
         with self.db.session() as session:
-            WebhookRepository(session).record_attempt(claimed, result, again)
-        _log_attempt(claimed, result, again)
+            repository = WebhookRepository(session)
+            recorded = repository.record_attempt(claimed, result, None if gone else again)
+            dropped = repository.disable_endpoint_of(claimed, GONE_REASON) if gone and recorded else []
+        if gone:
+            log.warning(
+                "webhook %s: the receiver answered 410 Gone; its endpoint is disabled (%d pending dropped)",
+                claimed.id,
+                len(dropped),
+            )
+        else:
+            _log_attempt(claimed, result, again)
         return 1
 
 

@@ -50,6 +50,10 @@ class WebhookOut(BaseModel):
     description: str
     created_at: datetime
     secret_hint: str = Field(description="The secret's first characters (the whole secret is shown once, at creation)")
+    disabled_at: datetime | None = Field(
+        default=None, description="When its receiver answered 410 Gone: nothing more is sent (register it again)"
+    )
+    disabled_reason: str | None = None
 
 
 class WebhookCreated(WebhookOut):
@@ -89,6 +93,8 @@ def _endpoint_out(endpoint: WebhookEndpoint) -> WebhookOut:
         description=endpoint.description,
         created_at=utc(endpoint.created_at) or endpoint.created_at,
         secret_hint=endpoint.secret[:10] + "...",
+        disabled_at=utc(endpoint.disabled_at),
+        disabled_reason=endpoint.disabled_reason,
     )
 
 
@@ -177,6 +183,12 @@ def send_test_event(webhook_id: str, services: ServicesDep, team: TeamDep) -> De
     """Queue a ``webhook.test`` event for the endpoint; a worker delivers it like any other (see
     its delivery log)."""
     endpoint = _own(services, team, webhook_id)
+    if endpoint.disabled_at is not None:
+        raise ProblemError(
+            409,
+            "Webhook disabled",
+            f"Webhook '{webhook_id}' is disabled: {endpoint.disabled_reason}. Delete it and register the URL again.",
+        )
     delivery = new_delivery(endpoint, TEST_EVENT, event_body(TEST_EVENT, test_event_data(endpoint)), None)
     with services.db.session() as session:
         WebhookRepository(session).add_delivery(delivery)

@@ -22,6 +22,8 @@ PENDING, DELIVERING, SUCCEEDED, FAILED, DROPPED = "pending", "delivering", "succ
 DUE = (PENDING, DELIVERING)
 ENDED = (SUCCEEDED, FAILED, DROPPED)
 JOB_DELETED = "not sent: its job was deleted (the event's links would answer 404)"
+GONE = 410
+ENDPOINT_GONE = "not sent: the endpoint was disabled (its receiver answered 410 Gone)"
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ class WebhookRepository:
                 WebhookDelivery.status.in_(DUE),
                 WebhookDelivery.next_attempt_at <= now,
                 or_(WebhookDelivery.job_id.is_(None), _job_exists()),
+                _endpoint_enabled(),
             )
             .values(
                 status=DELIVERING,
@@ -161,6 +164,28 @@ class WebhookRepository:
         )
         return bool(getattr(done, "rowcount", 0))
 
+    def disable_endpoint_of(self, claimed: Claimed, reason: str) -> list[str]:
+        """Disable the endpoint ``claimed`` went to (its receiver answered 410 Gone: Standard
+        Webhooks' "stop sending") and end its pending deliveries ``dropped``; their ids."""
+        endpoint_id = select(WebhookDelivery.endpoint_id).where(WebhookDelivery.id == claimed.id).scalar_subquery()
+        now = utcnow()
+        self.session.execute(
+            update(WebhookEndpoint)
+            .where(WebhookEndpoint.id == endpoint_id, WebhookEndpoint.disabled_at.is_(None))
+            .values(disabled_at=now, disabled_reason=reason[:300])
+        )
+        pending = select(WebhookDelivery.id).where(
+            WebhookDelivery.endpoint_id == endpoint_id, WebhookDelivery.status == PENDING
+        )
+        dropped = [str(delivery) for delivery in self.session.scalars(pending)]
+        if dropped:
+            self.session.execute(
+                update(WebhookDelivery)
+                .where(WebhookDelivery.id.in_(dropped), WebhookDelivery.status == PENDING)
+                .values(status=DROPPED, last_error=ENDPOINT_GONE, next_attempt_at=now)
+            )
+        return dropped
+
     def counts_by_status(self) -> dict[str, int]:
         """How many deliveries the log holds in each status (every team's: ``/metrics``)."""
         query = select(WebhookDelivery.status, func.count()).group_by(WebhookDelivery.status)
@@ -175,6 +200,15 @@ class WebhookRepository:
 def _job_exists() -> ColumnElement[bool]:
     """The delivery's job still has its row (a deleted job's rows are gone)."""
     return exists(select(Job.id).where(Job.id == WebhookDelivery.job_id))
+
+
+def _endpoint_enabled() -> ColumnElement[bool]:
+    """The delivery's endpoint was not disabled (a 410 Gone)."""
+    return exists(
+        select(WebhookEndpoint.id).where(
+            WebhookEndpoint.id == WebhookDelivery.endpoint_id, WebhookEndpoint.disabled_at.is_(None)
+        )
+    )
 
 
 def _aware(moment: datetime) -> datetime:

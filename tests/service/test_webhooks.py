@@ -582,3 +582,36 @@ def test_a_deleted_jobs_pending_delivery_is_dropped_not_sent(
     assert entries[TEST_EVENT].status == "succeeded"
     assert "job deleted0job0id was deleted" in caplog.text
     assert len(receiver.received) == 1
+
+
+def test_a_receiver_answering_410_gone_disables_its_endpoint(
+    database: Database, receiver: Receiver, quiet_client: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Standard Webhooks: 410 Gone means "send no more". The delivery fails at once (no retry), the
+    endpoint is disabled (``disabled_at`` and why, in the API), its other pending deliveries end
+    'dropped', a new job event queues nothing for it, and its test event is a 409 saying how to
+    send to it again."""
+    with database.session() as session:
+        team = TeamRepository(session).get_or_create("team-a")
+        endpoint_id = _endpoint(WebhookRepository(session), team.id, receiver.url)
+    _queue_test_event(database, endpoint_id)
+    receiver.script = [410]
+    worker = WebhookDelivery(database, WorkerSettings(database_url=database.url, webhook_allow_private=True))
+    with database.session() as session:
+        (first,) = WebhookRepository(session).due(10)
+    _queue_test_event(database, endpoint_id)  # due after the first: dropped by its 410
+    with caplog.at_level("INFO", logger="onnx_reducer.worker"):
+        assert worker.run_once() == 1
+    assert len(receiver.wait_for(1)) == 1
+    assert worker.run_once() == 0  # the second was dropped, not sent
+    assert "410 Gone" in caplog.text
+    with database.session() as session:
+        entries = {row.id: row for row in WebhookRepository(session).deliveries(endpoint_id)}
+    assert entries[first].status == "failed" and entries[first].last_status_code == 410, entries[first]
+    (other,) = [row for key, row in entries.items() if key != first]
+    assert other.status == "dropped" and "410 Gone" in (other.last_error or ""), other
+    shown = quiet_client.get(f"/v1/webhooks/{endpoint_id}")
+    assert shown.status_code == 200 and shown.json()["disabled_at"], shown.text
+    assert "410 Gone" in shown.json()["disabled_reason"]
+    test = quiet_client.post(f"/v1/webhooks/{endpoint_id}/test")
+    assert test.status_code == 409 and "register the URL again" in test.json()["detail"], test.text

@@ -91,6 +91,12 @@ function item(hook) {
   const url = document.createElement("strong");
   url.textContent = hook.url;
   title.append(url, document.createElement("br"), t("webhooks.subscribed", { events: hook.events.join(", ") }));
+  if (hook.disabled_at) {
+    const disabled = document.createElement("strong");
+    disabled.className = "webhook-disabled";
+    disabled.textContent = t("webhooks.disabled", { time: formatDate(hook.disabled_at) });
+    title.append(document.createElement("br"), disabled);
+  }
   const test = button(t("webhooks.test"), "secondary", () => act(`/v1/webhooks/${encodeURIComponent(hook.id)}/test`, "POST"));
   const remove = button(t("webhooks.delete"), "danger", () => act(`/v1/webhooks/${encodeURIComponent(hook.id)}`, "DELETE"));
   const actions = document.createElement("div");
