@@ -85,3 +85,29 @@ def test_a_loopback_url_is_refused_without_the_operators_leave(tmp_path: Path) -
         browser.wait(lambda d: browser.find("error").is_displayed(), "the error")
         assert "WEBHOOK_ALLOW_PRIVATE" in browser.text("error-detail")
         assert not browser.find("webhook-secret").is_displayed()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_a_webhook_whose_receiver_answered_410_shows_it_is_disabled(
+    allowing_service: Service,
+    page: Browser,
+    receiver: Receiver,  # noqa: F811 - the fixture imported above
+    lang: str,
+) -> None:
+    """The receiver answers the test event 410 Gone: the endpoint shows it is disabled, and the
+    delivery as failed."""
+    receiver.script = [410]
+    words = _open(page, allowing_service, lang)
+    with client_for(allowing_service.url, allowing_service.token) as client:
+        created = client.post("/v1/webhooks", json={"url": receiver.url})
+        assert created.status_code == 201, created.text
+        hook = created.json()["id"]
+        assert client.post(f"/v1/webhooks/{hook}/test").status_code == 202
+        receiver.wait_for(1)  # the page's list refreshes itself while it is open
+        disabled = f'li[data-webhook="{hook}"] .webhook-disabled'
+        prefix = plain(words["webhooks.disabled"]).split("{time}")[0]
+        page.wait(
+            lambda d: any(e.text.startswith(prefix) for e in d.find_elements(By.CSS_SELECTOR, disabled)),
+            "the endpoint shown disabled",
+        )
+        assert client.delete(f"/v1/webhooks/{hook}").status_code == 204
