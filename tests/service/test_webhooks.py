@@ -615,3 +615,24 @@ def test_a_receiver_answering_410_gone_disables_its_endpoint(
     assert "410 Gone" in shown.json()["disabled_reason"]
     test = quiet_client.post(f"/v1/webhooks/{endpoint_id}/test")
     assert test.status_code == 409 and "register the URL again" in test.json()["detail"], test.text
+
+
+@pytest.mark.usefixtures("fast_webhooks")
+def test_deleting_a_job_drops_its_event_still_waiting_for_a_retry(
+    tmp_path: Path, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end: the job's 'job.succeeded' is refused once (503, next try in an hour); the team
+    deletes the job (DELETE /v1/jobs/{id}); the worker drops the event instead of sending it
+    (its links would answer 404), the log says why."""
+    monkeypatch.setenv("WEBHOOK_BACKOFF_S", "3600")
+    receiver.script = [503]
+    with embedded_service(tmp_path) as service, client_for(service.url, service.token) as client:
+        created = register(client, receiver.url, ["job.succeeded"])
+        job_id = submit(client, EXAMPLE).json()["id"]
+        assert wait_job(client, job_id)["status"] == "succeeded"
+        receiver.wait_for(1)
+        wait_logged(client, created["id"], "pending", lambda d: d["attempts"] == 1)
+        assert client.delete(f"/v1/jobs/{job_id}").status_code == 204
+        (entry,) = wait_logged(client, created["id"], "dropped")
+    assert entry["job_id"] == job_id and "its job was deleted" in entry["last_error"], entry
+    assert entry["attempts"] == 1 and len(receiver.received) == 1
