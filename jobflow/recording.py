@@ -81,6 +81,7 @@ def record_late(
     row.duration_s, row.output_tail = verdict.duration_s, run.output[-OUTPUT_TAIL:]
     db.add(row)
     job.check_time_s += verdict.duration_s
+    job.iterations_done = max(job.iterations_done, row.number)  # the count agrees with the list
     payload: IterationPayload = {
         "number": row.number,
         "phase": request.phase,

@@ -170,6 +170,8 @@ def test_a_late_speculative_verdict_re_plans_nothing(
     assert late_rows[0]["verdict"] is not None and late_rows[0]["artifact"] is None, "its model is not stored"
     late_events = [e.data for e in read_sse(client, f"/v1/jobs/{job_id}/events") if e.data.get("late")]
     assert [e["number"] for e in late_events] == [late_rows[0]["number"]]
+    progress = client.get(f"/v1/jobs/{job_id}").json()["progress"]
+    assert progress["iteration"] == len(rows), "the job's iteration count agrees with its list"
 
 
 def _cancel_after_the_check(monkeypatch: pytest.MonkeyPatch, database: Database) -> None:
