@@ -70,9 +70,10 @@ def record_late(
     db: Session, job: Job, request: CheckRequest, verdict: Verdict, run: CheckRun, config: SessionConfig
 ) -> int:
     """A speculative check's verdict that landed after the job's end was planned (``job``
-    finishing, held): an iteration row marked ``late`` and its event, for the record only. The
-    session is not asked (the end is not re-planned), the model is not stored, the job's best is
-    not changed. Returns the event's sequence number."""
+    finishing, or ended already; held): an iteration row marked ``late``, for the record only,
+    and its event while the job is finishing (an ended job's terminal event stays its last: no
+    event, 0 returned). The session is not asked (the end is not re-planned), the model is not
+    stored, the job's best is not changed. Returns the event's sequence number."""
     iterations = IterationRepository(db)
     reproduces = _late_reproduces(iterations, job.id, verdict, config)
     row = Iteration(job_id=job.id, number=iterations.next_number(job.id), late=True)
@@ -82,6 +83,8 @@ def record_late(
     db.add(row)
     job.check_time_s += verdict.duration_s
     job.iterations_done = max(job.iterations_done, row.number)  # the count agrees with the list
+    if job.status.terminal:
+        return 0
     payload: IterationPayload = {
         "number": row.number,
         "phase": request.phase,

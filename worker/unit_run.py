@@ -99,17 +99,19 @@ class UnitRun:
             return UnitRun(self.ctx, next_ticket, KnownJob(job, self.deadline, time.monotonic()))
 
     def _record_late(self, db: Session, prepared: PreparedJob, delivery: Delivery) -> tuple[str, Advanced] | None:
-        """The verdict of a check that landed after its job's end was planned (``finishing``):
-        recorded as a late iteration, once (``jobflow.recording.record_late``), re-planning nothing;
-        None when the job is not finishing (it ended) or this check was recorded already."""
-        job = JobRepository(db).lock_finishing(self.job_id)
+        """The verdict of a check that landed after its job's end was planned (``finishing``, or
+        ended already): recorded as a late iteration, once (``jobflow.recording.record_late``),
+        re-planning nothing; None when the job is gone or this check was recorded already."""
+        jobs = JobRepository(db)
+        job = jobs.lock_finishing(self.job_id) or jobs.lock_ended(self.job_id)
         request, verdict = delivery.request, delivery.answer
         if job is None or not isinstance(request, CheckRequest) or not isinstance(verdict, Verdict):
             return None
         if not UnitRepository(db).finish_late(self.ticket.id, self.duration_s):
             return None
         run = CheckRun(None, [], delivery.output, delivery.worker)
-        return job.queue, Advanced(record_late(db, job, request, verdict, run, prepared.config), finishing=True)
+        seq = record_late(db, job, request, verdict, run, prepared.config)
+        return job.queue, Advanced(seq, ended=job.status.terminal, finishing=not job.status.terminal)
 
     def _read_job(self) -> JobInput | None:
         with self.ctx.db.session() as session:

@@ -193,6 +193,11 @@ class JobRepository:
         verifies the answer); a late verdict finds no running job here and re-plans nothing."""
         return self._lock_in(job_id, (JobStatus.FINISHING,))
 
+    def lock_ended(self, job_id: str) -> Job | None:
+        """``lock_running`` for a job that has ended (a verdict landing after its end is recorded
+        as a late iteration, ``jobflow.recording.record_late``, and re-plans nothing)."""
+        return self._lock_in(job_id, TERMINAL_STATUSES)
+
     def finishing_started_before(self, moment: datetime, queues: Sequence[str]) -> list[str]:
         """Finishing jobs of ``queues`` first started before ``moment`` (past their time limit:
         the next worker heartbeat ends them, also when nobody claims their finish unit)."""

@@ -193,9 +193,35 @@ def _cancel_after_the_check(monkeypatch: pytest.MonkeyPatch, database: Database)
     monkeypatch.setattr(UnitRun, "_execute", execute_then_cancelled)
 
 
-def _late_verdict(ctx: RunnerContext, database: Database, job_id: str, failures: list[BaseException]) -> None:
+def test_a_verdict_landing_after_the_job_ended_is_recorded_late_and_re_plans_nothing(
+    client: httpx.Client, ctx: RunnerContext, database: Database
+) -> None:
+    job_id = submit(client, weighted_model(), OP_PRESENT_MUL).json()["id"]
+    run_job(job_id, ctx)
+    assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
+    before = [e.kind for e in read_sse(client, f"/v1/jobs/{job_id}/events")]
+    late: list[BaseException] = []
+    _late_verdict(_second_worker(ctx), database, job_id, late, status="cancelled")  # as the end left it
+    assert not late, late
+    job = client.get(f"/v1/jobs/{job_id}").json()
+    assert job["status"] == "succeeded" and _ends(client, job_id) == ["job.succeeded"]
+    assert [e.kind for e in read_sse(client, f"/v1/jobs/{job_id}/events")] == before, "no event after the end"
+    rows = client.get(f"/v1/jobs/{job_id}/iterations", params={"limit": 1000}).json()["items"]
+    late_rows = [r for r in rows if r["late"]]
+    assert len(late_rows) == 1 and late_rows[0] == rows[-1], "the late verdict is recorded, after the others"
+    assert late_rows[0]["verdict"] is not None and late_rows[0]["artifact"] is None, "its model is not stored"
+    assert job["progress"]["iteration"] == len(rows), "the job's iteration count agrees with its list"
+    with database.session() as session:
+        units = session.query(CheckUnit).filter_by(job_id=job_id, kind="finish").all()
+        assert len(units) == 1, "the end is not planned again"
+
+
+def _late_verdict(
+    ctx: RunnerContext, database: Database, job_id: str, failures: list[BaseException], status: str = "running"
+) -> None:
     """Another worker's speculative check of the job (claimed while the search ran, the same
-    candidate as its last check) finishes and hands in its verdict, on a thread of its own."""
+    candidate as its last check) finishes and hands in its verdict, on a thread of its own;
+    ``status``: its unit's, when the verdict lands."""
     with database.session() as session:
         checks = session.query(CheckUnit).filter_by(job_id=job_id, kind="check")
         last = checks.order_by(CheckUnit.id.desc()).first()
@@ -210,7 +236,7 @@ def _late_verdict(ctx: RunnerContext, database: Database, job_id: str, failures:
             speculative=True,
             candidate=last.candidate,
             node_count=last.node_count,
-            status="running",
+            status=status,
             worker=ctx.worker,
             claimed_at=utcnow(),
             lease_expires_at=utcnow(),
