@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from persistence.enums import JobTask
 from persistence.models import Iteration, Job
@@ -200,6 +200,10 @@ def utc(value: datetime | None) -> datetime | None:
     if value is None or value.tzinfo is not None:
         return value
     return value.replace(tzinfo=UTC)
+
+
+# A response field read from a row's datetime column (``model_validate(row)``), zoned as ``utc`` does.
+UtcDatetime = Annotated[datetime, AfterValidator(utc)]
 
 
 def remaining_checks(mode: str, best_size: int) -> int:

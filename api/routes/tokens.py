@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import AdminDep, ServicesDep
 from api.problems import not_found
@@ -22,6 +22,8 @@ router = APIRouter(prefix="/v1", tags=["team"])
 
 
 class TokenOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)  # built from an ApiToken row
+
     id: str
     prefix: str  # the token's first characters (as `onnx-reducer token list` shows them)
     name: str
@@ -44,6 +46,8 @@ class TokenCreated(TokenOut):
 
 
 class AuditOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)  # built from an AuditEvent row
+
     id: int
     action: str  # token.created | token.revoked | job.deleted
     actor: str  # "token orx_AbCdEfGh", "cli" (the server's command line) or "retention"
@@ -58,20 +62,11 @@ class AuditList(BaseModel):
 
 
 def _token_out(row: ApiToken) -> TokenOut:
-    return TokenOut(
-        id=row.id,
-        prefix=row.prefix,
-        name=row.name,
-        admin=row.admin,
-        created_at=row.created_at,
-        revoked_at=row.revoked_at,
-    )
+    return TokenOut.model_validate(row)
 
 
 def _audit_out(row: AuditEvent) -> AuditOut:
-    return AuditOut(
-        id=row.id, action=row.action, actor=row.actor, target=row.target, detail=row.detail, created_at=row.created_at
-    )
+    return AuditOut.model_validate(row)
 
 
 @router.get("/tokens", response_model=TokenList)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from fastapi import APIRouter, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import ServicesDep, TeamDep
 from api.problems import ProblemError, not_found
-from api.schemas import utc
+from api.schemas import UtcDatetime, utc
 from persistence.models import Team, WebhookDelivery, WebhookEndpoint
 from persistence.repositories.webhooks import WebhookRepository
 from persistence.webhooks import (
@@ -65,6 +65,8 @@ class WebhookList(BaseModel):
 
 
 class DeliveryOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)  # built from a WebhookDelivery row
+
     id: str = Field(description="The webhook-id header of every attempt")
     event_type: str
     job_id: str | None
@@ -75,10 +77,10 @@ class DeliveryOut(BaseModel):
     attempts: int
     last_status_code: int | None
     last_error: str | None
-    created_at: datetime
-    last_attempt_at: datetime | None
-    next_attempt_at: datetime | None
-    delivered_at: datetime | None
+    created_at: UtcDatetime
+    last_attempt_at: UtcDatetime | None
+    next_attempt_at: UtcDatetime | None
+    delivered_at: UtcDatetime | None
 
 
 class DeliveryList(BaseModel):
@@ -99,20 +101,9 @@ def _endpoint_out(endpoint: WebhookEndpoint) -> WebhookOut:
 
 
 def _delivery_out(row: WebhookDelivery) -> DeliveryOut:
+    out = DeliveryOut.model_validate(row)
     waiting = row.status in ("pending", "delivering")
-    return DeliveryOut(
-        id=row.id,
-        event_type=row.event_type,
-        job_id=row.job_id,
-        status=row.status,
-        attempts=row.attempts,
-        last_status_code=row.last_status_code,
-        last_error=row.last_error,
-        created_at=utc(row.created_at) or row.created_at,
-        last_attempt_at=utc(row.last_attempt_at),
-        next_attempt_at=utc(row.next_attempt_at) if waiting else None,
-        delivered_at=utc(row.delivered_at),
-    )
+    return out if waiting else out.model_copy(update={"next_attempt_at": None})
 
 
 def _invalid(exc: WebhookTargetError) -> ProblemError:

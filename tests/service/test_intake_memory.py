@@ -21,6 +21,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from api.inspection import InspectRequest, Refusal, UploadLimits, inspect_upload
+from api.intake import upload_limits
 from api.settings import ApiSettings
 from checks.golden import FORMAT as GOLDEN_FORMAT
 from checks.golden import MANIFEST
@@ -70,16 +71,7 @@ def _polygraphy_inputs(x: np.ndarray) -> bytes:
 
 
 def _limits() -> UploadLimits:
-    settings = ApiSettings()  # the defaults a deployment starts with
-    return UploadLimits(
-        max_extracted_bytes=settings.max_extracted_bytes,
-        max_bundle_members=settings.max_bundle_members,
-        max_model_nodes=settings.max_model_nodes,
-        declared_bytes_floor=settings.declared_bytes_floor,
-        declared_bytes_factor=settings.declared_bytes_factor,
-        allow_command_checks=False,
-        job_time_limit_s=settings.job_time_limit_s,
-    )
+    return upload_limits(ApiSettings(allow_command_checks=False))  # the defaults a deployment starts with
 
 
 def _request(folder: Path, inputs: list[tuple[str, bytes]]) -> InspectRequest:
