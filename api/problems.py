@@ -15,9 +15,11 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from persistence.retry import is_conflict
+from persistence.store import ArtifactStoreError
 
 PROBLEM_JSON = "application/problem+json"
 DATABASE_RETRY_AFTER_S = 5
+STORE_RETRY_AFTER_S = 5
 CONFLICT_RETRY_AFTER_S = 1
 DRAIN_LIMIT_BYTES = 8 * 1024 * 1024  # read (and drop) this much of a refused upload, so the client sees the answer
 log = logging.getLogger("onnx_reducer.api")
@@ -130,6 +132,20 @@ async def _database_unavailable(request: Request, exc: Exception) -> JSONRespons
     )
 
 
+async def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """The object store (S3) refused or could not be reached, e.g. while it restarts: a 503 to try
+    again, not a 500 (its message names the endpoint: logged, not answered)."""
+    log.warning("artifact store unavailable on %s %s: %s", request.method, request.url.path, exc)
+    await _drain(request)
+    return problem_response(
+        503,
+        "Artifact store unavailable",
+        "The service cannot reach its artifact store at the moment; try again in a few seconds.",
+        headers={"Retry-After": str(STORE_RETRY_AFTER_S)},
+        instance=request.url.path,
+    )
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s", request.url.path, exc_info=exc)
     return problem_response(500, "Internal Server Error", "An unexpected error occurred.", instance=request.url.path)
@@ -141,4 +157,5 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     for unavailable in (OperationalError, InterfaceError, PoolTimeoutError):
         app.add_exception_handler(unavailable, _database_unavailable)
+    app.add_exception_handler(ArtifactStoreError, _store_unavailable)
     app.add_exception_handler(Exception, _unexpected)

@@ -20,7 +20,14 @@ local store's own layout. So ``S3ArtifactStore`` is the local store (the cache) 
   metadata), so its age tells the sweep (``worker/maintenance.py``) and job deletion
   (``persistence.retention``) that a job stored it again; should it vanish between the HEAD and
   the copy (removed as old and unreferenced), it is uploaded again;
-- ``download_url`` gives a short-lived presigned GET URL (the api redirects downloads to it).
+- ``download_url`` gives a short-lived presigned GET URL (the api redirects downloads to it);
+- every store first writes a marker, ``stored/<key>`` (an empty object, its age the time a job last
+  began storing the blob), before it touches or uploads the blob: S3 has no conditional delete, so
+  a job may touch the blob between the sweep's copy aside and its DELETE and write its artifact row
+  only after its check, later than the sweep asks the database again. The sweep reads the marker
+  after its DELETE: stored within the grace, the blob is put back (a job marking it after that
+  read touches it after the DELETE, finds it gone and uploads it again). A marker is removed with
+  its blob, and once the blob is put back (stored now: its own age says as much).
 
 Credentials come from the settings (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, else boto3's
 own chain: instance roles, ``~/.aws``); they are kept as secrets and never logged. The boto3
@@ -40,15 +47,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from persistence.store import CHUNK, ArtifactStore, StoredBlob
+from persistence.store import CHUNK, ArtifactStore, ArtifactStoreError, StoredBlob
 
 COPY_LIMIT = 5 * 2**30  # the largest object one CopyObject call may copy
 ASIDE_PREFIX = "deleting/"  # a swept blob's copy while the sweep asks the database again (never listed as a blob)
+DOWNLOAD_ATTEMPTS = 2
+MARK_PREFIX = "stored/"  # stored/<key>: when a job last began storing the blob (the sweep reads it after its DELETE)
 log = logging.getLogger("onnx_reducer.store")
-
-
-class ArtifactStoreError(Exception):
-    """The object store refused or could not be reached (the message says what to check)."""
+__all__ = ["ArtifactStoreError", "S3ArtifactStore", "S3Config"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,9 @@ class S3ArtifactStore(ArtifactStore):
         return TransferConfig(
             multipart_threshold=self.config.multipart_threshold,
             multipart_chunksize=self.config.multipart_chunksize,
+            # a download cut mid-way is tried once more (each try has the client's own retries):
+            # boto3's 5 tries made an api whose S3 server died mid-download answer after > 60 s
+            num_download_attempts=DOWNLOAD_ATTEMPTS,
         )
 
     def ensure_bucket(self) -> None:
@@ -164,6 +173,7 @@ class S3ArtifactStore(ArtifactStore):
 
         client, bucket = self._client(), self.config.bucket
         try:
+            client.put_object(Bucket=bucket, Key=MARK_PREFIX + blob.key, Body=b"")
             head = self._head(blob.key)
             if head is not None and head.get("ContentLength") == blob.size and blob.size <= COPY_LIMIT:
                 try:
@@ -258,42 +268,59 @@ class S3ArtifactStore(ArtifactStore):
     def delete_if_stored_before(self, key: str, seconds: float, unreferenced: Callable[[], bool] | None = None) -> bool:
         """Delete the blob unless it was stored within ``seconds``. S3 has no conditional delete,
         so a job may store (mark) the blob between the HEAD and the DELETE: the object is first
-        copied aside in the bucket (a server-side copy), then deleted, then ``unreferenced`` (the
-        caller's question to the database) is asked again: when a job's artifact row refers to it
-        now, the copy is put back (stored now). An error after the copy (the database or the bucket
-        unreachable) puts it back too; the copy aside is removed once the blob is back or gone for
-        good. A copy a killed sweep left is handled by the next sweep (``recover_asides``)."""
+        copied aside in the bucket (a server-side copy, in parts above ``multipart_threshold``),
+        then deleted, then ``unreferenced`` (the caller's question to the database) is asked again
+        and the blob's marker read: when a job's artifact row refers to it now, or a job marked it
+        within ``seconds`` (it stored it and writes its row after its check), the copy is put back
+        (stored now). An error after the copy (the database or the bucket unreachable) puts it
+        back too; the copy aside is removed once the blob is back or gone for good. A copy a
+        killed sweep left is handled by the next sweep (``recover_asides``)."""
         head = self._head(key)
-        if head is not None and head["LastModified"].timestamp() >= time.time() - seconds:
+        if head is not None and (_younger(head, seconds) or self._marked_within(key, seconds)):
             return False
-        if head is None or unreferenced is None or int(head.get("ContentLength", 0)) > COPY_LIMIT:
+        if head is None or unreferenced is None:
             self.delete(key)
+            self._unmark(key)
             return head is not None
         aside = f"{ASIDE_PREFIX}{key}.{uuid.uuid4().hex}"
         client, bucket = self._client(), self.config.bucket
-        client.copy_object(Bucket=bucket, Key=aside, CopySource={"Bucket": bucket, "Key": key})
+        self._copy(key, aside)
         try:
             self.delete(key)
-            gone = unreferenced()
+            gone = unreferenced() and not self._marked_within(key, seconds)
         except BaseException:
             self._put_back(aside, key)  # unsure whether a row refers to it: keep the blob
+            self._unmark(key)  # (stored now)
             client.delete_object(Bucket=bucket, Key=aside)
             raise
         if not gone:
             self._put_back(aside, key)
-            log.warning("blob %s: a job came to refer to it while the sweep deleted it; put back", key)
+            log.warning("blob %s: a job came to refer to it or stored it while the sweep deleted it; put back", key)
+        self._unmark(key)  # gone, or stored now: its own age says as much
         client.delete_object(Bucket=bucket, Key=aside)
         return gone
 
+    def _marked_within(self, key: str, seconds: float) -> bool:
+        """A job began storing ``key`` within ``seconds`` (its marker is that young)."""
+        marker = self._head(MARK_PREFIX + key)
+        return marker is not None and _younger(marker, seconds)
+
+    def _unmark(self, key: str) -> None:
+        self._client().delete_object(Bucket=self.config.bucket, Key=MARK_PREFIX + key)
+
+    def _copy(self, source: str, target: str, extra: dict[str, Any] | None = None) -> None:
+        """A server-side copy, in parts above ``multipart_threshold`` (CopyObject alone stops at 5 GiB)."""
+        self._client().copy(
+            {"Bucket": self.config.bucket, "Key": source},
+            self.config.bucket,
+            target,
+            ExtraArgs=extra,
+            Config=self._transfer_config(),
+        )
+
     def _put_back(self, aside: str, key: str) -> None:
         """Copy ``aside`` back to ``key``, stored now (when this fails the copy aside stays)."""
-        self._client().copy_object(
-            Bucket=self.config.bucket,
-            Key=key,
-            CopySource={"Bucket": self.config.bucket, "Key": aside},
-            Metadata={"stored": f"{time.time():.3f}"},
-            MetadataDirective="REPLACE",
-        )
+        self._copy(aside, key, {"Metadata": {"stored": f"{time.time():.3f}"}, "MetadataDirective": "REPLACE"})
 
     def recover_asides(self, older_than_s: float, referenced: Callable[[list[str]], set[str]]) -> int:
         """Copies aside that a sweep killed between its steps left (``deleting/...`` older than
@@ -315,8 +342,15 @@ class S3ArtifactStore(ArtifactStore):
                 self._put_back(aside, key)
                 log.warning("blob %s: put back from the copy a stopped sweep left aside", key)
                 restored += 1
+            if key not in wanted or self._head(key) is not None:
+                self._unmark(key)  # gone for good, or there (stored now, or stored by a job since)
             client.delete_object(Bucket=bucket, Key=aside)
         return restored
+
+
+def _younger(head: dict[str, Any], seconds: float) -> bool:
+    """The object (its HEAD) was written within ``seconds``."""
+    return bool(head["LastModified"].timestamp() >= time.time() - seconds)
 
 
 def _sha256_of(path: Path) -> str:

@@ -36,6 +36,11 @@ class StoredBlob:
     size: int
 
 
+class ArtifactStoreError(Exception):
+    """The object store refused or could not be reached (the message says what to check; it may
+    name the endpoint: log it, never answer it)."""
+
+
 class BlobTooLargeError(Exception):
     """The stream exceeded the size limit; nothing was stored."""
 
