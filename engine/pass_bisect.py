@@ -1,8 +1,9 @@
 """Run a pass bisection (``reducer_core.pass_bisect``) with real checks: every probe is the spec's
-check, built by ``checks.build.build_check`` and run in its isolated child, with the target's
-``disabled_optimizers`` (onnxruntime) or ``disabled_build_options`` (TensorRT) set, or at
-onnxruntime's level ``none`` for the no-optimizer probe. The candidates come from one build of
-the model (``checks.pass_candidates.find_candidates``); that build is no check (nothing is run)."""
+check, built by ``checks.build.build_check`` and run in its isolated child at the check's own
+level, with the target's ``disabled_optimizers`` (onnxruntime) or ``disabled_build_options``
+(TensorRT) set (every candidate for the no-optimizer probe). The candidates come from one build
+of the model (``checks.pass_candidates.find_candidates``), before any check; that build is no
+check (nothing is run)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from reducer_core.pass_bisect import (
     ProbeRecord,
     first_failing_level,
     flaky_builds_note,
-    smallest_disabling_set,
+    search_candidates,
 )
 from reducer_core.verdict import Pinning, Verdict, VerdictKind
 
@@ -64,53 +65,32 @@ class PassBisection:
 
     def run(self) -> PassAnswer:
         answer = self.answer
-        if self.target.runtime == "onnxruntime":
-            first = self._probe("no-optimizer", (), optimization="none")
-            if first.is_failure:
-                return self._done(Outcome.NO_OPTIMIZER, first)
-        pinned = self._probe("all-on", ())
-        if not pinned.is_failure:
-            return self._done(Outcome.NO_FAILURE, None)
-        self.pinned = pinned
-        answer.pinned_signature = pinned.signature
         try:
             answer.candidates = find_candidates(self.spec, self.model)
         except CandidateError as exc:
             raise PassBisectError(str(exc)) from exc
-        names = [c.name for c in answer.candidates]
-        if self.target.runtime == "tensorrt" and (not names or self._fails(frozenset(names), "no-optimizer")):
-            return self._done(Outcome.NO_OPTIMIZER, pinned)
-        found = smallest_disabling_set(names, self._fails)
-        if not found:
-            return self._done(Outcome.UNRESOLVED, pinned)
-        answer.optimizers = list(found)
-        answer.first_failing_level = first_failing_level(found, answer.candidates)
-        answer.verified = self._verified(frozenset(found))
-        return self._done(Outcome.OPTIMIZERS, pinned)
+        result = search_candidates([c.name for c in answer.candidates], self._fails)
+        answer.optimizers = list(result.optimizers)
+        answer.verified = result.verified
+        answer.first_failing_level = first_failing_level(result.optimizers, answer.candidates)
+        return self._done(result.outcome)
 
     # --- probes ------------------------------------------------------------------------------
 
     def _fails(self, disabled: frozenset[str], role: str) -> bool:
-        assert self.pinned is not None
+        """The probe reproduces the pinned failure (the first failing probe pins it)."""
         verdict = self._probe(role, tuple(sorted(disabled)))
-        return verdict.reproduces(self.pinned, self.pinning)
+        return verdict.is_failure and self.pinned is not None and verdict.reproduces(self.pinned, self.pinning)
 
-    def _verified(self, found: frozenset[str]) -> bool:
-        """The probe with exactly ``found`` disabled passed (run now when no probe had that set)."""
-        key = tuple(sorted(found))
-        earlier = [p for p in self.answer.probes if p.disabled == key and p.role != "no-optimizer"]
-        if not earlier:
-            self._probe("verify", key)
-            earlier = [self.answer.probes[-1]]
-        return earlier[-1].verdict == VerdictKind.PASS.value
-
-    def _probe(self, role: str, disabled: tuple[str, ...], optimization: str | None = None) -> Verdict:
-        runtime = self._runtime(disabled, optimization)
+    def _probe(self, role: str, disabled: tuple[str, ...]) -> Verdict:
+        runtime = self._runtime(disabled)
         level = LEVEL_OF_OPTIMIZATION[runtime.optimization] if runtime.runtime == "onnxruntime" else ""
         stored = self._stored_probe(role, disabled, level)
         if stored is not None:
             self.answer.probes.append(stored)  # its check ran before: heard then, not again
-            return Verdict(VerdictKind(stored.verdict), stored.signature, stored.detail, stored.duration_s)
+            verdict = Verdict(VerdictKind(stored.verdict), stored.signature, stored.detail, stored.duration_s)
+            self._pin(verdict)
+            return verdict
         probed = dataclasses.replace(self.spec, target=runtime)
         if self.build is not None:
             check = self.build(probed)
@@ -119,17 +99,24 @@ class PassBisection:
         verdict, output = check.run(self.model)
         if verdict.kind is VerdictKind.INFRA_ERROR:
             raise PassBisectError(f"the check could not run ({runtime.label}): {verdict.detail or output[-300:]}")
-        pinned = self.pinned if self.pinned is not None and role != "all-on" else verdict  # the first failure pins
-        reproduces = pinned is not None and verdict.reproduces(pinned, self.pinning)
+        pins = self._pin(verdict)
+        reproduces = self.pinned is not None and verdict.reproduces(self.pinned, self.pinning)
         record = ProbeRecord(
             role, disabled, level, verdict.kind.value, verdict.signature, reproduces, verdict.detail, verdict.duration_s
         )
         self.answer.probes.append(record)
-        if role == "all-on" and isinstance(check, RepeatedCheck):
+        if pins and isinstance(check, RepeatedCheck):
             self.answer.flaky_note = flaky_builds_note(*check.last_rate, self.target.runtime)
         if self.on_probe is not None:
             self.on_probe(record)
         return verdict
+
+    def _pin(self, verdict: Verdict) -> bool:
+        """The first failing probe pins the failure; True when this one did."""
+        if self.pinned is not None or not verdict.is_failure:
+            return False
+        self.pinned = verdict
+        return True
 
     def _stored_probe(self, role: str, disabled: tuple[str, ...], level: str) -> ProbeRecord | None:
         """The ``replayed`` probe in this probe's place, when it is this probe: the search asks
@@ -145,20 +132,18 @@ class PassBisection:
         self.replayed_until.append(stored)
         return stored
 
-    def _runtime(self, disabled: tuple[str, ...], optimization: str | None) -> RuntimeSpec:
+    def _runtime(self, disabled: tuple[str, ...]) -> RuntimeSpec:
         target = self.target
         if target.runtime == "tensorrt":
             options = tuple(sorted({*target.disabled_build_options, *disabled}))
             return dataclasses.replace(target, disabled_build_options=options)
         optimizers = tuple(sorted({*target.disabled_optimizers, *disabled}))
-        return dataclasses.replace(
-            target, disabled_optimizers=optimizers, optimization=optimization or target.optimization
-        )
+        return dataclasses.replace(target, disabled_optimizers=optimizers)
 
-    def _done(self, outcome: Outcome, pinned: Verdict | None) -> PassAnswer:
+    def _done(self, outcome: Outcome) -> PassAnswer:
         self.answer.outcome = outcome
-        if pinned is not None:
-            self.answer.pinned_signature = pinned.signature
+        if self.pinned is not None:
+            self.answer.pinned_signature = self.pinned.signature
         return self.answer
 
 

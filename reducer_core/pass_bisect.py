@@ -6,18 +6,27 @@ sources of the build: ``checks.pass_candidates``). The search finds the smallest
 whose *disabling* makes the failure vanish, like PyTorch's ``CompilerBisector`` over its passes.
 
 The probes, each one real check run (``engine.pass_bisect`` runs them):
-1. ``no-optimizer``: the check with nothing optimized (onnxruntime's level ``disable``; TensorRT:
-   every candidate off). When the failure is still there it needs no optimizer: one check.
-2. ``all-on``: the check as the spec gives it. It must fail; its verdict is the pinned one.
-3. ``bisect``: halving for the single optimizer a fusion bug usually is: disable one half; when
+1. ``no-optimizer``: the check with every candidate disabled (nothing the runtime did to this
+   model is done). When the failure is still there it needs no optimizer: one check.
+2. ``bisect``: halving for the single optimizer a fusion bug usually is: disable one half; when
    the failure vanishes the culprit is in that half, else in the other. ``ceil(log2 P)`` checks.
-4. ``verify``: the answer's set disabled, the rest on: the check must pass (a probe already run
-   is not run again). When it does not, ``ddmin`` over all candidates (Zeller's delta
-   debugging) finds a 1-minimal set (several optimizers that bring the failure in together).
+   The first failing probe pins the failure (its verdict is the one the others must reproduce).
+3. ``verify``: exactly the answer disabled, the rest on: the check must pass. The halving's last
+   probe is that check when it passed; only a halving that ended on a failing probe runs it.
+   When it does not pass, ``ddmin`` over all candidates (Zeller's delta debugging) finds a
+   1-minimal set (several optimizers that bring the failure in together).
+4. ``all-on``: the check as the spec gives it, run only when no probe with the answer's
+   optimizers on has failed yet (every halving probe passed): the other way of the verification,
+   and the no-failure answer when it passes too.
 
-So a single culprit among ``P`` candidates is named and verified both ways in at most
-``ceil(log2 P) + 2`` checks after the ``no-optimizer`` check (the ``all-on`` check, the halving,
-and the verification).
+A halving that saw a failing probe needs no all-on check (that probe had the culprit on and
+failed), and one that saw none ended on exactly the culprit disabled (its verification), so
+the two extra checks never both run: a single culprit among ``P`` candidates is named and
+verified both ways (disabled: passes; on: fails) in at most ``ceil(log2 P) + 2`` checks in all,
+the no-optimizer check included. Fewer cannot do it: the no-optimizer check tells nothing about
+which candidate it is, and a search whose every answer ends in a passing probe of exactly that
+candidate disabled tells apart at most ``2^(k-1)`` candidates in ``k`` probes (a probe of one
+candidate alone separates only that one).
 
 A probe *fails* when its verdict reproduces the pinned one (``Verdict.reproduces``, by failure
 family unless pinned strictly)."""
@@ -28,7 +37,9 @@ import enum
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from reducer_core.strategies.minimize import even_chunks
 
 ORT_LEVELS = ("disable", "basic", "extended", "all")  # the order they include each other
 LEVEL_OF_OPTIMIZATION = {"none": "disable", "basic": "basic", "extended": "extended", "all": "all"}
@@ -57,7 +68,7 @@ class PassCandidate:
 class ProbeRecord:
     """One check of the search: what was disabled (or the level it ran at), and what it said."""
 
-    role: str  # no-optimizer | all-on | bisect | verify | ddmin
+    role: str  # no-optimizer | bisect | verify | all-on | ddmin
     disabled: tuple[str, ...]
     level: str
     verdict: str  # the verdict kind
@@ -114,8 +125,8 @@ class PassAnswer:
 
     @property
     def check_bound(self) -> int:
-        """``ceil(log2 P) + 2`` after the no-optimizer check: the single-culprit budget."""
-        return 1 + halving_steps(len(self.candidates)) + 2
+        """``ceil(log2 P) + 2``, the no-optimizer check included: the single-culprit budget."""
+        return halving_steps(len(self.candidates)) + 2
 
     def message(self) -> str:
         return answer_message(self)
@@ -142,41 +153,76 @@ def halving_steps(count: int) -> int:
     return math.ceil(math.log2(count)) if count > 1 else 0
 
 
-Probe = Callable[[frozenset[str], str], bool]  # (disabled, phase: bisect | verify | ddmin) -> still fails
+Probe = Callable[[frozenset[str], str], bool]  # (disabled, role) -> the pinned failure is there
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What ``search_candidates`` concluded: the outcome, the optimizers to disable (outcome
+    ``OPTIMIZERS``), and whether both ways of the answer were seen (disabled: it passed; on: some
+    probe with all of them on failed)."""
+
+    outcome: Outcome
+    optimizers: list[str] = field(default_factory=list)
+    verified: bool = False
+
+
+class _Probes:
+    """The search's probes, each set run at most once (cached), in the order asked."""
+
+    def __init__(self, fails: Probe) -> None:
+        self.fails = fails
+        self.seen: dict[frozenset[str], bool] = {}  # disabled -> still fails
+
+    def still_fails(self, disabled: Sequence[str], role: str) -> bool:
+        key = frozenset(disabled)
+        if key not in self.seen:
+            self.seen[key] = self.fails(key, role)
+        return self.seen[key]
+
+    def failed_with_all_on(self, found: Sequence[str]) -> bool:
+        """A probe with none of ``found`` disabled failed: they on, the failure is there."""
+        return any(failed and not disabled & set(found) for disabled, failed in self.seen.items())
+
+
+def search_candidates(candidates: Sequence[str], fails: Probe) -> SearchResult:
+    """The whole search over ``candidates`` (the module's docstring): the no-optimizer probe, the
+    halving, the verification (``ddmin`` when a single one is not the answer) and the all-on
+    probe when still needed. ``fails(disabled, role)`` runs one check."""
+    probes = _Probes(fails)
+    if probes.still_fails(candidates, "no-optimizer"):
+        return SearchResult(Outcome.NO_OPTIMIZER)
+    pool = list(candidates)
+    if not pool:  # nothing to disable, and the check with nothing disabled passed
+        return SearchResult(Outcome.NO_FAILURE)
+    while len(pool) > 1:
+        half = pool[: len(pool) // 2]
+        pool = pool[len(half) :] if probes.still_fails(half, "bisect") else half
+    found = pool
+    if probes.still_fails(found, "verify"):
+        found = ddmin(list(candidates), lambda disabled: not probes.still_fails(disabled, "ddmin"))
+    if not probes.failed_with_all_on(found) and not probes.still_fails((), "all-on"):
+        if not any(probes.seen.values()):
+            return SearchResult(Outcome.NO_FAILURE)
+        return SearchResult(Outcome.OPTIMIZERS, found, verified=False)
+    return SearchResult(Outcome.OPTIMIZERS, found, verified=not probes.seen[frozenset(found)])
 
 
 def smallest_disabling_set(candidates: Sequence[str], fails: Probe) -> list[str] | None:
-    """The smallest set of ``candidates`` whose disabling makes ``fails`` False: halving for a
-    single culprit, verified, then ddmin when that is not the answer. None when even disabling
-    every candidate leaves the failure (or there is none). ``fails`` is called at most once per
-    set (cached), with the phase of the search that asks."""
-    seen: dict[frozenset[str], bool] = {}
-
-    def vanishes(disabled: Sequence[str], phase: str = "ddmin") -> bool:
-        key = frozenset(disabled)
-        if key not in seen:
-            seen[key] = not fails(key, phase)
-        return seen[key]
-
-    pool = list(candidates)
-    if not pool:
-        return None
-    while len(pool) > 1:
-        half = pool[: len(pool) // 2]
-        pool = half if vanishes(half, "bisect") else pool[len(half) :]
-    if vanishes(pool, "verify"):
-        return pool
-    if not vanishes(list(candidates)):
-        return None
-    return ddmin(list(candidates), vanishes)
+    """The optimizers ``search_candidates`` names, or None when it names none."""
+    result = search_candidates(candidates, fails)
+    return result.optimizers if result.outcome is Outcome.OPTIMIZERS else None
 
 
-def ddmin(items: list[str], interesting: Callable[[Sequence[str]], bool]) -> list[str]:
+T = TypeVar("T")
+
+
+def ddmin(items: list[T], interesting: Callable[[Sequence[T]], bool]) -> list[T]:
     """Zeller's ddmin: a 1-minimal subset of ``items`` (``interesting(items)`` holds) for which
     ``interesting`` holds (no single item can be left out)."""
     granularity = 2
     while len(items) >= 2:
-        chunks = _split(items, granularity)
+        chunks = even_chunks(items, granularity)
         reduced = next((c for c in chunks if interesting(c)), None)
         if reduced is not None:
             items, granularity = reduced, 2
@@ -190,16 +236,6 @@ def ddmin(items: list[str], interesting: Callable[[Sequence[str]], bool]) -> lis
             break
         granularity = min(granularity * 2, len(items))
     return items
-
-
-def _split(items: list[str], parts: int) -> list[list[str]]:
-    size, extra = divmod(len(items), parts)
-    chunks, start = [], 0
-    for i in range(parts):
-        end = start + size + (1 if i < extra else 0)
-        chunks.append(items[start:end])
-        start = end
-    return [c for c in chunks if c]
 
 
 def first_failing_level(found: Sequence[str], candidates: Sequence[PassCandidate]) -> str | None:
@@ -233,7 +269,10 @@ def answer_message(answer: PassAnswer) -> str:
     where = f"{answer.runtime} at level {answer.level}" if answer.level else answer.runtime
     counted = f"{answer.checks} {'check' if answer.checks == 1 else 'checks'} over {len(answer.candidates)} candidates"
     if answer.outcome is Outcome.NO_OPTIMIZER:
-        text = f"The failure needs no optimizer: the check fails with nothing optimized ({counted})."
+        text = (
+            "The failure needs no optimizer: the check fails with every optimizer that changed the model "
+            f"disabled ({counted})."
+        )
     elif answer.outcome is Outcome.NO_FAILURE:
         text = f"The check passes on {where} with every optimizer on: nothing to bisect ({counted})."
     elif answer.outcome is Outcome.UNRESOLVED:
@@ -245,9 +284,9 @@ def answer_message(answer: PassAnswer) -> str:
         names = ", ".join(answer.optimizers)
         level = f"; it first appears at level {answer.first_failing_level}" if answer.first_failing_level else ""
         verified = (
-            "verified: with them disabled the check passes, with all on it fails"
+            "verified both ways: with them disabled the check passes, with them on it fails"
             if answer.verified
-            else ("NOT verified: with them disabled the check still does not pass")
+            else "NOT verified both ways: no check passed with them disabled and failed with them on"
         )
         text = f"Disable {names} on {where} and the failure vanishes{level} ({verified}; {counted})."
     return f"{text} {answer.flaky_note}." if answer.flaky_note else text

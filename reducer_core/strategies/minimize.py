@@ -35,22 +35,26 @@ no randomness), so a state replays and hypothetical verdicts can be explored ahe
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
+from typing import TypeVar
 
 from reducer_core.candidate import Candidate
 from reducer_core.strategies.bisect import Phase, binary_phase, components
 from reducer_core.strategies.space import SearchSpace
 from reducer_core.strategies.tracker import Search, Tracker
 
+T = TypeVar("T")
+
 NodePhase = Generator[Candidate, bool, frozenset[int]]
 
 
-def _chunks(items: list[int], parts: int) -> list[list[int]]:
+def even_chunks(items: Sequence[T], parts: int) -> list[list[T]]:
+    """``items`` in ``parts`` consecutive chunks whose sizes differ by at most one (empty ones left out)."""
     size, extra = divmod(len(items), parts)
     chunks, start = [], 0
     for i in range(parts):
         end = start + size + (1 if i < extra else 0)
-        chunks.append(items[start:end])
+        chunks.append(list(items[start:end]))
         start = end
     return [c for c in chunks if c]
 
@@ -60,7 +64,7 @@ def ddmin(space: SearchSpace, start: Candidate) -> Phase:
     parts = 2
     while len(current) >= 2:
         items = space.order(current.nodes)
-        chunks = _chunks(items, parts)
+        chunks = even_chunks(items, parts)
         found = yield from _first_failing(space, current, [frozenset(c) for c in chunks])
         if found is not None:
             current, parts = found, 2

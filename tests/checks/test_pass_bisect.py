@@ -1,5 +1,5 @@
 """Pass bisection with real onnxruntime checks (``engine.pass_bisect``): every probe is the spec's
-check in its isolated child with ``disabled_optimizers`` / the level set; the failure is a fusion's
+check in its isolated child with ``disabled_optimizers`` set at the check's level; the failure is a fusion's
 op in the graph onnxruntime optimized and saved (``optimized_model_filepath``)."""
 
 from __future__ import annotations
@@ -81,22 +81,28 @@ def test_one_fusion_is_named_within_the_bound_and_verified_both_ways(model: Path
     assert answer.optimizers == [fusion]
     assert answer.first_failing_level == "extended"
     assert answer.verified
-    roles = [p.role for p in answer.probes]
-    assert roles[:2] == ["no-optimizer", "all-on"]
-    all_on = answer.probes[1]
-    assert all_on.verdict == "fail" and all_on.signature == f"op-present:{op}" and all_on.disabled == ()
+    everything = tuple(sorted(c.name for c in answer.candidates))
+    assert (answer.probes[0].role, answer.probes[0].disabled, answer.probes[0].verdict) == (
+        "no-optimizer",
+        everything,
+        "pass",
+    )
+    fused = [p for p in answer.probes if fusion not in p.disabled and p.verdict == "fail"]
+    assert fused and fused[0].signature == f"op-present:{op}"  # on: the fusion's op is there
     passing = [p for p in answer.probes if p.disabled == (fusion,)]
-    assert passing and passing[-1].verdict == "pass"
+    assert passing and passing[-1].verdict == "pass"  # disabled alone: gone
     candidates = len(answer.candidates)
     assert candidates >= 3
-    assert answer.checks - 1 <= math.ceil(math.log2(candidates)) + 2  # after the no-optimizer check
+    assert answer.checks <= math.ceil(math.log2(candidates)) + 2 == answer.check_bound  # no-optimizer included
 
 
 def test_a_failure_needing_no_optimizer_says_so_in_one_check(model: Path) -> None:
     answer = bisect_passes(parse_check_spec(optimized_op_spec("MatMul", "Erf")), model)
     assert answer.outcome is Outcome.NO_OPTIMIZER
     assert answer.checks == 1
-    assert answer.probes[0].level == "disable" and answer.probes[0].verdict == "fail"
+    probe = answer.probes[0]
+    assert (probe.role, probe.level, probe.verdict) == ("no-optimizer", "all", "fail")
+    assert probe.disabled == tuple(sorted(c.name for c in answer.candidates))  # every optimizer that changed it
     assert "needs no optimizer" in answer.message()
 
 
@@ -169,5 +175,5 @@ def test_stored_probes_of_another_search_are_checked_again(model: Path) -> None:
     search.replayed = [other]
     answer = search.run()
     assert len(built) == answer.checks
-    assert answer.probes[0].level == "disable" and answer.probes[0].verdict == "pass"
+    assert answer.probes[0].role == "no-optimizer" and answer.probes[0].verdict == "pass"
     assert answer.optimizers == [FUSED_MATMUL_FUSION]

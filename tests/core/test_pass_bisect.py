@@ -1,6 +1,7 @@
 """The pure search of pass bisection (``reducer_core.pass_bisect``): a single culprit among P
-candidates in at most ceil(log2 P) probes plus its verification, several culprits by ddmin, and
-the answer's words (first failing level, the flaky-builds note)."""
+candidates named and verified both ways in at most ceil(log2 P) + 2 checks, the no-optimizer
+check included, several culprits by ddmin, and the answer's words (first failing level, the
+flaky-builds note)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from reducer_core.pass_bisect import (
     PassCandidate,
     first_failing_level,
     flaky_builds_note,
+    search_candidates,
     smallest_disabling_set,
 )
 
@@ -31,14 +33,54 @@ def _needs(*culprits: str) -> tuple[Callable[[frozenset[str], str], bool], list[
     return fails, asked
 
 
-@pytest.mark.parametrize("count", [1, 2, 3, 5, 8, 13, 31, 32, 33])
-def test_a_single_culprit_is_found_and_verified_in_ceil_log2_p_plus_one_probes(count: int) -> None:
+@pytest.mark.parametrize("count", range(1, 65))
+def test_a_single_culprit_is_named_and_verified_both_ways_in_ceil_log2_p_plus_two_checks(count: int) -> None:
+    """Every culprit position among P = 1..64 candidates: the no-optimizer check, the halving
+    and one more check at most, and among them exactly the culprit disabled passing and a check
+    with the culprit on failing."""
     names = [f"T{i}" for i in range(count)]
     for culprit in names:
         fails, asked = _needs(culprit)
-        assert smallest_disabling_set(names, fails) == [culprit]
-        assert len(asked) <= math.ceil(math.log2(count)) + 1
-        assert frozenset([culprit]) in asked  # verified: exactly the answer disabled was run
+        result = search_candidates(names, fails)
+        assert (result.outcome, result.optimizers, result.verified) == (Outcome.OPTIMIZERS, [culprit], True)
+        answer = PassAnswer("onnxruntime", "all", result.outcome, candidates=[PassCandidate(n, "all") for n in names])
+        assert len(asked) <= math.ceil(math.log2(count)) + 2 == answer.check_bound
+        assert asked[0] == frozenset(names)  # the no-optimizer check first
+        assert frozenset([culprit]) in asked  # disabled alone: passes
+        assert any(culprit not in disabled for disabled in asked)  # on: fails
+        assert len(set(asked)) == len(asked)  # no set is checked twice
+
+
+def test_the_bound_is_tight_some_culprit_takes_every_check() -> None:
+    for count in (2, 3, 5, 8, 32, 33, 64):
+        names = [f"T{i}" for i in range(count)]
+        most = max(_count_checks(names, culprit) for culprit in names)
+        assert most == math.ceil(math.log2(count)) + 2
+
+
+def _count_checks(names: list[str], culprit: str) -> int:
+    fails, asked = _needs(culprit)
+    search_candidates(names, fails)
+    return len(asked)
+
+
+def test_a_failure_that_needs_no_optimizer_says_so_in_one_check() -> None:
+    for count in (0, 1, 7):
+        fails, asked = _needs()  # needs none: fails whatever is disabled
+        assert search_candidates([f"T{i}" for i in range(count)], fails).outcome is Outcome.NO_OPTIMIZER
+        assert len(asked) == 1
+
+
+def test_a_check_that_never_fails_has_nothing_to_bisect() -> None:
+    assert search_candidates([], lambda disabled, role: False).outcome is Outcome.NO_FAILURE
+    roles: list[str] = []
+
+    def passes(disabled: frozenset[str], role: str) -> bool:
+        roles.append(role)
+        return False
+
+    assert search_candidates(["A", "B", "C"], passes).outcome is Outcome.NO_FAILURE
+    assert roles[-1] == "all-on"
 
 
 def test_two_optimizers_that_each_bring_the_failure_in_need_both_disabled() -> None:
@@ -49,13 +91,15 @@ def test_two_optimizers_that_each_bring_the_failure_in_need_both_disabled() -> N
         asked.append(disabled)
         return not {"T2", "T6"} <= disabled
 
-    assert sorted(smallest_disabling_set(names, fails) or []) == ["T2", "T6"]
+    result = search_candidates(names, fails)
+    assert sorted(result.optimizers) == ["T2", "T6"] and result.verified
     assert len(set(asked)) == len(asked)  # no set is checked twice
 
 
 def test_nothing_found_when_disabling_every_candidate_leaves_the_failure() -> None:
     assert smallest_disabling_set(["A", "B", "C"], lambda disabled, phase: True) is None
     assert smallest_disabling_set([], lambda disabled, phase: True) is None
+    assert smallest_disabling_set(["A", "B", "C"], _needs("B")[0]) == ["B"]
 
 
 def test_the_first_failing_level_is_the_highest_level_among_the_answer() -> None:

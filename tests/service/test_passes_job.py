@@ -52,10 +52,10 @@ def test_a_bisect_passes_job_names_the_fusion_verified_both_ways(tmp_path: Path)
     assert passes["first_failing_level"] == "extended"
     candidates = len(passes["candidates"])
     assert candidates == 3
-    assert passes["checks"] <= 1 + math.ceil(math.log2(candidates)) + 2
+    assert passes["checks"] <= math.ceil(math.log2(candidates)) + 2 == passes["check_bound"]  # no-optimizer included
     assert job["progress"]["checks_run"] == passes["checks"] == len(iterations)
-    assert [i["phase"] for i in iterations[:2]] == ["passes no-optimizer", "passes all-on"]
-    assert iterations[1]["verdict"] == "fail"
+    assert (iterations[0]["phase"], iterations[0]["verdict"]) == ("passes no-optimizer", "pass")
+    assert "fail" in [i["verdict"] for i in iterations[1:]]  # with the fusion on, the failure is there
     # a spec that runs the model on no runtime: refused at the upload, saying what to use
     assert refused.status_code == 422 and "needs a check that runs the model" in refused.text
     # the CI client, on a failure that needs no optimizer: said in one check

@@ -25,7 +25,7 @@ from worker.job_start import start_job
 from worker.run_job import take_next
 
 pytest.importorskip("onnxruntime")
-DIED_AFTER = 3  # probes the dead worker had stored
+DIED_AFTER = 2  # probes the dead worker had stored
 
 
 @pytest.fixture
