@@ -20,10 +20,11 @@ longer needed: they are killed the same way, and their verdicts are never delive
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -36,6 +37,11 @@ Outcome = tuple[Answer, str]
 """What a slot's work returns: the answer to deliver and the check's output (may be empty)."""
 SlotWork = Callable[[], Outcome]
 """The work ``SlotHooks.prepare`` returns for a slot's thread to run."""
+ROUND_GRACE = 0.1
+"""How long, as a share of the first finished check's run time, the checks started with it may
+take longer and still be delivered with it: one round (checks of the same cost end together)."""
+ROUND_GRACE_MAX_S = 0.5
+_BATCHES = itertools.count()
 
 
 class SlotHooks(Protocol):
@@ -60,6 +66,7 @@ class _Running:
     request: Request
     slot: int
     began: float
+    batch: int = 0  # the call of ``_start_work`` that started it: checks started together
     ended: float = 0.0
 
 
@@ -106,9 +113,10 @@ def _start_work(
     if not free:
         return
     in_flight = [entry.request.id for entry in running.values()]
+    batch = next(_BATCHES)
     for request in machine.next_requests(len(free), in_flight):
         slot = free.pop()
-        entry = _Running(request, slot, time.monotonic())
+        entry = _Running(request, slot, time.monotonic(), batch)
         work = hooks.prepare(request, slot)
         running[pool.submit(_run_slot_work, work, stop, entry)] = entry
 
@@ -123,8 +131,18 @@ def _run_slot_work(work: SlotWork, stop: threading.Event, entry: _Running) -> Ou
 
 
 def _completed(running: dict[Future[Outcome], _Running]) -> list[Future[Outcome]]:
-    """The work that finished within ``POLL_S`` (often none), first finished first."""
-    done, _ = wait(running, timeout=POLL_S, return_when=FIRST_COMPLETED)
+    """The work that finished within ``POLL_S`` (often none), first finished first, with the rest
+    of its round: the checks started together with the first one finished, still running, get
+    ``ROUND_GRACE`` of its run time (at most ``ROUND_GRACE_MAX_S``) to finish too, so the machine
+    plans the next round knowing every verdict of this one (``strategies/culprit_plan.py``)."""
+    done, pending = wait(running, timeout=POLL_S, return_when=FIRST_COMPLETED)
+    if done and pending:
+        first = min((running[future] for future in done), key=lambda entry: entry.ended)
+        grace = min(ROUND_GRACE * (first.ended - first.began), ROUND_GRACE_MAX_S)
+        same_round = [future for future in pending if running[future].batch == first.batch]
+        if same_round:
+            more, _ = wait(same_round, timeout=grace, return_when=ALL_COMPLETED)
+            done |= more
     return sorted(done, key=lambda future: running[future].ended)
 
 

@@ -11,9 +11,11 @@ a slot; candidates already being checked take no new slot, but the tree grows un
 Probabilities come from a :class:`CulpritModel`: while every verdict so far is consistent with a
 single culprit node, the chance that a candidate reproduces is the share of the still-possible
 culprits it holds; otherwise, the rate of reproducing verdicts seen in the proposal's phase. While
-the single-culprit model holds, unlikely branches are not worth a slot: the spare slots check
-*probes* instead, group tests whose verdicts halve the possible culprits each (bit planes over
-them), so the next round's tree follows the likely path with few wasted checks.
+the single-culprit model holds, every possible culprit's future is known and the round is planned
+from them instead of the tree (``culprit_plan.plan_round``): the checks every culprit agrees on,
+the next uncertain one, then *level probes*, group tests whose verdicts are those of the
+strategy's next uncertain checks, so that the next round runs them as sure checks (or, when they
+can end the search this round, the likeliest candidates left).
 
 The strategy itself only ever consumes real verdicts on its own pending proposal, so with a
 deterministic check the answer is identical to a sequential run: speculative verdicts land in the
@@ -30,22 +32,19 @@ from dataclasses import dataclass, field
 
 from reducer_core.candidate import Candidate
 from reducer_core.strategies.base import Observation, Strategy
+from reducer_core.strategies.culprit_plan import FAILS, PASSES, plan_round
 
 Known = Callable[[Candidate], Observation | None]
 """The known outcome of a candidate, ``(reproduces, clean pass)``, or None when unknown."""
 
 MAX_DEPTH = 16
-UNLIKELY = {2: 0.3, 4: 0.3, 8: 0.55}
-"""While the single-culprit model holds, a branch less likely than this gets no slot (probes do):
-with few slots the next levels of the tree are worth more, with many the probes are."""
 LIKELY = 0.75
 """A candidate at least this likely to be needed is no gamble: it costs no wasted check on average."""
 BUDGET = 1.75
 """Checks per verdict the strategy uses that speculation may spend in total (plus one round of
-slots): simulated on 200-node chains, single culprits take 0.43 of the sequential rounds with 4
-slots and 0.32 with 8, for 1.6x and 1.8x the checks (tests/core/test_speculation.py)."""
-FAILS: Observation = (True, False)
-PASSES: Observation = (False, True)
+slots): simulated on 200-node chains (every third node the culprit), single culprits take 0.41
+of the sequential rounds with 4 slots and 0.22 with 8, for 1.5x and 1.7x the checks (with the
+round plan of ``culprit_plan``; 0.44 and 0.32, 1.65x and 1.9x before it)."""
 
 
 @dataclass(frozen=True)
@@ -76,16 +75,6 @@ class CulpritModel:
         if self.support is None:
             return None
         return len(self.support & nodes) / len(self.support)
-
-    def probes(self, count: int) -> list[frozenset[int]]:
-        """``count`` group tests (bit planes over the possible culprits in topological order):
-        their verdicts together single out one group of ``len(support) / 2**count`` nodes."""
-        if self.support is None or len(self.support) < 2:
-            return []
-        order = sorted(self.support)
-        bits = min(count, (len(order) - 1).bit_length())
-        group = len(order) / 2**bits
-        return [frozenset(n for i, n in enumerate(order) if (int(i / group) >> bit) & 1) for bit in range(bits)]
 
 
 def phase_rate(strategy: Strategy, phase: str) -> float:
@@ -152,11 +141,7 @@ class _Search:
         """Whether ``branch`` (and so every branch left, none is likelier) may still get a slot."""
         if branch.probability >= LIKELY:
             return True
-        return self.gambles > 0 and (branch.model.support is None or branch.probability >= self.unlikely)
-
-    @property
-    def unlikely(self) -> float:
-        return UNLIKELY[min((k for k in UNLIKELY if k >= self.slots), default=max(UNLIKELY))]
+        return self.gambles > 0
 
     def _expand(self, branch: _Branch) -> None:
         position = branch.strategy or self.strategy.fork(branch.path)
@@ -192,12 +177,17 @@ def speculate(
     strategy: Strategy, known: Known, busy: Collection[str], slots: int, model: CulpritModel, gambles: int
 ) -> list[Candidate]:
     """Up to ``slots`` candidates worth checking now, the strategy's own pending proposal first
-    (when it needs a check), then the likeliest futures, then probes. ``busy``: fingerprints of the
+    (when it needs a check), then the round ``culprit_plan`` plans while a single culprit explains
+    every verdict, else the likeliest futures of the tree. ``busy``: fingerprints of the
     candidates being checked now; ``model``: what every verdict so far says about a culprit;
     ``gambles``: how many of the candidates may be less likely needed than not (probes included),
     the caller's bound on wasted checks."""
     search = _Search(strategy, known, busy, slots, gambles)
+    if model.support is not None:  # every culprit's future is known: plan the round (``culprit_plan``)
+        for candidate, chance in plan_round(strategy, known, busy, model.support, slots).picks:
+            if len(search.chosen) >= slots:
+                break
+            search.take(candidate, chance)
+        return list(search.chosen.values())
     search.grow(model)
-    for nodes in model.probes(min(slots - len(search.chosen), search.gambles)):
-        search.take(strategy.space.candidate(nodes), 0.0)
     return list(search.chosen.values())

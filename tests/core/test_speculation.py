@@ -159,16 +159,6 @@ def test_the_culprit_model_learns_and_gives_up_on_contradictions() -> None:
     assert CulpritModel(None).chance(frozenset({1})) is None
 
 
-def test_probes_single_out_one_group() -> None:
-    model = CulpritModel.start(frozenset(range(16)))
-    probes = model.probes(3)
-    assert len(probes) == 3
-    culprit = 11
-    for probe in probes:
-        model = model.learn(probe, culprit in probe)
-    assert model.support is not None and culprit in model.support and len(model.support) == 2
-
-
 def test_every_branchy_node_is_isolated_in_parallel() -> None:
     index = index_of(branchy_model())
     for culprit in BRANCHY_NODES:
