@@ -34,6 +34,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,40 +48,44 @@ from onnxconverter_common import auto_mixed_precision
 from checks.fp16_model import elem_types, is_mixed, storage_real
 from checks.ort_runtime import random_inputs
 
+if __package__ in (None, ""):  # run as a script: the checkout's root, for the ``bench`` namespace
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.precision_models import GPT_INPUT_RANGE, RESNET_INPUT_RANGE, Graph, all_values, gpt2_like, resnet_like
+
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 HIDDEN, HEADS, FFN, SEQ, VOCAB, LAYERS = 128, 4, 512, 32, 1000, 2
 ATOL = RTOL = 0.02
-SPEC = f"""kind: compare
-reference: {{runtime: onnxruntime}}
-target: {{runtime: onnxruntime, precision: fp16}}
-tolerance: {{atol: {ATOL}, rtol: {RTOL}}}
-input_range: [0, {VOCAB - 1}]
-"""
+BERT_INPUT_RANGE = (0.0, float(VOCAB - 1))
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class _Graph:
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
+def spec(input_range: tuple[float, float]) -> str:
+    """The compare spec: onnxruntime fp32 against fp16, atol = rtol = 0.02, inputs in ``input_range``."""
+    low, high = (int(v) if float(v).is_integer() else v for v in input_range)
+    return f"""kind: compare
+reference: {{runtime: onnxruntime}}
+target: {{runtime: onnxruntime, precision: fp16}}
+tolerance: {{atol: {ATOL}, rtol: {RTOL}}}
+input_range: [{low}, {high}]
+"""
 
-    def w(self, name: str, value: np.ndarray) -> str:
-        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
-        return name
 
-    def rand(self, name: str, shape: tuple[int, ...], scale: float) -> str:
-        return self.w(name, (self.rng.standard_normal(shape) * scale).astype(np.float32))
+@dataclass(frozen=True)
+class Case:
+    """A bench model and the range of its inputs (the spec's ``input_range``)."""
 
-    def op(self, op: str, name: str, inputs: list[str], **attrs: Any) -> str:
-        self.nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
-        return name
+    build: Callable[[str], onnx.ModelProto]  # the BERT pooler option (ignored by the others)
+    input_range: tuple[float, float]
 
-    def linear(self, name: str, x: str, n_in: int, n_out: int, bias: np.ndarray | None = None) -> str:
-        w = self.rand(f"{name}.weight", (n_in, n_out), 1.0 / np.sqrt(n_in))
-        b = self.w(f"{name}.bias", bias if bias is not None else np.zeros(n_out, np.float32))
-        return self.op("Add", f"{name}.bias_add", [self.op("MatMul", f"{name}.matmul", [x, w]), b])
 
+CASES = {
+    "bert": Case(lambda pooler: bert_like(pooler=pooler), BERT_INPUT_RANGE),
+    "resnet": Case(lambda _: resnet_like(), RESNET_INPUT_RANGE),
+    "gpt2": Case(lambda _: gpt2_like(), GPT_INPUT_RANGE),
+}
+
+
+class _Graph(Graph):
     def heads(self, name: str, x: str, shape: str) -> str:
         return self.op(
             "Transpose", f"{name}.heads", [self.op("Reshape", f"{name}.reshape", [x, shape])], perm=[0, 2, 1, 3]
@@ -152,9 +158,9 @@ def bert_like(seed: int = 0, pooler: str = "cls") -> onnx.ModelProto:
 # --- the judge ------------------------------------------------------------------------------------
 
 
-def samples(model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
+def samples(model: onnx.ModelProto, input_range: tuple[float, float] = BERT_INPUT_RANGE) -> list[dict[str, np.ndarray]]:
     """The spec's inputs (seed 1, as its check generates them) and 4 more samples."""
-    return [random_inputs(model, seed, 0, VOCAB - 1) for seed in (1, 2, 3, 4, 5)]
+    return [random_inputs(model, seed, *input_range) for seed in (1, 2, 3, 4, 5)]
 
 
 def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], optimise: bool = True) -> list[np.ndarray]:
@@ -177,20 +183,9 @@ def fp32_nodes(model: onnx.ModelProto) -> int:
     )
 
 
-def all_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every tensor of ``model`` (fp32 inputs), graph optimisations off."""
-    marked = onnx.ModelProto()
-    marked.CopyFrom(model)
-    names = {o.name for o in marked.graph.output}
-    for node in marked.graph.node:
-        marked.graph.output.extend(onnx.ValueInfoProto(name=o) for o in node.output if o and o not in names)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(marked.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return {o.name: np.asarray(v) for o, v in zip(session.get_outputs(), session.run(None, feeds), strict=True)}
-
-
-def nonfinite_fp16(model: onnx.ModelProto, original: onnx.ModelProto) -> tuple[int, int]:
+def nonfinite_fp16(
+    model: onnx.ModelProto, original: onnx.ModelProto, input_range: tuple[float, float] = BERT_INPUT_RANGE
+) -> tuple[int, int]:
     """The fp16 tensors of a typed model holding inf/NaN with fp16 storage made real, every
     intermediate captured, over the 5 samples: (tensors, values)."""
     types = elem_types(model)
@@ -198,7 +193,7 @@ def nonfinite_fp16(model: onnx.ModelProto, original: onnx.ModelProto) -> tuple[i
     real = storage_real(model)
     tensors: set[str] = set()
     values = 0
-    for feeds in samples(original):
+    for feeds in samples(original, input_range):
         for name, value in all_values(real, feeds).items():
             if name in half and not np.isfinite(value).all():
                 tensors.add(name)
@@ -206,13 +201,15 @@ def nonfinite_fp16(model: onnx.ModelProto, original: onnx.ModelProto) -> tuple[i
     return len(tensors), values
 
 
-def autocast_like(model: onnx.ModelProto, data_max: float = 65504.0) -> tuple[int, int]:
+def autocast_like(
+    model: onnx.ModelProto, data_max: float = 65504.0, input_range: tuple[float, float] = BERT_INPUT_RANGE
+) -> tuple[int, int]:
     """AutoCast's range rule emulated on the fp32 model's run of the 5 samples: (nodes whose float
     output exceeds ``data_max``, nodes one of whose float inputs or outputs, weights included, does)."""
     peak: dict[str, float] = {
         t.name: float(np.abs(numpy_helper.to_array(t)).max(initial=0.0)) for t in model.graph.initializer
     }
-    for feeds in samples(model):
+    for feeds in samples(model, input_range):
         for name, value in (all_values(model, feeds) | feeds).items():
             if value.dtype.kind == "f":
                 peak[name] = max(peak.get(name, 0.0), float(np.abs(value).max(initial=0.0)))
@@ -221,7 +218,9 @@ def autocast_like(model: onnx.ModelProto, data_max: float = 65504.0) -> tuple[in
     return out, io
 
 
-def judge(path: Path, original: onnx.ModelProto) -> dict[str, object]:
+def judge(
+    path: Path, original: onnx.ModelProto, input_range: tuple[float, float] = BERT_INPUT_RANGE
+) -> dict[str, object]:
     model = onnx.load(str(path))
     verdict: dict[str, object] = {"fp32_nodes": fp32_nodes(model)}
     try:
@@ -232,7 +231,7 @@ def judge(path: Path, original: onnx.ModelProto) -> dict[str, object]:
     real = storage_real(model) if is_mixed(model) or fp32_nodes(model) < len(model.graph.node) else model
     finite, worst, within = True, 0.0, True
     try:
-        for feeds in samples(original):
+        for feeds in samples(original, input_range):
             want = _run(original, feeds)
             _run(model, feeds)  # loads and runs as written
             for got, ref in zip(_run(real, feeds, optimise=False), want, strict=True):
@@ -243,7 +242,7 @@ def judge(path: Path, original: onnx.ModelProto) -> dict[str, object]:
     except Exception as exc:  # noqa: BLE001 - a file that does not load or run is reported
         return verdict | {"loads": f"no: {str(exc).splitlines()[0][:160]}", "finite": False, "passes": False}
     verdict |= {"loads": "yes", "finite": finite, "max_abs_err": worst, "passes": finite and within}
-    verdict["inf_fp16"] = nonfinite_fp16(model, original) if is_mixed(model) else (0, 0)
+    verdict["inf_fp16"] = nonfinite_fp16(model, original, input_range) if is_mixed(model) else (0, 0)
     return verdict
 
 
@@ -290,12 +289,12 @@ def autocast(folder: Path, python: str, data_max: str) -> dict[str, object]:
     return {"checks": 0, "time_s": elapsed, "file": out}
 
 
-def auto_mixed(folder: Path, model: onnx.ModelProto) -> dict[str, object]:
+def auto_mixed(folder: Path, model: onnx.ModelProto, input_range: tuple[float, float]) -> dict[str, object]:
     out = folder / "auto_mixed.onnx"
     began = time.monotonic()
     try:
         mixed = auto_mixed_precision.auto_convert_mixed_precision(
-            model, samples(model)[0], rtol=RTOL, atol=ATOL, keep_io_types=True
+            model, samples(model, input_range)[0], rtol=RTOL, atol=ATOL, keep_io_types=True
         )
     except Exception as exc:  # noqa: BLE001 - reported
         return {"error": f"{type(exc).__name__}: {str(exc)[:200]}", "time_s": time.monotonic() - began}
@@ -307,15 +306,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--autocast-python", default=None, help="A Python with nvidia-modelopt installed.")
+    parser.add_argument("--case", choices=sorted(CASES), default="bert", help="The model (default: bert).")
     parser.add_argument("--pooler", choices=("cls", "none"), default="cls", help="BERT's CLS pooler, or none.")
     parser.add_argument("--baseline", type=Path, default=None, help="Another checkout of onnx-reducer to run too.")
     args = parser.parse_args()
     folder: Path = args.out_dir.resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    model = bert_like(pooler=args.pooler)
+    case = CASES[args.case]
+    model = case.build(args.pooler)
     onnx.save(model, str(folder / "model.onnx"))
-    (folder / "spec.yaml").write_text(SPEC)
-    calib: dict[str, Any] = dict(samples(model)[0])  # (numpy's stub reads a key as allow_pickle)
+    (folder / "spec.yaml").write_text(spec(case.input_range))
+    calib: dict[str, Any] = dict(samples(model, case.input_range)[0])  # (numpy's stub reads a key as allow_pickle)
     np.savez(folder / "calib.npz", **calib)
     rows: dict[str, dict[str, object]] = {
         "onnx-reducer precision (this tree)": ours(folder, ROOT, "ours"),
@@ -326,13 +327,16 @@ def main() -> None:
     if args.autocast_python:
         rows["AutoCast, default data_max"] = autocast(folder, args.autocast_python, "")
         rows["AutoCast, data_max 65504"] = autocast(folder, args.autocast_python, "65504")
-    rows["onnxconverter-common auto_convert_mixed_precision"] = auto_mixed(folder, model)
-    print(f"model: {len(model.graph.node)} nodes ({args.pooler} pooler); tolerance atol = rtol = {ATOL}")
-    out, io = autocast_like(model)
-    print(
-        f"AutoCast-like (--data_max 65504 emulated): {out} nodes with |output| > 65504, "
-        f"{io} with |input or output| > 65504\n"
-    )
+    rows["onnxconverter-common auto_convert_mixed_precision"] = auto_mixed(folder, model, case.input_range)
+    pooler = f" ({args.pooler} pooler)" if args.case == "bert" else ""
+    print(f"model: {args.case}, {len(model.graph.node)} nodes{pooler}; tolerance atol = rtol = {ATOL}")
+    for data_max in (65504.0, 512.0):
+        out, io = autocast_like(model, data_max, case.input_range)
+        print(
+            f"AutoCast-like (--data_max {data_max:g} emulated): {out} nodes with |output| > {data_max:g}, "
+            f"{io} with |input or output| > {data_max:g}"
+        )
+    print()
     print(
         "| tool | nodes kept fp32 (asked) | fp32 compute nodes in the file | checker | loads in onnxruntime "
         "| finite, fp16 storage real | fp16 tensors holding inf (values) | max abs err | passes | checks | time |"
@@ -342,7 +346,7 @@ def main() -> None:
         if "error" in row:
             print(f"| {label} | failed: {row['error']} | | | | | | | | | {row['time_s']:.1f} s |")
             continue
-        verdict = judge(Path(str(row["file"])), model)
+        verdict = judge(Path(str(row["file"])), model, case.input_range)
         print(
             f"| {label} | {row.get('kept', '-')} | {verdict['fp32_nodes']} | {verdict['checker']} | "
             f"{verdict['loads']} | "

@@ -8,7 +8,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from bench.precision_bert import all_values
+from bench.precision_models import all_values
 from checks.fp16_model import storage_real
 from tests.models import IR_VERSION, OPSET
 
