@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 from sqlalchemy.orm import Session
 
 from checks.capabilities import Capabilities, unmet
-from checks.spec import requirements_of
 from persistence.config import ServiceSettings
 from persistence.enums import JobStatus
 from persistence.models import Job, Worker, utcnow
 from persistence.repositories import WorkerRepository
+from persistence.requirements import stored_requirements
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def waiting_reason(job: Job, workers: Sequence[WorkerView]) -> str | None:
     serving = [w for w in online if job.queue in w.row.queues]
     if not serving:
         return f"no worker serves queue '{job.queue}' ({summary})"
-    requirements = requirements_of(job.check_spec)
+    requirements = stored_requirements(job.requires)
     missing = [unmet(requirements, w.capabilities) for w in serving]
     able = [w for w, lacks in zip(serving, missing, strict=True) if not lacks]
     if not able:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -26,18 +26,11 @@ from checks.mixed_precision import require_fp16_target
 from checks.spec import INTERACTIVE_KIND, CheckSpec, CheckSpecError, is_interactive_spec, parse_check_spec
 from checks.user_inputs import INPUT_KINDS
 from persistence.enums import JobTask
+from persistence.options import REDUCE_FLAGS, JobOptions
 from reducer_core.errors import UsageError
 from reducer_core.strategies import MODES
 from reducer_core.tensors import ByteBudget
 
-# the form's true/false fields, each with its value when left out (kept in the job's options)
-BOOL_FIELDS = {
-    "reduce_inputs": True,
-    "reduce_outputs": True,
-    "pin_signature": True,
-    "confirm_flaky": True,
-    "reduce_data": False,  # smaller input sizes at the end (reducer_core.data_reduction): opt-in
-}
 GOLDEN_FLOOR_BYTES = 64 * 1024**2  # what golden JSON may decode to at least (NPZ payloads inflate)
 
 
@@ -74,11 +67,11 @@ class Inspection:
     nodes: int
     spec_kind: str
     needs_gpu: bool
-    mode: str
-    options: dict[str, Any]
+    options: JobOptions  # the mode too
     golden_format: str | None
     inputs_formats: list[str] = field(default_factory=list)  # per 'inputs' file: npz | json
     samples: int = 0  # the samples the 'inputs' files give
+    requires: dict[str, Any] = field(default_factory=dict)  # the spec's, parsed here once (``jobs.requires``)
 
 
 @dataclass(frozen=True)
@@ -139,9 +132,9 @@ def _inspect(request: InspectRequest) -> Inspection:
         spec = _parse_spec(request)
     kind, needs_gpu = (spec.kind, spec.needs_gpu) if spec is not None else (INTERACTIVE_KIND, False)
     with about_field("mode"):
-        mode, options = _options(request.fields, interactive=spec is None)
+        options = form_options(request.fields, interactive=spec is None)
     with about_field("task"):
-        options |= _task(request.fields, spec)
+        options = replace(options, **_task(request.fields, spec))
     budget = tensors_budget(request)
     golden = None
     if request.golden is not None:
@@ -174,7 +167,8 @@ def _inspect(request: InspectRequest) -> Inspection:
             formats = list(staged.formats)
     relative = model_path.relative_to(request.staging / "model").as_posix()
     golden_format = golden.format if golden is not None else None
-    return Inspection(relative, bundle, nodes, kind, needs_gpu, mode, options, golden_format, formats, samples)
+    requires = spec.requires.to_json() if spec is not None else {}
+    return Inspection(relative, bundle, nodes, kind, needs_gpu, options, golden_format, formats, samples, requires)
 
 
 def tensors_budget(request: InspectRequest) -> ByteBudget:
@@ -228,9 +222,9 @@ def _parse_spec(request: InspectRequest) -> CheckSpec | None:
 
 
 def _task(fields: dict[str, str], spec: CheckSpec | None) -> dict[str, Any]:
-    """The options entry of the ``task`` field: none for ``reduce`` (the default, as jobs stored
-    before tasks existed), ``{"task": "precision"}`` when the spec can run a precision job."""
-    raw = fields.get("task", "").strip() or JobTask.REDUCE.value
+    """The ``JobOptions`` fields of the ``task`` field: none for ``reduce`` (the default),
+    ``{"task": JobTask.PRECISION}`` when the spec can run a precision job."""
+    raw = fields.get("task", "").strip() or JobOptions.task.value
     if raw not in tuple(JobTask):
         detail = f"task must be one of {', '.join(JobTask)}, not '{raw[:50]}'."
         raise ProblemError(422, "Invalid option", detail, errors=field_errors("task", detail))
@@ -250,14 +244,14 @@ def _task(fields: dict[str, str], spec: CheckSpec | None) -> dict[str, Any]:
         require_fp16_target(spec)
     except UsageError as exc:
         raise ProblemError(422, "Invalid check spec", str(exc), errors=field_errors("check_spec", str(exc))) from exc
-    return {"task": raw, "allow_nonfinite": True} if allow_nonfinite else {"task": raw}
+    return {"task": JobTask(raw), "allow_nonfinite": allow_nonfinite}
 
 
 def _allow_nonfinite(fields: dict[str, str], task: str) -> bool:
     """The ``allow_nonfinite`` field (the CLI's ``precision --allow-nonfinite``): a precision job
     then keeps the search's answer even where an fp16 tensor of the written model holds inf (by
     default the answer grows until none does). Off when left out; 422 for another task."""
-    raw = fields.get("allow_nonfinite", "false").strip().lower()
+    raw = fields.get("allow_nonfinite", str(JobOptions.allow_nonfinite).lower()).strip().lower()
     if raw not in ("true", "false", "1", "0"):
         detail = f"allow_nonfinite must be true or false, not '{raw[:50]}'."
         raise ProblemError(422, "Invalid option", detail, errors=field_errors("allow_nonfinite", detail))
@@ -276,21 +270,21 @@ def _refuse_golden_for_interactive(request: InspectRequest) -> None:
         raise ProblemError(422, "Invalid check spec", detail, errors=field_errors("golden", detail))
 
 
-def _options(fields: dict[str, str], interactive: bool = False) -> tuple[str, dict[str, Any]]:
-    """The form's mode and true/false options (``BOOL_FIELDS``; ``confirm_flaky`` is off by default
-    for an interactive job: a person would be asked the same question again)."""
-    mode = fields.get("mode", "auto").strip() or "auto"
+def form_options(fields: dict[str, str], interactive: bool = False) -> JobOptions:
+    """The form's mode and true/false options (``REDUCE_FLAGS``), each left out taking the
+    default of a new job (``JobOptions.for_new_job``: ``confirm_flaky`` off for an interactive one)."""
+    defaults = JobOptions.for_new_job(interactive)
+    mode = fields.get("mode", "").strip() or defaults.mode
     if mode not in MODES:
         raise ProblemError(422, "Invalid mode", f"mode '{mode[:50]}' is not one of: {', '.join(MODES)}.")
-    options: dict[str, Any] = {}
-    for name, default in BOOL_FIELDS.items():
-        left_out = default and not (interactive and name == "confirm_flaky")
-        raw = fields.get(name, str(left_out).lower()).strip().lower()
+    flags: dict[str, Any] = {}
+    for name in REDUCE_FLAGS:
+        raw = fields.get(name, str(getattr(defaults, name)).lower()).strip().lower()
         if raw not in ("true", "false", "1", "0"):
             detail = f"{name} must be true or false, not '{raw[:50]}'."
             raise ProblemError(422, "Invalid option", detail, errors=field_errors(name, detail))
-        options[name] = raw in ("true", "1")
-    return mode, options
+        flags[name] = raw in ("true", "1")
+    return replace(defaults, mode=mode, **flags)
 
 
 def _as_uploaded(detail: str, stored: Path, filename: str) -> str:

@@ -24,11 +24,12 @@ from sqlalchemy.orm import Session
 
 from api.golden import suffix_for
 from api.inputs import suffix_for as inputs_suffix
-from api.inspection import BOOL_FIELDS, Inspection, InspectRequest, Refusal, UploadLimits, safe_filename
+from api.inspection import Inspection, InspectRequest, Refusal, UploadLimits, form_options, safe_filename
 from api.labels import parse_labels
 from api.problems import ProblemError
 from api.services import Services
 from api.settings import ApiSettings
+from api.source_jobs import check_source, source_options
 from api.uploads import UploadedForm, read_form
 from checks.spec import INTERACTIVE_KIND
 from persistence import tracing
@@ -36,6 +37,7 @@ from persistence.contracts import QUEUE_INTERACTIVE, queue_for
 from persistence.enums import ArtifactKind, EventKind, JobStatus, JobTask
 from persistence.events import record_event
 from persistence.models import Job, Team, new_id, utcnow
+from persistence.options import REDUCE_FLAGS, JobOptions
 from persistence.repositories import ArtifactRepository, JobRepository
 from persistence.repositories.labels import LabelRepository
 from persistence.retention import blob_grace_s
@@ -65,17 +67,19 @@ def upload_limits(settings: ApiSettings) -> UploadLimits:
 
 def _same_request(job: Job, form: UploadedForm, golden_sha256: str | None, inputs_sha256: list[str]) -> bool:
     sent_golden = form.golden.sha256 if form.golden is not None else None
-    mode = form.fields.get("mode", "auto").strip() or "auto"
-    flags = {k: bool(job.options.get(k, default)) for k, default in BOOL_FIELDS.items()}  # older jobs: defaults
-    options = {k: form.fields.get(k, str(d).lower()).strip().lower() in ("true", "1") for k, d in BOOL_FIELDS.items()}
-    task = form.fields.get("task", "").strip() or JobTask.REDUCE.value
+    stored = JobOptions.from_stored(job.mode, job.options)
+    try:
+        sent = form_options(form.fields, interactive=job.queue == QUEUE_INTERACTIVE)
+    except ProblemError:
+        return False  # not what the stored job was made of
+    task = form.fields.get("task", "").strip() or JobOptions.task.value
     return (
         job.model_sha256 == form.sha256
         and job.check_spec == form.fields.get("check_spec")
-        and job.mode == mode
-        and options == flags
-        and task == JobTask.of(job.options).value
-        and _allows_nonfinite(form) == bool(job.options.get("allow_nonfinite", False))
+        and sent.mode == stored.mode
+        and all(getattr(sent, name) == getattr(stored, name) for name in REDUCE_FLAGS if name in job.options)
+        and task == stored.task.value
+        and _allows_nonfinite(form) == stored.allow_nonfinite
         and golden_sha256 == sent_golden
         and inputs_sha256 == [f.sha256 for f in form.inputs]
     )
@@ -166,6 +170,7 @@ class JobIntake:
     def _create(
         self, form: UploadedForm, inspection: Inspection, idempotency_key: str | None, labels: dict[str, str]
     ) -> Intake:
+        source = source_options(form.fields, form.fields.get("task", "").strip() or JobTask.REDUCE.value)
         job_id = new_id()
         self.job_dir = self.services.layout.job_dir(job_id)
         self.job_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -186,6 +191,8 @@ class JobIntake:
             """The job's row, its artifact rows and its first event: run again from the start
             when PostgreSQL aborts it as a conflict (``persistence.retry``)."""
             job = self._job_row(job_id, form, inspection, idempotency_key, status, queue)
+            check_source(session, self.team.id, source)  # the team's own succeeded reduce job
+            job.options = {**job.options, **source}
             JobRepository(session).add(job)
             LabelRepository(session).add(job_id, labels)
             self._artifact_rows(session, job, form, inspection)
@@ -223,9 +230,10 @@ class JobIntake:
             status=status,
             queue=queue,
             started_at=utcnow() if interactive else None,
-            mode=inspection.mode,
-            options=inspection.options,
+            mode=inspection.options.mode,
+            options=inspection.options.to_stored(),
             check_spec=form.fields["check_spec"],
+            requires=inspection.requires,
             check_kind=inspection.spec_kind,
             idempotency_key=idempotency_key,
             model_filename=safe_filename(form.filename),

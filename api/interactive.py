@@ -40,12 +40,13 @@ from jobflow import advance as flow
 from jobflow.answer import answer_payload
 from jobflow.ending import end, succeed
 from jobflow.recording import CheckRun
-from jobflow.reduction import NOT_RECHECKED, job_config, judged_blobs, store_final_models
+from jobflow.reduction import NOT_RECHECKED, judged_blobs, store_final_models
 from jobflow.stored_state import load_state
 from jobflow.units import new_unit, request_of
 from persistence.enums import ArtifactKind, ErrorCode, EventKind, JobStatus
 from persistence.events import VerdictNeededPayload, record_event
 from persistence.models import CheckUnit, Job, utcnow
+from persistence.options import JobOptions
 from persistence.repositories import ArtifactRepository, IterationRepository, JobRepository
 from persistence.repositories.units import ASKED, UnitRepository
 from persistence.retry import transaction
@@ -170,7 +171,7 @@ class _Step:
         self.workspace: Workspace = load_workspace(options, _Log())
         try:
             check = SessionCheck(InteractiveCheck("the iteration model"))
-            config = job_config(self.job.mode, dict(self.job.options))
+            config = JobOptions.from_stored(self.job.mode, self.job.options).session_config()
             state = load_state(self.session, self.job)
             self.reduction = ReductionSession.start(self.workspace, check, config, state, self.collector)
         except BaseException:

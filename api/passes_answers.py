@@ -9,13 +9,14 @@ from typing import Any
 from api.problems import ProblemError, field_errors
 from checks.pass_candidates import bisected_runtime
 from checks.spec import CheckSpec
+from persistence.enums import JobTask
 from persistence.models import Job
 
 TASK = "bisect-passes"
 
 
 def passes_options(spec: CheckSpec | None) -> dict[str, Any]:
-    """The options of a bisect-passes job; the spec must run the model on a target runtime."""
+    """The ``JobOptions`` fields of a bisect-passes job; the spec must run the model on a target runtime."""
     if spec is None:
         detail = "task bisect-passes needs an automatic check spec with a target, not kind: 'interactive'."
         raise ProblemError(422, "Invalid option", detail, errors=field_errors("task", detail))
@@ -24,7 +25,7 @@ def passes_options(spec: CheckSpec | None) -> dict[str, Any]:
     except ValueError as exc:
         detail = f"task bisect-passes: {exc}."
         raise ProblemError(422, "Invalid check spec", detail, errors=field_errors("check_spec", detail)) from None
-    return {"task": TASK}
+    return {"task": JobTask.BISECT_PASSES}
 
 
 def passes_view(job: Job) -> dict[str, Any] | None:

@@ -8,25 +8,27 @@ from typing import Any
 
 from api.problems import ProblemError, field_errors
 from checks.spec import CheckSpec
+from persistence.enums import JobTask
 from persistence.models import Job
+from persistence.options import JobOptions
 from reducer_core.release_bisect import ReleaseError, Run, max_release_checks, order_releases, replay
 
 
 def release_options(fields: dict[str, str], spec: CheckSpec | None) -> dict[str, Any]:
-    """The options of a bisect-releases job: ``releases`` (comma-separated versions, at least two;
+    """The ``JobOptions`` fields of a bisect-releases job: ``releases`` (comma-separated versions, at least two;
     left out: every release the farm advertises when the job starts) and ``flaky``."""
     if spec is None:
         detail = "task bisect-releases needs an automatic check spec, not kind: 'interactive'."
         raise ProblemError(422, "Invalid option", detail, errors=field_errors("task", detail))
-    options: dict[str, Any] = {"task": "bisect-releases"}
+    options: dict[str, Any] = {"task": JobTask.BISECT_RELEASES}
     raw = fields.get("releases", "").strip()
     if raw:
         try:
-            options["releases"] = list(order_releases(part.strip() for part in raw.split(",") if part.strip()))
+            options["releases"] = tuple(order_releases(part.strip() for part in raw.split(",") if part.strip()))
         except ReleaseError as exc:
             detail = f"releases: {exc} (comma-separated onnxruntime versions, e.g. 1.20.1,1.21.0,1.22.0)."
             raise ProblemError(422, "Invalid option", detail, errors=field_errors("releases", detail)) from None
-    flaky = fields.get("flaky", "false").strip().lower()
+    flaky = fields.get("flaky", str(JobOptions.flaky).lower()).strip().lower()
     if flaky not in ("true", "false", "1", "0"):
         detail = f"flaky must be true or false, not '{flaky[:50]}'."
         raise ProblemError(422, "Invalid option", detail, errors=field_errors("flaky", detail))
@@ -40,12 +42,13 @@ def release_view(job: Job) -> dict[str, Any] | None:
     answer = state.get("answer")
     if isinstance(answer, dict):
         return {**answer, "done": True}
-    releases = state.get("releases") or job.options.get("releases")
+    options = JobOptions.from_stored(job.mode, job.options)
+    releases = state.get("releases") or options.releases
     if not releases:
         return None
     runs = [Run.from_json(r) for r in state.get("runs", [])]
     try:
-        search = replay(releases, runs, bool(job.options.get("flaky", False)))
+        search = replay(releases, runs, options.flaky)
     except (ReleaseError, ValueError):
         return None
     settled = {v.release: v for v in search.judged}

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from engine.workspace import Workspace
 from persistence.bundles import write_bundle
 from persistence.enums import ArtifactKind
+from persistence.options import JobOptions
 from persistence.repositories import IterationRepository
 from persistence.store import ArtifactStore, StoredBlob
 from reducer_core.candidate import Candidate
@@ -28,24 +29,12 @@ from reducer_core.verification import JUDGED, MIN_BAD, MIN_GOOD, Verified, agree
 NOT_RECHECKED = "not-rechecked"  # an interactive job's final model differs from what the person judged
 
 
-def job_config(mode: str, options: dict[str, Any]) -> SessionConfig:
-    """A job's session options: the command line's defaults; min-good always wanted (it is stored).
-    ``confirm_flaky``: the api stores it with every new job (on unless the upload says false); a job
-    stored before it existed has none and keeps it off, so its saved session resumes unchanged. It
-    matters to reduce jobs only: a precision job's session takes no ``SessionConfig``. ``reduce_data``
-    (smaller input sizes at the end) likewise: the api stores it with every new job (off unless the
-    upload says true; jobs stored while it was on by default have ``true`` stored and resume with
-    it); a job stored before it existed keeps it off, its saved session unchanged."""
-    return SessionConfig(
-        mode=mode,
-        reduce_inputs=bool(options.get("reduce_inputs", True)),
-        reduce_outputs=bool(options.get("reduce_outputs", True)),
-        pin_signature=bool(options.get("pin_signature", True)),
-        confirm_flaky=bool(options.get("confirm_flaky", False)),
-        reduce_data=bool(options.get("reduce_data", False)),
-        localize=True,
-        min_good=True,
-    )
+def job_config(mode: str, options: Mapping[str, Any]) -> SessionConfig:
+    """A job's session options from its row (``JobOptions.from_stored``: a job stored before an
+    option existed runs as it did, so its saved session resumes unchanged); min-good always wanted
+    (it is stored). They matter to reduce jobs only: a precision job's session takes no
+    ``SessionConfig``."""
+    return JobOptions.from_stored(mode, options).session_config()
 
 
 @dataclass

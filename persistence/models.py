@@ -73,6 +73,8 @@ class Job(Base):
     options: Mapped[dict[str, Any]] = mapped_column(default=dict)
     check_spec: Mapped[str] = mapped_column(Text)
     check_kind: Mapped[str] = mapped_column(String(32))
+    # the spec's ``requires`` (``checks.requirements.Requirements`` JSON; {}: any worker), stored at intake
+    requires: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
     idempotency_key: Mapped[str | None] = mapped_column(String(200), default=None)
     model_filename: Mapped[str] = mapped_column(String(255))
     model_sha256: Mapped[str] = mapped_column(String(64))

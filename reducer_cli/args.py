@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from checks.memory import parse_size
+from persistence.options import JobOptions
 from reducer_cli.client_args import add_client_parsers
 from reducer_cli.passes_cmd import add_passes_parser
 from reducer_cli.phases import phase_legend
@@ -216,7 +217,7 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mode",
         choices=MODES,
-        default="auto",
+        default=JobOptions.mode,
         help="bisect: O(log N), Polygraphy's outputs-then-inputs search. linear: one node at a "
         "time. minimize: delta debugging, ends 1-minimal. auto (default): optimistic descent, "
         "then minimize; fewest checks for the smallest result.",
@@ -252,7 +253,7 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         "--reduce-data",
         dest="reduce_data",
         action="store_true",
-        default=False,
+        default=JobOptions.reduce_data,
         help="Once the graph is minimal, shrink the min-bad model's input sizes (batch, sequence...) "
         "and then its weights to the smallest that still fail the same way; each step costs a check "
         "(about 2*log2(size) at most per size). Sizes given with --model-input-shapes and the inputs "

@@ -27,6 +27,7 @@ from engine.data_loader import parse_val_ranges
 from engine.parallel import SlotWork
 from engine.session import ReductionSession, SessionCheck, SlotSessionHooks
 from engine.workspace import ReduceOptions, Workspace
+from persistence.options import JobOptions
 from reducer_cli.args import EXIT_OK, EXIT_SUSPECT, EXIT_UNVERIFIED
 from reducer_cli.bundle_cmd import write_cli_bundle
 from reducer_cli.check_inputs import check_golden
@@ -153,12 +154,14 @@ def config_from_args(args: argparse.Namespace) -> SessionConfig:
 
 
 def confirms_flaky(args: argparse.Namespace) -> bool:
-    """``--confirm-flaky``/``--no-confirm-flaky``; by default on, but for interactive verdicts (no
-    ``--check`` and no ``--check-spec``: a person would be asked the same question again)."""
+    """``--confirm-flaky``/``--no-confirm-flaky``; left out, a new job's default
+    (``JobOptions.for_new_job``: on, but for interactive verdicts, no ``--check`` and no
+    ``--check-spec``: a person would be asked the same question again)."""
     asked = getattr(args, "confirm_flaky", None)
     if asked is not None:
         return bool(asked)
-    return args.check is not None or getattr(args, "check_spec", None) is not None
+    interactive = args.check is None and getattr(args, "check_spec", None) is None
+    return JobOptions.for_new_job(interactive).confirm_flaky
 
 
 def plan_from_args(args: argparse.Namespace) -> SlotPlan:

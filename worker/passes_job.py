@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from checks.spec import CheckSpec, ModelCheck, parse_check_spec
 from engine.pass_bisect import PassBisection
 from jobflow.ending import succeed
+from persistence.options import JobOptions
 from persistence.repositories import IterationRepository, JobRepository
 from persistence.retry import transaction
 from reducer_core.pass_bisect import PassAnswer, ProbeRecord
@@ -73,8 +74,7 @@ def _search(
 def _load(ctx: RunnerContext, job_id: str) -> tuple[str, Pinning, list[ProbeRecord], JobInput]:
     with ctx.db.session() as session:
         job = going_on(ctx, JobRepository(session).get(job_id))
-        pinned = job.options.get("pin_signature", True)
-        pinning = Pinning.of(pinned if isinstance(pinned, bool) else Pinning(str(pinned)))
+        pinning = Pinning.of(JobOptions.from_stored(job.mode, job.options).pin_signature)
         state = job.session_state or {}
         stored = [ProbeRecord.from_json(p) for p in state.get("probes", [])] if state.get("task") == TASK else []
         return job.check_spec, pinning, stored, JobInput.of(session, job)

@@ -30,9 +30,9 @@ from checks.user_inputs import complete_samples, golden_from_samples, load_user_
 from engine.precision import PrecisionPlan
 from engine.session import ReductionSession, SessionCheck
 from engine.workspace import ReduceOptions, Workspace, load_workspace
-from jobflow.reduction import job_config
 from persistence.enums import ArtifactKind, JobTask
 from persistence.models import Job
+from persistence.options import JobOptions
 from persistence.repositories import ArtifactRepository
 from persistence.store import ArtifactStore
 from reducer_core.candidate import Candidate
@@ -65,6 +65,7 @@ class JobInput:
 
     @classmethod
     def of(cls, session: Session, job: Job) -> JobInput:
+        options = JobOptions.from_stored(job.mode, job.options)
         artifacts = ArtifactRepository(session)
         golden = artifacts.get(job.id, ArtifactKind.GOLDEN, "golden")
         original = artifacts.get(job.id, ArtifactKind.ORIGINAL, "original")
@@ -75,13 +76,13 @@ class JobInput:
         return cls(
             job_id=job.id,
             spec_text=job.check_spec,
-            config=job_config(job.mode, dict(job.options)),
+            config=options.session_config(),
             model_path=job.model_path,
             golden=(golden.storage_key, golden.sha256, str(golden.meta.get("format", "zip"))) if golden else None,
-            task=JobTask.of(job.options),
+            task=options.task,
             inputs=inputs,
             original=(original.storage_key, bool(original.meta.get("bundle"))) if original else None,
-            allow_nonfinite=bool(job.options.get("allow_nonfinite", False)),
+            allow_nonfinite=options.allow_nonfinite,
         )
 
 

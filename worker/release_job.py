@@ -26,9 +26,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from checks.runtime_envs import RuntimeEnv
-from checks.spec import CheckSpec, parse_check_spec
+from checks.spec import CheckSpec, parse_check_spec, requirements_of
 from jobflow.ending import succeed
 from persistence.enums import JobStatus
+from persistence.options import JobOptions
 from persistence.repositories import IterationRepository, JobRepository, WorkerRepository
 from persistence.retry import transaction
 from reducer_core.errors import CheckInfraError, UsageError
@@ -161,15 +162,15 @@ def _load(ctx: RunnerContext, job_id: str) -> tuple[_Stored, JobInput]:
     with ctx.db.session() as session:
         job = going_on(ctx, JobRepository(session).get(job_id))
         state = dict(job.session_state or {})
-        options = dict(job.options)
-        releases = state.get("releases") or options.get("releases")
+        options = JobOptions.from_stored(job.mode, job.options)
+        releases = state.get("releases") or options.releases
         stored = _Stored(
             releases=tuple(str(r) for r in releases) if releases else None,
             runs=tuple(Run.from_json(r) for r in state.get("runs", [])),
             spec_text=str(state.get("spec") or job.check_spec),
             current_spec=job.check_spec,
-            flaky=bool(options.get("flaky", False)),
-            pinned=bool(options.get("pin_signature", True)),
+            flaky=options.flaky,
+            pinned=options.pin_signature,
             queue=job.queue,
         )
         return stored, JobInput.of(session, job)
@@ -241,6 +242,7 @@ def _hand_over(
         if job.cancel_requested:  # queued again it would wait for ever: no claim takes a cancelled job
             raise JobCancelledError()
         job.check_spec = spec_requiring(stored.spec_text, release)
+        job.requires = requirements_of(job.check_spec).to_json()  # a worker that offers the release takes it
         job.session_state = _state(stored, search)
         job.state_version += 1
         job.status = JobStatus.QUEUED
@@ -265,6 +267,7 @@ def _finish(ctx: RunnerContext, job_id: str, attempt: int, stored: _Stored, answ
         job = held(session, job_id, attempt)
         data = with_iteration_links(job_id, answer.to_json(), IterationRepository(session).list(job_id, 0, 1000))
         job.check_spec = stored.spec_text
+        job.requires = requirements_of(stored.spec_text).to_json()
         job.nodes_before = job.nodes_after = nodes
         job.session_state = {**(job.session_state or {}), "answer": data}
         job.state_version += 1

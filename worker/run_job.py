@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from checks.capabilities import unmet
-from checks.spec import requirements_of
+from checks.requirements import Requirements
 from jobflow.ending import end, record_end
 from persistence.enums import EventKind, JobStatus
 from persistence.fairshare import fair_order
@@ -32,6 +32,7 @@ from persistence.jsonlog import bind_job
 from persistence.models import Job
 from persistence.repositories import ClaimResult, EventRepository, JobRepository
 from persistence.repositories.units import FINISH, UnitRepository, Work
+from persistence.requirements import stored_requirements
 from persistence.retry import transaction
 from worker.claims import claim_unit
 from worker.context import RunnerContext
@@ -87,7 +88,7 @@ def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
     with ctx.db.session() as session:
         job = JobRepository(session).get(job_id)
         ended = job is None or job.status.terminal
-        missing = [] if job is None or ended else _unmet(ctx, job.check_spec)
+        missing = [] if job is None or ended else _unmet(ctx, stored_requirements(job.requires))
     if missing:
         log.info(
             "job %s needs %s, which this worker (%s) does not offer; it is left for a worker that does",
@@ -174,11 +175,11 @@ def _claim_unit(ctx: RunnerContext, session: Session, item: Work) -> _Found | No
 
 def _servable(ctx: RunnerContext, item: Work) -> bool:
     """Whether this worker meets the job's ``requires`` (a worker without capabilities: any job)."""
-    return not _unmet(ctx, item.check_spec)
+    return not _unmet(ctx, item.requires)
 
 
-def _unmet(ctx: RunnerContext, check_spec: str) -> list[str]:
-    return [] if ctx.capabilities is None else unmet(requirements_of(check_spec), ctx.capabilities)
+def _unmet(ctx: RunnerContext, requires: Requirements) -> list[str]:
+    return [] if ctx.capabilities is None else unmet(requires, ctx.capabilities)
 
 
 def _end_cancelled(ctx: RunnerContext) -> None:

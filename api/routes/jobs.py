@@ -43,6 +43,7 @@ from persistence.contracts import QUEUE_INTERACTIVE
 from persistence.enums import EventKind, JobStatus, JobTask
 from persistence.events import record_event
 from persistence.models import Job
+from persistence.options import JobOptions
 from persistence.repositories import (
     RETRYABLE_ERRORS,
     ArtifactRepository,
@@ -52,9 +53,11 @@ from persistence.repositories import (
 from persistence.repositories.labels import LabelRepository
 from persistence.retry import transaction
 from reducer_core.samples import parse_samples_note
+from reducer_core.strategies import MODES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 log = logging.getLogger("onnx_reducer.api")
+_DEFAULTS = JobOptions.for_new_job()  # each option's default, stated once (persistence.options)
 
 _UPLOAD_DOC = {
     "requestBody": {
@@ -84,10 +87,11 @@ _UPLOAD_DOC = {
                             "Polygraphy JSON, one per feed dict; several files are several samples, in order): "
                             "a compare/golden/error check judges every one; not with 'golden'",
                         },
-                        "mode": {"type": "string", "enum": ["auto", "bisect", "linear", "minimize"]},
+                        "mode": {"type": "string", "enum": list(MODES), "default": _DEFAULTS.mode},
                         "task": {
                             "type": "string",
-                            "enum": ["reduce", "precision", "bisect-releases", "bisect-passes"],
+                            "enum": list(JobTask),
+                            "default": _DEFAULTS.task.value,
                             "description": "reduce (default): the smallest failing subgraph; precision: the "
                             "fewest nodes that must stay fp32 for the fp16 model to pass the check spec (its "
                             "target runs onnxruntime in fp16); the answer is the job's keep_fp32 and its "
@@ -102,19 +106,32 @@ _UPLOAD_DOC = {
                         },
                         "flaky": {
                             "type": "boolean",
+                            "default": _DEFAULTS.flaky,
                             "description": "bisect-releases: the check fails only some of the time; a pass "
                             "counts after repeated passing runs",
                         },
                         "model_path": {"type": "string", "description": "the model inside a bundle"},
-                        "reduce_inputs": {"type": "boolean"},
-                        "reduce_outputs": {"type": "boolean"},
-                        "pin_signature": {"type": "boolean"},
+                        "reduce_inputs": {"type": "boolean", "default": _DEFAULTS.reduce_inputs},
+                        "reduce_outputs": {"type": "boolean", "default": _DEFAULTS.reduce_outputs},
+                        "pin_signature": {"type": "boolean", "default": _DEFAULTS.pin_signature},
                         "confirm_flaky": {
                             "type": "boolean",
-                            "default": True,
+                            "default": _DEFAULTS.confirm_flaky,
                             "description": "re-check what makes an answer of 2 to 3 nodes look minimal, up "
                             "to 3 checks, so a flaky single culprit is found (the CLI's default; false: "
-                            "--no-confirm-flaky; reduce jobs only)",
+                            "--no-confirm-flaky; reduce jobs only; left out of a kind: interactive job: false)",
+                        },
+                        "reduce_data": {
+                            "type": "boolean",
+                            "default": _DEFAULTS.reduce_data,
+                            "description": "once the graph is minimal, shrink the min-bad model's input sizes "
+                            "and weights (the CLI's --reduce-data; reduce jobs only)",
+                        },
+                        "allow_nonfinite": {
+                            "type": "boolean",
+                            "default": _DEFAULTS.allow_nonfinite,
+                            "description": "precision: keep the search's answer even where an fp16 tensor "
+                            "holds inf (the CLI's precision --allow-nonfinite)",
                         },
                         "labels": {
                             "type": "string",

@@ -17,8 +17,10 @@ from typing import Any
 from sqlalchemy import Select, and_, bindparam, exists, func, insert, null, or_, select, update
 from sqlalchemy.orm import Session
 
+from checks.requirements import Requirements
 from persistence.enums import ACTIVE_STATUSES, JobStatus
 from persistence.models import CheckUnit, Job, Team, Worker, utcnow
+from persistence.requirements import stored_requirements
 
 QUEUED, RUNNING, DONE, CANCELLED, ASKED = "queued", "running", "done", "cancelled", "asked"
 ACTIVE = (QUEUED, RUNNING, ASKED)
@@ -60,7 +62,7 @@ class Work:
     team: str
     job_created: datetime
     number: int
-    check_spec: str
+    requires: Requirements  # the job's, as stored at intake (``jobs.requires``): no spec parsed per take
 
 
 @dataclass(frozen=True)
@@ -292,7 +294,7 @@ class UnitRepository:
                 Team.name,
                 Job.created_at,
                 CheckUnit.number,
-                Job.check_spec,
+                Job.requires,
             )
             .join(Job, Job.id == CheckUnit.job_id)
             .join(Team, Team.id == Job.team_id)
@@ -306,7 +308,7 @@ class UnitRepository:
             limit,
         )
         job_rows = _oldest_per_team(
-            select(Job.id, Team.name, Job.created_at, Job.check_spec)
+            select(Job.id, Team.name, Job.created_at, Job.requires)
             .join(Team, Team.id == Job.team_id)
             .where(
                 Job.status == JobStatus.QUEUED,
@@ -320,7 +322,7 @@ class UnitRepository:
         # a queued check waits for a worker; an asked one for a person (an interactive job): held
         waiting = exists().where(CheckUnit.job_id == Job.id, CheckUnit.status.in_([QUEUED, ASKED]))
         unheld_rows = _oldest_per_team(
-            select(Job.id, Team.name, Job.created_at, Job.check_spec)
+            select(Job.id, Team.name, Job.created_at, Job.requires)
             .join(Team, Team.id == Job.team_id)
             .where(
                 Job.status == JobStatus.RUNNING,
@@ -333,11 +335,16 @@ class UnitRepository:
         )
         units, jobs, unheld = (self.session.execute(rows).all() for rows in (unit_rows, job_rows, unheld_rows))
         work = [
-            Work(FINISH if kind == FINISH else "unit", uid, jid, str(team), created, number, spec)
-            for uid, kind, jid, team, created, number, spec in units
+            Work(FINISH if kind == FINISH else "unit", uid, jid, str(team), created, number, stored_requirements(req))
+            for uid, kind, jid, team, created, number, req in units
         ]
-        work += [Work("job", jid, jid, str(team), created, 0, spec) for jid, team, created, spec in jobs]
-        work += [Work("resume", jid, jid, str(team), created, 0, spec) for jid, team, created, spec in unheld]
+        work += [
+            Work("job", jid, jid, str(team), created, 0, stored_requirements(req)) for jid, team, created, req in jobs
+        ]
+        work += [
+            Work("resume", jid, jid, str(team), created, 0, stored_requirements(req))
+            for jid, team, created, req in unheld
+        ]
         return work
 
     def team_loads(self, window_s: float = 86400.0) -> dict[str, TeamLoad]:

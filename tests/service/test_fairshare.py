@@ -6,14 +6,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from checks.requirements import Requirements
 from persistence.fairshare import fair_order, jobs_ahead, parse_shares
 from persistence.repositories.units import TeamLoad, Work
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+NONE = Requirements()
 
 
 def _job(team: str, job_id: str, minute: int, kind: str = "job", number: int = 0) -> Work:
-    return Work(kind, job_id if kind == "job" else number, job_id, team, T0 + timedelta(minutes=minute), number, "")
+    return Work(kind, job_id if kind == "job" else number, job_id, team, T0 + timedelta(minutes=minute), number, NONE)
 
 
 def test_teams_take_turns_and_a_team_s_oldest_job_goes_first() -> None:

@@ -25,7 +25,9 @@ down_revision: str | None = "webhook_disabled"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_JOBS = sa.table("jobs", sa.column("id", sa.String()), sa.column("check_spec", sa.Text()), sa.column("requires", sa.JSON()))
+_JOBS = sa.table(
+    "jobs", sa.column("id", sa.String()), sa.column("check_spec", sa.Text()), sa.column("requires", sa.JSON())
+)
 
 
 def upgrade() -> None:
