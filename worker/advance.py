@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
@@ -32,7 +33,7 @@ from jobflow.recording import CheckRun
 from jobflow.units import new_unit
 from persistence.enums import ArtifactKind
 from persistence.models import Job
-from persistence.repositories import ArtifactRepository
+from persistence.repositories import ArtifactRepository, JobRepository
 from persistence.repositories.units import UnitRepository
 from persistence.store import StoredBlob
 from reducer_core.localization import LayerwiseResult
@@ -42,7 +43,7 @@ from worker.context import RunnerContext
 from worker.endings import ending_of
 from worker.farm_cache import FarmLink
 from worker.live_session import LIVE
-from worker.prepared import PreparedJob
+from worker.prepared import PREPARED, PreparedJob
 
 log = logging.getLogger("onnx_reducer.worker")
 
@@ -155,3 +156,25 @@ def _queue_next(
     requests = reduction.next_requests(wanted, survey.in_flight)  # numbered by the session (in flight: the same number)
     units.add(job.id, [new_unit(r) for r in requests])
     return len(requests), survey.others_waiting
+
+
+def announce(ctx: RunnerContext, job_id: str, queue: str, outcome: Advanced) -> None:
+    """After the commit: wake the SSE followers, and send one message per queued check but one:
+    this worker goes on to take the next piece of work itself (a message only says "there is
+    work", so the count is what matters, whichever work each worker then takes)."""
+    if outcome.seq:
+        ctx.notify(job_id, outcome.seq)
+    for _ in range(outcome.queued - 1):
+        ctx.wake(job_id, queue)
+    if outcome.ended:
+        cleanup_if_ended(ctx, job_id)
+
+
+def cleanup_if_ended(ctx: RunnerContext, job_id: str) -> None:
+    """An ended job's prepared model and scratch go (its stored artifacts stay)."""
+    with ctx.db.session() as session:
+        job = JobRepository(session).get(job_id)
+        ended = job is None or job.status.terminal
+    if ended:
+        PREPARED.drop(job_id)
+        shutil.rmtree(ctx.layout.work_dir(job_id), ignore_errors=True)

@@ -1,5 +1,5 @@
 """A cancel reaches a job while this process prepares it (``worker.prepared.PREPARING``): loading a
-big model takes many seconds and checks no cancel flag, so a thread looks every
+big model takes many seconds and checks no cancel flag, so the process's scheduler looks every
 ``CANCEL_LOOK_S`` (a query only while something is being prepared) and ends a cancelled one at
 once (cancelled, its checks cancelled); a job ended or deleted meanwhile is seen too. Each such
 preparation is stopped (``worker.preparing``: raised in the preparing thread, which removes what
@@ -9,7 +9,6 @@ the job's folder and exits, freeing the model's memory (``worker.local_child``).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from sqlalchemy import select
@@ -49,22 +48,17 @@ def end_cancelled_preparations(ctx: RunnerContext) -> list[str]:
     return cancelled
 
 
-def start_cancel_watch(
-    ctx: RunnerContext, on_cancelled: Callable[[list[str]], None] | None = None, stop: threading.Event | None = None
-) -> threading.Thread:
-    """The watching thread (a daemon); ``on_cancelled`` runs after it ended jobs."""
-    stopped = stop or threading.Event()
+def cancel_watch(ctx: RunnerContext, on_cancelled: Callable[[list[str]], None] | None = None) -> Callable[[], None]:
+    """The watch, as a duty of the process's scheduler (``worker.scheduler``: every
+    ``CANCEL_LOOK_S``); ``on_cancelled`` runs after it ended jobs."""
 
-    def watch() -> None:
-        while not stopped.wait(CANCEL_LOOK_S):
-            try:
-                cancelled = end_cancelled_preparations(ctx)
-            except Exception as exc:  # noqa: BLE001 - the database is away: look again later
-                log.debug("cancel watch: %s", type(exc).__name__)
-                continue
-            if cancelled and on_cancelled is not None:
-                on_cancelled(cancelled)
+    def look() -> None:
+        try:
+            cancelled = end_cancelled_preparations(ctx)
+        except Exception as exc:  # noqa: BLE001 - the database is away: look again later
+            log.debug("cancel watch: %s", type(exc).__name__)
+            return
+        if cancelled and on_cancelled is not None:
+            on_cancelled(cancelled)
 
-    thread = threading.Thread(target=watch, name="cancel-watch", daemon=True)
-    thread.start()
-    return thread
+    return look

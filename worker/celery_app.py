@@ -9,7 +9,7 @@ wake-ups to idle ones), json only. The solo pool acknowledges a message when its
 a worker killed meanwhile leaves its message in Redis, which hands it out again after its
 visibility timeout (Celery's default hour) as one more wake-up: harmless, and nothing waits for
 it. Lost work is found by every idle worker, which looks in the database every
-``WORKER_POLL_S`` (``worker.poll``); a wake-up that cannot be sent (Redis away) is logged and
+``WORKER_POLL_S`` (``worker.process``); a wake-up that cannot be sent (Redis away) is logged and
 dropped for the same reason."""
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from checks.lifeline import kill_orphaned_checks, mark_owner
 from persistence.contracts import QUEUES, RUN_JOB_TASK
 from persistence.jsonlog import configure_logging
 from persistence.notify import RedisNotifier
-from worker.cancel_watch import start_cancel_watch
-from worker.context import RunnerContext, context_from_settings
-from worker.node import WorkerNode, lower_priority, worker_name
+from worker.context import RunnerContext, context_from_settings, worker_name
+from worker.process import WorkerProcess, lower_priority
 from worker.settings import WorkerSettings, load_worker_settings
 from worker.webhooks import WebhookDelivery
 
@@ -46,7 +45,7 @@ class _CeleryWorker:
     def __init__(self, app: Celery, settings: WorkerSettings) -> None:
         self.app, self.settings = app, settings
         self.queues: list[str] = list(QUEUES)
-        self._node: WorkerNode | None = None
+        self._process: WorkerProcess | None = None
         self._webhooks: WebhookDelivery | None = None
 
     @functools.cached_property
@@ -66,15 +65,15 @@ class _CeleryWorker:
             )
 
     @property
-    def node(self) -> WorkerNode:
-        if self._node is None:
-            self._node = WorkerNode(self.settings, self.ctx, self.queues)
-            self.ctx.on_work = self._node.activity.switch  # the farm view shows the job it works on
-        return self._node
+    def process(self) -> WorkerProcess:
+        if self._process is None:
+            self._process = WorkerProcess(self.settings, self.ctx, self.queues)
+            self.ctx.on_work = self._process.activity.switch  # the farm view shows the job it works on
+        return self._process
 
     def run_job_task(self, job_id: str) -> str:
         """The whole task: take work from the database, starting with ``job_id``'s."""
-        return self.node.poller.wake(job_id).value
+        return self.process.wake(job_id).value
 
     def on_setup(self, sender: Any = None, instance: Any = None, **_: Any) -> None:
         """Before consuming: note the queues, mark and clean up check processes, detect capabilities."""
@@ -90,21 +89,18 @@ class _CeleryWorker:
         killed = kill_orphaned_checks()
         if killed:
             log.warning("killed %d check processes left behind by a worker that is gone", killed)
-        log.info("worker %s offers %s", worker_name(), self.node.identity.capabilities.to_json())
+        log.info("worker %s offers %s", worker_name(), self.process.identity.capabilities.to_json())
 
     def on_ready(self, sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is self.app:
-            self.node.presence.start()
-            self.node.poller.start()
-            start_cancel_watch(self.ctx)  # a cancel reaches a job in preparation at once
+            self.process.start()  # its heartbeat, its poll, its cancel watch: one scheduler
             self._webhooks = WebhookDelivery(self.ctx.db, self.settings).start()
 
     def on_shutdown(self, sender: Any = None, **_: Any) -> None:
         if self._webhooks is not None:
             self._webhooks.stop()
-        if self._node is not None:
-            self._node.poller.stop()
-            self._node.presence.stop()
+        if self._process is not None:
+            self._process.stop()
 
 
 def create_celery_app(settings: WorkerSettings) -> Celery:

@@ -38,7 +38,7 @@ class FarmSize:
         return last[1]
 
 
-def process_name() -> str:
+def worker_name() -> str:
     """Unique while the process runs: the host and the process id (the worker a check ran on)."""
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -60,12 +60,12 @@ class RunnerContext:
     team_shares: dict[str, float] = field(default_factory=dict)
     worker_seen_s: float = 60.0  # a worker with a heartbeat this recent counts as a free slot
     farm_size: FarmSize = field(default_factory=FarmSize)  # those workers, counted at most once a second
-    worker: str = field(default_factory=process_name)
+    worker: str = field(default_factory=worker_name)
     queues: tuple[str, ...] = QUEUES  # the queues whose work this process takes
     capabilities: Capabilities | None = None  # what this worker offers (None: it takes any job)
     runtime_envs: tuple[RuntimeEnv, ...] = ()  # other onnxruntime releases' environments (RUNTIME_ENVS)
     on_work: Callable[[str], None] = field(default=lambda job_id: None)  # the job whose work it takes now
-    # what this worker runs checks on (set by ``WorkerNode``); None: unknown, verdicts not shared
+    # what this worker runs checks on (set by ``WorkerProcess``); None: unknown, verdicts not shared
     runtime: Capabilities | None = None
     farm_verdict_cache: bool = True
     share_verdicts_across_teams: bool = False

@@ -18,14 +18,13 @@ from persistence.models import utcnow
 from persistence.repositories import ArtifactRepository, JobRepository
 from persistence.repositories.units import UnitRepository
 from persistence.retry import transaction
-from worker.advance import Advanced, advance
+from worker.advance import Advanced, advance, announce
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError, JobTimedOutError, deadline_of, ending_errors
 from worker.lease import Heartbeat
 from worker.passes_job import run_passes_job
 from worker.prepared import PREPARED, JobInput
 from worker.release_job import run_release_job
-from worker.unit_run import announce
 
 
 def start_job(ctx: RunnerContext, job_id: str) -> None:

@@ -1,5 +1,5 @@
 """Embedded mode's runner: ``LOCAL_WORKERS`` slots (threads) that handle work like Celery workers
-do (the same ``WorkPoller``, ``JobHandler`` and ``run_job``), woken by the api after each commit.
+do (the same ``WorkerProcess`` and ``run_job``), woken by the api after each commit.
 Each slot shows in the farm's worker list like a worker, so a job's checks spread over the slots as
 over a farm. A slot with nothing handed to it looks in the database every ``POLL_S`` (the checks
 queued by a job process cannot reach this process's queue; the jobs a previous server left
@@ -25,8 +25,8 @@ import time
 from checks.lifeline import kill_orphaned_checks, mark_owner
 from persistence.contracts import QUEUES
 from persistence.repositories import ClaimResult
-from worker.context import RunnerContext
-from worker.node import WorkerNode, worker_name
+from worker.context import RunnerContext, worker_name
+from worker.process import WorkerProcess
 from worker.settings import WorkerSettings
 from worker.webhooks import WebhookDelivery
 
@@ -47,7 +47,7 @@ class LocalRunner:
         # named a worker that matched neither slot, and each slot showed the job's first check.
         names = [_slot_name(i, slots) for i in range(slots)]
         self.nodes = [
-            WorkerNode(
+            WorkerProcess(
                 self.settings, dataclasses.replace(ctx, worker=name), QUEUES, name=name, gpu_queue_needs_gpu=True
             )
             for name in names
@@ -64,7 +64,7 @@ class LocalRunner:
         self.webhooks = WebhookDelivery(ctx.db, self.settings)  # this server's deliveries (worker.webhooks)
         if jobs_in_child:
             for node in self.nodes:
-                node.handler.run_job = self._run_in_child
+                node.run_job = self._run_in_child
 
     def __call__(self, job_id: str, queue: str) -> None:
         """The api's ``Enqueue`` (and the slots' wake-up): every queue runs here in embedded mode."""
@@ -76,7 +76,7 @@ class LocalRunner:
         for thread in self.threads:
             thread.start()
         for node in self.nodes:
-            node.presence.start()
+            node.start(poll=False, watch_cancels=False)  # each slot looks for work itself (_loop)
         self.webhooks.start()
         return self
 
@@ -90,7 +90,7 @@ class LocalRunner:
         for thread in self.threads:
             thread.join(timeout)
         for node in self.nodes:
-            node.presence.stop()
+            node.stop()
         self.webhooks.stop()
         self.ctx.db.dispose()
 
@@ -116,7 +116,7 @@ class LocalRunner:
         command = [sys.executable, "-m", "worker.local_child", "-", runtime, slot_worker]  # the slot's name
         return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    def _loop(self, node: WorkerNode) -> None:
+    def _loop(self, node: WorkerProcess) -> None:
         if self.jobs_in_child:
             self.spares[threading.current_thread().name] = self._spawn(node.identity.name)
         while not self._stopping.is_set():
@@ -127,10 +127,10 @@ class LocalRunner:
             if job_id == _STOP:
                 return
             if job_id is None:
-                node.poller.look()
+                node.look()
                 continue
             try:
-                node.poller.wake(job_id)
+                node.wake(job_id)
             except Exception:
                 log.exception("job %s failed in the local runner", job_id)
                 time.sleep(0.1)

@@ -22,13 +22,14 @@ from checks.capabilities import Capabilities
 from checks.lifeline import die_with_parent_now
 from persistence.jsonlog import configure_logging
 from persistence.repositories import ClaimResult
-from worker.cancel_watch import start_cancel_watch
+from worker.advance import cleanup_if_ended
+from worker.cancel_watch import CANCEL_LOOK_S, cancel_watch
 from worker.context import RunnerContext, context_from_settings
-from worker.node import lower_priority
+from worker.process import lower_priority
 from worker.release_envs import advertised_envs
 from worker.run_job import run_job, waiting_job
+from worker.scheduler import Scheduler
 from worker.settings import WorkerSettings
-from worker.unit_run import cleanup_if_ended
 
 LINGER_S = 5.0
 LOOK_S = 0.2
@@ -50,7 +51,8 @@ def main(argv: list[str]) -> int:
         ctx.runtime_envs = advertised_envs(settings.runtime_envs, ctx.capabilities)  # probed by the slot
     if len(argv) > 2:
         ctx.worker = argv[2]  # the embedded slot this process works for: its checks show under that name
-    start_cancel_watch(ctx, lambda jobs: _exit_after_cancel(ctx, jobs))  # a cancel reaches a job in preparation
+    watch = cancel_watch(ctx, lambda jobs: _exit_after_cancel(ctx, jobs))  # a cancel reaches a job in preparation
+    Scheduler("job-process").start().every(CANCEL_LOOK_S, watch, "cancel-watch")
     try:
         result = run_job(job_id, ctx)
         _linger(ctx)

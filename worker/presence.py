@@ -1,4 +1,4 @@
-"""A worker's presence in the farm: one background thread that, every ``WORKER_HEARTBEAT_S``,
+"""A worker's presence in the farm: a heartbeat that, every ``WORKER_HEARTBEAT_S``,
 
 * reports the worker (queues, capabilities, current job, busy time) in the ``workers`` table and
   drops the rows of workers silent for ``WORKER_FORGET_AFTER_S``;
@@ -8,8 +8,8 @@
   retention.
 
 A database that cannot be reached (at start or later) is retried with a growing pause (1 s, 2 s,
-... up to 30 s), logged once per outage. Work itself is found by ``worker.poll``: the database is
-the queue, and messages only wake workers."""
+... up to 30 s), logged once per outage. Work itself is found by the worker's poll
+(``worker.process``): the database is the queue, and messages only wake workers."""
 
 from __future__ import annotations
 
@@ -104,7 +104,8 @@ class PresenceTimings:
 
 
 class WorkerPresence:
-    """The heartbeat thread (module doc)."""
+    """The heartbeat (module doc): ``beat``, a duty of the worker process's scheduler
+    (``worker.process``), which runs it again after the pause it returns."""
 
     def __init__(
         self,
@@ -114,45 +115,33 @@ class WorkerPresence:
         timings: PresenceTimings,
     ) -> None:
         self.ctx, self.identity, self.activity, self.timings = ctx, identity, activity, timings
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="worker-presence", daemon=True)
+        self._failures = 0
         self._next_sweep = 0.0
         self._next_retention = 0.0
-        activity.on_change = self._wake.set
 
-    def start(self) -> WorkerPresence:
-        self._thread.start()
-        return self
+    def beat(self) -> float:
+        """One heartbeat; the pause before the next (growing while the database cannot be reached)."""
+        try:
+            self.tick()
+        except Exception as exc:  # noqa: BLE001 - the database or broker is down: retry
+            self._failures += 1
+            pause = min(2.0 ** (self._failures - 1), MAX_BACKOFF_S)
+            if self._failures == 1:
+                log.warning("worker heartbeat failed (%s: %s); retrying", type(exc).__name__, _first_line(exc))
+            log.debug("heartbeat retry in %.0f s", pause)
+            return pause
+        if self._failures:
+            log.info("worker heartbeat works again after %d failed attempts", self._failures)
+        self._failures = 0
+        return self.timings.heartbeat_s
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the thread and remove this worker's row (a clean stop is not an outage)."""
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout)
+    def remove(self) -> None:
+        """This worker's row goes (a clean stop is not an outage)."""
         try:
             with self.ctx.db.session() as session:
                 WorkerRepository(session).remove(self.identity.name)
         except Exception as exc:  # noqa: BLE001 - the row then ages out like a dead worker's
             log.warning("could not remove this worker's row (%s); it goes offline by itself", type(exc).__name__)
-
-    def _loop(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                self.tick()
-            except Exception as exc:  # noqa: BLE001 - the database or broker is down: retry
-                failures += 1
-                pause = min(2.0 ** (failures - 1), MAX_BACKOFF_S)
-                if failures == 1:
-                    log.warning("worker heartbeat failed (%s: %s); retrying", type(exc).__name__, _first_line(exc))
-                log.debug("heartbeat retry in %.0f s", pause)
-            else:
-                if failures:
-                    log.info("worker heartbeat works again after %d failed attempts", failures)
-                failures, pause = 0, self.timings.heartbeat_s
-            self._wake.wait(pause)
-            self._wake.clear()
 
     def tick(self) -> None:
         with self.ctx.db.session() as session:

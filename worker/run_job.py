@@ -34,11 +34,12 @@ from persistence.repositories import ClaimResult, EventRepository, JobRepository
 from persistence.repositories.units import FINISH, UnitRepository, Work
 from persistence.requirements import stored_requirements
 from persistence.retry import transaction
+from worker.advance import cleanup_if_ended
 from worker.claims import claim_unit
 from worker.context import RunnerContext
 from worker.finishing import FinishRun, FinishTicket
 from worker.job_start import start_job
-from worker.unit_run import UnitRun, UnitTicket, cleanup_if_ended
+from worker.unit_run import UnitRun, UnitTicket
 
 log = logging.getLogger("onnx_reducer.worker")
 

@@ -9,7 +9,6 @@ the one recorded."""
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,7 +28,7 @@ from persistence.retry import transaction
 from reducer_core.errors import MissingTypeError
 from reducer_core.requests import CheckRequest, Request
 from reducer_core.verdict import Verdict, VerdictKind
-from worker.advance import Advanced, Delivery, advance
+from worker.advance import Advanced, Delivery, advance, announce, cleanup_if_ended
 from worker.claims import claim_follow_up
 from worker.context import RunnerContext
 from worker.endings import JobTimedOutError, StopPoll, deadline_of, end_if_stopped, ending_errors
@@ -166,25 +165,3 @@ class UnitRun:
             return None
         announce(self.ctx, self.job_id, queue, outcome)
         return next_ticket
-
-
-def announce(ctx: RunnerContext, job_id: str, queue: str, outcome: Advanced) -> None:
-    """After the commit: wake the SSE followers, and send one message per queued check but one:
-    this worker goes on to take the next piece of work itself (a message only says "there is
-    work", so the count is what matters, whichever work each worker then takes)."""
-    if outcome.seq:
-        ctx.notify(job_id, outcome.seq)
-    for _ in range(outcome.queued - 1):
-        ctx.wake(job_id, queue)
-    if outcome.ended:
-        cleanup_if_ended(ctx, job_id)
-
-
-def cleanup_if_ended(ctx: RunnerContext, job_id: str) -> None:
-    """An ended job's prepared model and scratch go (its stored artifacts stay)."""
-    with ctx.db.session() as session:
-        job = JobRepository(session).get(job_id)
-        ended = job is None or job.status.terminal
-    if ended:
-        PREPARED.drop(job_id)
-        shutil.rmtree(ctx.layout.work_dir(job_id), ignore_errors=True)

@@ -11,7 +11,7 @@ from worker.settings import WorkerSettings
 
 PROBE = (
     "import os, subprocess, sys\n"
-    "from worker.node import lower_priority\n"
+    "from worker.process import lower_priority\n"
     "os.nice({start})\n"
     "now = lower_priority({asked})\n"
     "child = subprocess.run([sys.executable, '-c', 'import os; print(os.nice(0))'], capture_output=True, text=True)\n"

@@ -1,4 +1,4 @@
-"""The worker's wake-up handler (``worker.runner``) against a real SQLite database: a database error
+"""The worker process's wake-up handler (``worker.process``) against a real SQLite database: a database error
 that is not a lost connection is logged as what it was, not as an unreachable database."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from persistence.db import Database
 from persistence.layout import DataLayout
 from worker.context import RunnerContext
-from worker.presence import Activity
-from worker.runner import Delivery, JobHandler
+from worker.process import Delivery, WorkerProcess
+from worker.settings import WorkerSettings
 
 
 def test_a_database_error_is_logged_as_what_it_was(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -22,7 +22,7 @@ def test_a_database_error_is_logged_as_what_it_was(tmp_path: Path, caplog: pytes
     )
     try:
         with caplog.at_level(logging.WARNING, logger="onnx_reducer.worker"):
-            delivery = JobHandler(ctx, Activity()).handle("some-job")
+            delivery = WorkerProcess(WorkerSettings(worker_gpus=""), ctx, ["cpu"]).handle("some-job")
     finally:
         db.dispose()
     assert delivery is Delivery.NO_DATABASE  # the work stays where it is
