@@ -11,10 +11,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import boto3
 import httpx
 
-from persistence.s3store import S3Config
+from persistence.s3store import S3ArtifactStore, S3Config
 from tests.service.helpers import free_port
 
 ACCESS_KEY, SECRET_KEY = "test-access-key", "test-secret-key-not-a-real-one"
@@ -31,6 +33,22 @@ class S3Server:
             access_key_id=ACCESS_KEY,
             secret_access_key=SECRET_KEY,
             **options,  # type: ignore[arg-type]
+        )
+
+    def store(self, cache: Path, bucket: str, **options: object) -> S3ArtifactStore:
+        """An S3 artifact store on ``bucket`` (made if missing) that caches blobs in ``cache``."""
+        store = S3ArtifactStore(cache, self.config(bucket, **options))
+        store.ensure_bucket()
+        return store
+
+    def client(self) -> Any:
+        """A boto3 client of this server: what is in a bucket, seen past the store."""
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
         )
 
     def env(self, bucket: str) -> dict[str, str]:

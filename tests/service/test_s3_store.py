@@ -11,9 +11,7 @@ import os
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import boto3
 import httpx
 import pytest
 from pydantic import ValidationError
@@ -34,33 +32,17 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-def _bucket_client(server: S3Server) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-    )
-
-
-def _store(server: S3Server, cache: Path, bucket: str, **options: Any) -> S3ArtifactStore:
-    store = S3ArtifactStore(cache, server.config(bucket, **options))
-    store.ensure_bucket()
-    return store
-
-
 def test_a_streamed_blob_lands_in_the_bucket_and_another_machine_reads_it(s3: S3Server, tmp_path: Path) -> None:
-    writer = _store(s3, tmp_path / "machine-a", "stream-bucket")
+    writer = s3.store(tmp_path / "machine-a", "stream-bucket")
     chunks = [os.urandom(100_000) for _ in range(5)]
     blob = writer.put_stream(iter(chunks))
     data = b"".join(chunks)
     assert blob.sha256 == hashlib.sha256(data).hexdigest() and blob.size == len(data)
     assert blob.key == f"sha256/{blob.sha256[:2]}/{blob.sha256}"
-    stored = _bucket_client(s3).get_object(Bucket="stream-bucket", Key=blob.key)["Body"].read()
+    stored = s3.client().get_object(Bucket="stream-bucket", Key=blob.key)["Body"].read()
     assert stored == data
 
-    reader = _store(s3, tmp_path / "machine-b", "stream-bucket")
+    reader = s3.store(tmp_path / "machine-b", "stream-bucket")
     assert not reader.local_path(blob.key).exists(), "a fresh cache holds nothing yet"
     assert reader.exists(blob.key)
     with reader.open(blob.key) as handle:
@@ -71,24 +53,24 @@ def test_a_streamed_blob_lands_in_the_bucket_and_another_machine_reads_it(s3: S3
 
 
 def test_put_file_above_the_threshold_uploads_in_parts(s3: S3Server, tmp_path: Path) -> None:
-    store = _store(s3, tmp_path / "cache", "parts-bucket", multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB)
+    store = s3.store(tmp_path / "cache", "parts-bucket", multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB)
     model = tmp_path / "model.bin"
     model.write_bytes(os.urandom(11 * MiB))
     small = tmp_path / "small.bin"
     small.write_bytes(os.urandom(MiB))
     big_blob, small_blob = store.put_file(model), store.put_file(small)
-    client = _bucket_client(s3)
+    client = s3.client()
     big_head = client.head_object(Bucket="parts-bucket", Key=big_blob.key)
     small_head = client.head_object(Bucket="parts-bucket", Key=small_blob.key)
     assert big_head["ContentLength"] == 11 * MiB
     assert big_head["ETag"].strip('"').endswith("-3"), "three parts: 5 + 5 + 1 MiB"
     assert "-" not in small_head["ETag"], "below the threshold: one PUT"
-    fresh = _store(s3, tmp_path / "other-cache", "parts-bucket", multipart_threshold=5 * MiB)
+    fresh = s3.store(tmp_path / "other-cache", "parts-bucket", multipart_threshold=5 * MiB)
     assert hashlib.sha256(fresh.path(big_blob.key).read_bytes()).hexdigest() == big_blob.sha256
 
 
 def test_delete_removes_the_blob_from_the_bucket_and_the_cache(s3: S3Server, tmp_path: Path) -> None:
-    store = _store(s3, tmp_path / "cache", "delete-bucket")
+    store = s3.store(tmp_path / "cache", "delete-bucket")
     blob = store.put_stream([b"to be deleted"])
     assert store.local_path(blob.key).is_file()
     store.delete(blob.key)
@@ -99,15 +81,15 @@ def test_delete_removes_the_blob_from_the_bucket_and_the_cache(s3: S3Server, tmp
 
 
 def test_storing_again_makes_a_blob_young_for_the_sweep(s3: S3Server, tmp_path: Path) -> None:
-    store = _store(s3, tmp_path / "cache", "sweep-bucket")
+    store = s3.store(tmp_path / "cache", "sweep-bucket")
     blob = store.put_stream([b"swept unless stored again"])
     assert blob.key in set(store.keys_stored_before(-60)), "older than a cutoff in the future"
     assert blob.key not in set(store.keys_stored_before(3600))
     assert not store.delete_if_stored_before(blob.key, 3600), "stored just now: kept"
     assert store.exists(blob.key)
-    first = _bucket_client(s3).head_object(Bucket="sweep-bucket", Key=blob.key)
+    first = s3.client().head_object(Bucket="sweep-bucket", Key=blob.key)
     again = S3ArtifactStore(tmp_path / "another-cache", store.config).put_stream([b"swept unless stored again"])
-    second = _bucket_client(s3).head_object(Bucket="sweep-bucket", Key=blob.key)
+    second = s3.client().head_object(Bucket="sweep-bucket", Key=blob.key)
     assert again.key == blob.key
     assert second["Metadata"]["stored"] > first["Metadata"]["stored"], "touched, not uploaded as new content"
     assert store.delete_if_stored_before(blob.key, -60)
@@ -115,7 +97,7 @@ def test_storing_again_makes_a_blob_young_for_the_sweep(s3: S3Server, tmp_path: 
 
 
 def test_a_presigned_url_downloads_the_blob_as_an_attachment(s3: S3Server, tmp_path: Path) -> None:
-    store = _store(s3, tmp_path / "cache", "presign-bucket", presigned_downloads=True, presign_expiry_s=120)
+    store = s3.store(tmp_path / "cache", "presign-bucket", presigned_downloads=True, presign_expiry_s=120)
     blob = store.put_stream([b"presigned bytes"])
     url = store.download_url(blob.key, "job-min-bad.onnx")
     assert url is not None and "X-Amz-Expires=120" in url
@@ -123,16 +105,16 @@ def test_a_presigned_url_downloads_the_blob_as_an_attachment(s3: S3Server, tmp_p
     assert response.status_code == 200 and response.content == b"presigned bytes"
     assert "job-min-bad.onnx" in response.headers["content-disposition"]
     assert "X-Amz-Signature=" in url, "signed: the client needs no credentials of its own"
-    unsigned = _store(s3, tmp_path / "cache2", "presign-bucket")  # the default: the api streams
+    unsigned = s3.store(tmp_path / "cache2", "presign-bucket")  # the default: the api streams
     assert unsigned.download_url(blob.key, "x.onnx") is None
     assert ArtifactStore(tmp_path / "local").download_url(blob.key, "x.onnx") is None
 
 
 def test_a_blob_that_does_not_match_its_key_is_refused(s3: S3Server, tmp_path: Path) -> None:
-    store = _store(s3, tmp_path / "cache", "tamper-bucket")
+    store = s3.store(tmp_path / "cache", "tamper-bucket")
     sha = hashlib.sha256(b"the real content").hexdigest()
     key = ArtifactStore.key_for(sha)
-    _bucket_client(s3).put_object(Bucket="tamper-bucket", Key=key, Body=b"something else")
+    s3.client().put_object(Bucket="tamper-bucket", Key=key, Body=b"something else")
     with pytest.raises(ArtifactStoreError, match="does not match its sha256"):
         store.path(key)
     assert not store.local_path(key).exists(), "nothing wrong enters the cache"
@@ -153,7 +135,7 @@ def test_a_missing_bucket_is_not_ready_and_created_only_when_allowed(s3: S3Serve
     assert forbidden.ready() == "error: 404"
     with pytest.raises(ArtifactStoreError, match="never-created"):
         forbidden.ensure_bucket()
-    allowed = _store(s3, tmp_path / "cache2", "created-at-start")
+    allowed = s3.store(tmp_path / "cache2", "created-at-start")
     assert allowed.ready() == "ok"
 
 
@@ -185,7 +167,7 @@ def test_settings_choose_the_store_and_keep_the_secret(tmp_path: Path, monkeypat
 
 
 def test_a_worker_rebuilds_a_job_model_folder_from_the_stored_upload(s3: S3Server, tmp_path: Path) -> None:
-    api_side = _store(s3, tmp_path / "api-cache", "upload-bucket")
+    api_side = s3.store(tmp_path / "api-cache", "upload-bucket")
     model = b"single model bytes"
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
@@ -193,7 +175,7 @@ def test_a_worker_rebuilds_a_job_model_folder_from_the_stored_upload(s3: S3Serve
         archive.writestr("nets/weights.bin", b"\0" * 64)
     single, bundle = api_side.put_stream([model]), api_side.put_stream([buffer.getvalue()])
 
-    worker_side = _store(s3, tmp_path / "worker-data" / "artifacts", "upload-bucket")
+    worker_side = s3.store(tmp_path / "worker-data" / "artifacts", "upload-bucket")
     jobs = tmp_path / "worker-data" / "jobs"
     unpack_original(worker_side, jobs / "one" / "model", single.key, False, "net.onnx")
     assert (jobs / "one" / "model" / "net.onnx").read_bytes() == model
