@@ -3,7 +3,6 @@ started, soon after the scope asks to stop; outside a scope nothing is polled.""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -14,19 +13,11 @@ from checks.build import build_check
 from checks.cancel import CheckStoppedError, stop_checks_when
 from checks.spec import parse_check_spec
 from tests.checks.conftest import COMPARE_FP16
+from tests.checks.processes import wait_gone
 
 # The command leaves a grandchild in a session of its own (which the check's own group kill would
 # miss) and records its pid, then waits.
 ESCAPING = "setsid sleep 60 & echo $! > {pids}; sleep 60"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
 
 
 def test_a_stopped_command_check_and_its_escaped_grandchild_are_killed(tmp_path: Path) -> None:
@@ -37,11 +28,7 @@ def test_a_stopped_command_check_and_its_escaped_grandchild_are_killed(tmp_path:
     with stop_checks_when(lambda: time.monotonic() - started > 1.0), pytest.raises(CheckStoppedError):
         check.run(tmp_path / "model.onnx")
     assert time.monotonic() - started < 5
-    grandchild = int(pids.read_text())
-    deadline = time.monotonic() + 5
-    while _alive(grandchild) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(grandchild)
+    assert wait_gone([int(pids.read_text())], within_s=5.0)
 
 
 def test_a_stopped_spec_check_in_its_child_interpreter_is_killed(tmp_path: Path) -> None:

@@ -8,13 +8,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from checks.lifeline import OWNER_ENV, die_with_parent, kill_orphaned_checks, owner_mark
+from tests.checks.processes import running, wait_gone
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (/proc, prctl)")
 
@@ -40,23 +40,6 @@ PARENT = textwrap.dedent(
 )
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def wait_gone(pid: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.parametrize("kind", ["command", "python"])
 def test_a_check_child_is_killed_when_its_parent_is_killed(kind: str) -> None:
     root = str(Path(__file__).resolve().parents[2])
@@ -68,11 +51,11 @@ def test_a_check_child_is_killed_when_its_parent_is_killed(kind: str) -> None:
     )
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
-    assert alive(child)
+    assert running(child)
     parent.kill()
     parent.wait()
     parent.stdout.close()
-    assert wait_gone(child), "the check child outlived its parent"
+    assert wait_gone([child], within_s=5.0), "the check child outlived its parent"
 
 
 def test_processes_marked_by_a_dead_owner_are_killed_and_others_spared() -> None:

@@ -20,6 +20,7 @@ from checks.isolated import IsolatedSpecCheck, run_isolated
 from checks.memory import format_size, parse_size
 from checks.spec import CheckSpecError, parse_check_spec
 from reducer_core.verdict import MEMORY_LIMIT_SIGNATURE, Verdict, VerdictKind
+from tests.checks.processes import wait_gone
 from tests.cli.helpers import node, node_names, reduce, save_branchy, write_script
 from tests.models import branchy_model
 
@@ -35,24 +36,6 @@ def hog(payload: Mapping[str, Any]) -> dict[str, Any]:
     held = bytearray(int(payload["megabytes"]) * MiB)
     time.sleep(5)
     return {"kind": "pass", "signature": "", "detail": str(len(held)), "output": ""}
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie waiting for a parent that does not reap is dead)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def _gone(pids: list[int], within_s: float = 2.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while any(_alive(pid) for pid in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def _assert_memory_limit(verdict: Verdict) -> None:
@@ -85,7 +68,7 @@ def test_a_grandchild_in_a_session_of_its_own_is_counted_and_killed() -> None:
     check = CommandCheck([sys.executable, "-c", spawn], timeout_s=30, memory_limit_bytes=LIMIT)
     verdict, output = check.run()
     _assert_memory_limit(verdict)
-    assert _gone([int(output.split()[0])])
+    assert wait_gone([int(output.split()[0])], within_s=2.0)
 
 
 def test_a_check_under_the_limit_runs_normally() -> None:
