@@ -22,7 +22,6 @@ import itertools
 import json
 import os
 import re
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -40,7 +39,7 @@ ROOT = BENCH.parent
 OUT = BENCH / "out"
 sys.path.insert(0, str(BENCH))
 
-from service_parallel_bench import chain_model  # noqa: E402
+from service_parallel_bench import chain_model, free_port, wait_http  # noqa: E402
 
 WINDOW = 50  # checks each side of the check a median is taken around
 SPEC = "kind: op-present\nops: [Mul]\n"
@@ -59,14 +58,14 @@ class Embedded:
             "PYTHONPATH": str(ROOT),
             "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
         }
-        self.port = _free_port()
+        self.port = free_port()
         self.log = open(folder / "serve.log", "ab")  # noqa: SIM115 - closed in close()
         command = ["onnx-reducer", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
         self.proc = subprocess.Popen(
             command, env=self.env, cwd=folder, stdout=self.log, stderr=self.log, start_new_session=True
         )
         self.url = f"http://127.0.0.1:{self.port}"
-        _wait_http(self.url + "/healthz")
+        wait_http(self.url + "/healthz", timeout=120)
         made = subprocess.run(
             ["onnx-reducer", "token", "create", "--team", "default"],
             env=self.env,
@@ -87,24 +86,6 @@ class Embedded:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.log.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_http(url: str) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} did not answer")
 
 
 def run_job(server: Embedded, model: bytes, max_checks: int, timeout_s: float) -> dict[str, Any]:

@@ -23,7 +23,6 @@ import contextlib
 import json
 import multiprocessing
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,15 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import create_engine, text
 
 from persistence.db import normalize_url
+from tests.service.helpers import free_port, wait_http
 
 SPEC = "kind: op-present\nops: [Mul]\n"
 BUSY_NODES = 400  # a chain whose linear reduction keeps the runner checking for minutes
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def chain(nodes: int, mul_at: int | None = None) -> bytes:
@@ -118,18 +112,6 @@ class Server:
         ).stdout.strip()
 
 
-def _wait_http(url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{url} did not answer within {timeout}s")
-
-
 @contextmanager
 def postgres_database(admin_url: str) -> Iterator[str]:
     name = f"orx_load_{uuid.uuid4().hex[:10]}"
@@ -150,7 +132,7 @@ def running_server(args: argparse.Namespace, tmp: Path) -> Iterator[Server]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DATA_DIR")}
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     env.update(ONNX_REDUCER_HOME=str(tmp), DATA_DIR=str(tmp / "data"), LOG_FORMAT="json")
-    port = _free_port()
+    port = free_port()
     serve = [f"{bin_dir}/onnx-reducer", "serve", "--port", str(port)]
     with contextlib.ExitStack() as stack:
         if args.mode == "distributed":
@@ -180,7 +162,7 @@ def running_server(args: argparse.Namespace, tmp: Path) -> Iterator[Server]:
             ]
             server.procs.append(subprocess.Popen(worker, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT))
         try:
-            _wait_http(server.base + "/healthz")
+            wait_http(server.base + "/healthz", timeout=60)
             yield server
         finally:
             for proc in server.procs:

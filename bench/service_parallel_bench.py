@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,6 @@ from typing import Any
 import httpx
 import onnx
 import redis
-from onnx import TensorProto, helper
 from sqlalchemy import create_engine, text
 
 BENCH = Path(__file__).resolve().parent
@@ -39,6 +37,8 @@ sys.path.insert(0, str(ROOT))
 from persistence.db import Database, normalize_url  # noqa: E402
 from persistence.migrate import upgrade  # noqa: E402
 from persistence.repositories import TeamRepository  # noqa: E402
+from tests.service.helpers import chain_model as chain_graph  # noqa: E402
+from tests.service.helpers import free_port, wait_http  # noqa: E402
 
 OUT = BENCH / "out"
 ADMIN_URL = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -48,23 +48,7 @@ WORKER = ["celery", "-A", "worker.celery_app", "worker", "-Q", "cpu", "--pool", 
 
 def chain_model(length: int, culprit: int) -> bytes:
     """x -> unary ops -> Mul (the culprit) -> unary ops -> y."""
-    ops = ["Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Exp", "Floor", "Ceil"]
-    nodes, current = [], "x"
-    for i in range(length):
-        out = f"t{i}" if i < length - 1 else "y"
-        op = "Mul" if i == culprit else ops[i % len(ops)]
-        inputs = [current, current] if op == "Mul" else [current]
-        nodes.append(helper.make_node(op, inputs, [out], name=f"n{i}_{op}"))
-        current = out
-    graph = helper.make_graph(
-        nodes,
-        "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    data: bytes = model.SerializeToString()
+    data: bytes = chain_graph(length, mul_at=culprit).SerializeToString()
     return data
 
 
@@ -72,12 +56,6 @@ def sleepy_check(seconds: float, culprit: int) -> str:
     """Fails (exit 1) while the culprit is in the model, after sleeping ``seconds``."""
     script = f'sleep {seconds}; ! grep -q n{culprit}_Mul "$1"'
     return f"kind: command\ncommand: [sh, -c, '{script}', check, '{{model}}']\ntimeout: 600\n"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Farm:
@@ -108,12 +86,12 @@ class Farm:
             "PYTHONPATH": str(ROOT),
             "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
         }
-        self.port = _free_port()
+        self.port = free_port()
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs = folder
         api = ["onnx-reducer", "serve", "--no-local-worker", "--host", "127.0.0.1", "--port", str(self.port)]
         self._start(api, "api")
-        self._wait_http(f"http://127.0.0.1:{self.port}/healthz")
+        wait_http(f"http://127.0.0.1:{self.port}/healthz", timeout=60)
         for i in range(workers):
             self._start(WORKER, f"worker-{i}")
         self._wait_workers(workers)
@@ -123,17 +101,6 @@ class Farm:
             self.procs.append(
                 subprocess.Popen(command, env=self.env, cwd=self.logs, stdout=log, stderr=log, start_new_session=True)
             )
-
-    def _wait_http(self, url: str) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url, timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"{url} did not answer")
 
     def _wait_workers(self, count: int) -> None:
         deadline = time.monotonic() + 180

@@ -26,6 +26,8 @@ from checks.spec import parse_check_spec
 from reducer_core.verdict import MEMORY_LIMIT_SIGNATURE, Verdict, VerdictKind
 from tests.checks.conftest import COMPARE_FP16, OP_PRESENT_MUL, ROOT, cli
 from tests.checks.models import matmul_overflow_model
+from tests.checks.processes import running, thread_count
+from tests.service.helpers import chain_model
 from worker.checking import job_check
 
 MiB = 2**20
@@ -64,12 +66,7 @@ def alive(pid: int) -> bool:
     """Whether ``pid`` has not ended for good: a killed runner's main thread is a zombie while the
     native thread of the onnxruntime import still exits, and until that one is gone its parent
     cannot reap it (``Popen.poll`` says it runs)."""
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return len(threads) > 1 or state not in ("Z", "X")
+    return thread_count(pid) > 1 or running(pid)
 
 
 def wait_until(condition: Any, within_s: float = 60.0) -> bool:
@@ -208,17 +205,6 @@ def _summary(tmp_path: Path, name: str, *options: str) -> tuple[dict[str, Any], 
     return json.loads((tmp_path / f"{name}.json").read_text()), (tmp_path / f"{name}.onnx").read_bytes()
 
 
-def _chain_bytes(length: int, culprit: int) -> bytes:
-    sys.path.insert(0, str(ROOT / "bench"))
-    from service_parallel_bench import chain_model
-
-    return chain_model(length, culprit)
-
-
-def _chain(length: int, culprit: int) -> onnx.ModelProto:
-    return onnx.load_from_string(_chain_bytes(length, culprit))
-
-
 @pytest.mark.parametrize(
     ("spec", "model", "options"),
     [
@@ -232,7 +218,7 @@ def _chain(length: int, culprit: int) -> onnx.ModelProto:
 def test_an_answer_and_its_check_count_are_the_same_warm_and_cold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str, model: str, options: tuple[str, ...]
 ) -> None:
-    onnx.save(_chain(12, 8) if model == "chain" else matmul_overflow_model(), str(tmp_path / "model.onnx"))
+    onnx.save(chain_model(12, mul_at=8) if model == "chain" else matmul_overflow_model(), str(tmp_path / "model.onnx"))
     (tmp_path / "spec.yaml").write_text(spec)
     warm_summary, warm_model = _summary(tmp_path, "warm", *options)
     monkeypatch.setenv(warm.WARM_ENV, "0")
@@ -251,7 +237,7 @@ def test_a_service_worker_check_and_a_slot_check_run_warm(tmp_path: Path) -> Non
     ``--jobs`` slot's check (``checks.slots.for_slot``) are forked by warm runners, one per
     environment (a slot's device is part of it)."""
     model = tmp_path / "model.onnx"
-    model.write_bytes(_chain_bytes(5, 2))
+    model.write_bytes(chain_model(5, mul_at=2).SerializeToString())
     spec = parse_check_spec(OP_PRESENT_MUL)
     worker_check = job_check(spec, tmp_path, allow_command=False, memory_limit_bytes=2**30)
     assert worker_check.run(model)[0].kind is VerdictKind.FAIL
