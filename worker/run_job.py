@@ -10,7 +10,7 @@ queue, each recording its verdict and queueing the next checks itself (``worker.
 no other work waits, the worker that records a verdict claims the job's next check in the same
 transaction (``worker.claims.claim_follow_up``) and runs it without looking again. A
 cancelled job nobody runs a check of is ended here. Idle workers also look every
-``WORKER_POLL_S`` (``waiting_job``, ``worker.poll``), so a lost message, or a worker that died
+``WORKER_POLL_S`` (``waiting_job``, ``worker.process``), so a lost message, or a worker that died
 holding one, loses no work.
 
 Returns CLAIMED when this worker did some work, FINISHED when the named job has ended, BUSY
