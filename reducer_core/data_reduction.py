@@ -33,8 +33,9 @@ validity of a size is a function of the model), so the session replays it from t
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import onnx
 
@@ -86,6 +87,7 @@ class DataSearch:
         self._asked: Candidate | None = None
         self._asked_size = 0
         self.checks = 0
+        self.outcomes: list[bool] = []  # the verdicts observed, in order (``--jobs``: the budget of checks ahead)
 
     @classmethod
     def start(
@@ -139,7 +141,17 @@ class DataSearch:
             raise ValueError("observe() was given a candidate that is not the pending proposal")
         group = self._groups[self._at]
         self._take(group, self._asked_size, failed)
+        self.outcomes.append(failed)
         self._asked = None
+
+    def copy(self) -> DataSearch:
+        """An independent copy at the same position: the futures checked ahead are explored on
+        copies (``reducer_core.data_ahead``), never on the search the flow runs."""
+        twin = copy.copy(self)
+        twin._groups = [replace(group) for group in self._groups]
+        twin._settled = dict(self._settled)
+        twin.outcomes = list(self.outcomes)
+        return twin
 
     @staticmethod
     def _take(group: _Group, size: int, failed: bool) -> None:

@@ -246,6 +246,24 @@ class ReductionFlow:
             assert isinstance(verdict, Verdict)
             self._used = used if self._data_reproduces(verdict) else None
 
+    @property
+    def data_search(self) -> DataSearch | None:
+        """The data step's search that runs now or ran last (the input sizes, then the weights)."""
+        return self._weights if self._weights is not None else self._data
+
+    @property
+    def data_outcomes(self) -> int:
+        """How many verdicts the data step's searches used so far."""
+        return sum(len(search.outcomes) for search in (self._data, self._weights) if search is not None)
+
+    def data_search_after(self, search: DataSearch) -> DataSearch | None:
+        """The search the data step runs once ``search`` (a copy of one of its searches, at its end)
+        is done: the weights' sizes after the input sizes, as ``_reduce_data`` starts it."""
+        if isinstance(search, WeightSearch):
+            return None
+        keep, fixed = self.config.fixed_sizes, self.config.fixed_inputs
+        return WeightSearch.start(self.index, search.best_bad, keep, fixed)
+
     def _search_data(self, search: DataSearch | None) -> Steps:
         while search is not None and (candidate := search.propose()) is not None:
             verdict = yield CheckStep(candidate, DATA_PHASE)

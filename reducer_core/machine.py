@@ -26,6 +26,7 @@ from reducer_core.ahead import AheadChecks
 from reducer_core.cache import REPLAY_VERSION, VerdictCache
 from reducer_core.candidate import Candidate
 from reducer_core.config import SessionConfig
+from reducer_core.data_reduction import PHASE as DATA_PHASE
 from reducer_core.errors import CheckInfraError
 from reducer_core.flakiness import FlakinessTracker
 from reducer_core.flow import CheckStep, LayerwiseStep, ReductionFlow, Step, Steps
@@ -345,7 +346,8 @@ class ReductionMachine:
         self.cache.put(request.candidate, verdict, request.repeat)
         if request.repeat:
             return  # a flaky check's re-check, delivered late: kept for later
-        reproduces = self.flow.reproduces(verdict)
+        phase = DATA_PHASE if request.candidate.data else request.phase  # a size: the data step's rule
+        reproduces = self.flow.reproduces_in(phase, verdict)
         self.ahead.keep(request.candidate, reproduces)
         number, best = request.number, len(self.flow.best_bad)
         self._record(IterationRecord(number, "ahead", request.candidate, verdict, reproduces, False, best, overhead_s))
