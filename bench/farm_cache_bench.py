@@ -26,7 +26,7 @@ sys.path.insert(0, str(BENCH))
 
 import localize_bench  # noqa: E402
 import zoo  # noqa: E402
-from service_localize_bench import OUT, Service, _env  # noqa: E402
+from service_localize_bench import OUT, Service, _env, add_service_options, planted_folder  # noqa: E402
 
 
 def submit_and_wait(client: httpx.Client, folder: Path, golden: bool, timeout: float) -> dict[str, Any]:
@@ -71,18 +71,13 @@ def markdown(rows: list[dict[str, Any]], label: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["chain", "multi_io"], choices=zoo.ALL_MODELS)
-    parser.add_argument("--code", type=Path, default=None, help="serve this checkout instead of this one")
-    parser.add_argument("--label", default="this", help="names the output files")
-    parser.add_argument("--timeout", type=float, default=300.0)
+    add_service_options(parser)
     args = parser.parse_args(argv)
     env = _env(args.code.resolve() if args.code else None)
     rows = []
     with Service(env) as client:
         for name in args.models:
-            folder = OUT / "service_localize" / name
-            folder.mkdir(parents=True, exist_ok=True)
-            if not (folder / "planted.golden").exists():
-                (folder / "plant.json").write_text(json.dumps(localize_bench.prepare(name, folder, args.timeout)))
+            folder = planted_folder(name, args.timeout)
             for golden in (True, False):
                 first = submit_and_wait(client, folder, golden, args.timeout)
                 second = submit_and_wait(client, folder, golden, args.timeout)

@@ -160,23 +160,33 @@ def markdown(rows: list[dict[str, Any]], label: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=list(localize_bench.DEFAULT_MODELS), choices=zoo.ALL_MODELS)
+def add_service_options(parser: argparse.ArgumentParser) -> None:
+    """--code, --label and --timeout: what the benches that serve a checkout take."""
     parser.add_argument("--code", type=Path, default=None, help="serve this checkout instead of this one")
     parser.add_argument("--label", default="this", help="names the output files")
     parser.add_argument("--timeout", type=float, default=300.0)
+
+
+def planted_folder(name: str, timeout: float) -> Path:
+    """The zoo model's folder under out/service_localize, its fp16 overflow planted once."""
+    folder = OUT / "service_localize" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "planted.golden").exists():
+        (folder / "plant.json").write_text(json.dumps(localize_bench.prepare(name, folder, timeout)))
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=list(localize_bench.DEFAULT_MODELS), choices=zoo.ALL_MODELS)
+    add_service_options(parser)
     args = parser.parse_args(argv)
     env = _env(args.code.resolve() if args.code else None)
     rows = []
     with Service(env) as client:
         for name in args.models:
-            folder = OUT / "service_localize" / name
-            folder.mkdir(parents=True, exist_ok=True)
+            folder = planted_folder(name, args.timeout)
             (folder / "spec.yaml").write_text(localize_bench.SPEC)
-            if not (folder / "planted.golden").exists():
-                row = localize_bench.prepare(name, folder, args.timeout)
-                (folder / "plant.json").write_text(json.dumps(row))
             row = json.loads((folder / "plant.json").read_text())
             row["service"] = service_run(client, folder, args.timeout)
             row["cli"] = cli_run(folder, env, args.timeout)

@@ -73,25 +73,19 @@ def _io(name: str, shape: list[int | str], dtype: int = FLOAT) -> onnx.ValueInfo
 
 
 def chain() -> onnx.ModelProto:
-    b = Builder.new("chain", 1)
-    x = "x"
-    ops = ["Add", "Relu", "Mul", "Tanh", "Sub", "Sigmoid", "Abs", "Neg"]
-    for i in range(40):
-        op = ops[i % len(ops)]
-        if op in ("Add", "Mul", "Sub"):
-            x = b.op(op, f"{i}_{op.lower()}", [x, b.weight(f"c{i}", (1, 32))])
-        else:
-            x = b.op(op, f"{i}_{op.lower()}", [x])
-    b.nodes[-1].output[0] = "y"
-    return b.model([_io("x", [1, 32])], [_io("y", [1, 32])])
+    return _elementwise_chain("chain", 1, 40)
 
 
 def chain200() -> onnx.ModelProto:
     """200 elementwise nodes in a line (the ops of ``chain``), for answers that hold most of it."""
-    b = Builder.new("chain200", 9)
+    return _elementwise_chain("chain200", 9, 200)
+
+
+def _elementwise_chain(name: str, seed: int, length: int) -> onnx.ModelProto:
+    b = Builder.new(name, seed)
     x = "x"
     ops = ["Add", "Relu", "Mul", "Tanh", "Sub", "Sigmoid", "Abs", "Neg"]
-    for i in range(200):
+    for i in range(length):
         op = ops[i % len(ops)]
         if op in ("Add", "Mul", "Sub"):
             x = b.op(op, f"{i}_{op.lower()}", [x, b.weight(f"c{i}", (1, 32))])
