@@ -26,6 +26,7 @@ from checks.lifeline import kill_orphaned_checks, mark_owner
 from persistence.contracts import QUEUES
 from persistence.repositories import ClaimResult
 from worker.context import RunnerContext, worker_name
+from worker.local_child import READY
 from worker.process import WorkerProcess
 from worker.settings import WorkerSettings
 from worker.webhooks import WebhookDelivery
@@ -101,20 +102,25 @@ class LocalRunner:
         spare = self.spares.pop(slot, None)
         child = spare if spare is not None and spare.poll() is None else self._spawn(ctx.worker)
         self.children[slot] = child
-        output, _ = child.communicate(job_id + "\n" + self.settings.model_dump_json())
+        output, _ = child.communicate(job_id + "\n")  # its settings went when it was started
         if not self._stopping.is_set():
             self.spares[slot] = self._spawn(ctx.worker)  # its imports run while the slot is idle
-        lines = output.strip().splitlines()
+        lines = [line for line in output.strip().splitlines() if line != READY]
         if child.returncode != 0 or not lines:
             raise RuntimeError(f"the job process of {job_id} exited with code {child.returncode}")
         return ClaimResult(lines[-1])
 
     def _spawn(self, slot_worker: str) -> subprocess.Popen[str]:
-        """A job process that imports the worker and then waits for its job id on stdin (this
-        worker's runtime as an argument: the child does not probe it again)."""
+        """A job process that imports the worker, is given the settings at once and sets itself up
+        (connected, the take's statements ready: ``worker.local_child``), then waits for its job id
+        on stdin (this worker's runtime as an argument: the child does not probe it again)."""
         runtime = json.dumps(self.node.identity.capabilities.to_json())
         command = [sys.executable, "-m", "worker.local_child", "-", runtime, slot_worker]  # the slot's name
-        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert child.stdin is not None
+        child.stdin.write(self.settings.model_dump_json() + "\n")
+        child.stdin.flush()
+        return child
 
     def _loop(self, node: WorkerProcess) -> None:
         if self.jobs_in_child:

@@ -1,6 +1,8 @@
 """One embedded job process: ``python -m worker.local_child JOB_ID`` with the worker settings as
-JSON on stdin (``-`` for JOB_ID: the job id is stdin's first line, so the server can start the
-process ahead, its imports done, and hand it a job when one comes: ``worker.local.LocalRunner``)
+JSON on stdin (``-`` for JOB_ID: a *spare*, which the server starts ahead, ``worker.local.LocalRunner``:
+the settings are stdin's first line, sent at once; the spare sets itself up, connects to the
+database and looks at the queue once, so the statements a take runs are ready, prints ``READY``
+and waits for its job id on the next line: an upload's wake-up then only has the claim left to do)
 (and, optionally, the embedded worker's capabilities as JSON: the runtime its
 verdicts are shared under, and the name of the slot it works for). The embedded server runs its
 work this way so that a reduction's Python work (candidates, models written, verdicts stored)
@@ -13,10 +15,13 @@ a slot's process stays warm while a job's checks come and go instead of starting
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from checks.capabilities import Capabilities
 from checks.lifeline import die_with_parent_now
@@ -33,14 +38,16 @@ from worker.settings import WorkerSettings
 
 LINGER_S = 5.0
 LOOK_S = 0.2
+READY = "ready"  # a spare's first line out: set up and connected, waiting for its job id
 
 
 def main(argv: list[str]) -> int:
     die_with_parent_now()  # the embedded server's death ends this job process (and its checks)
-    job_id = argv[0] if argv[0] != "-" else sys.stdin.readline().strip()  # (a spare waits here)
-    if not job_id:
-        return 0  # the server stopped before it had a job for this spare
-    settings = WorkerSettings.model_validate_json(sys.stdin.read())
+    spare = argv[0] == "-"
+    sent = sys.stdin.readline() if spare else sys.stdin.read()
+    if not sent.strip():
+        return 0  # the server stopped before this spare was set up
+    settings = WorkerSettings.model_validate_json(sent)
     lower_priority(settings.worker_nice)  # the api beside it answers first
     configure_logging()
     ctx = context_from_settings(settings)
@@ -51,6 +58,10 @@ def main(argv: list[str]) -> int:
         ctx.runtime_envs = advertised_envs(settings.runtime_envs, ctx.capabilities)  # probed by the slot
     if len(argv) > 2:
         ctx.worker = argv[2]  # the embedded slot this process works for: its checks show under that name
+    job_id = _wait_ready(ctx) if spare else argv[0]
+    if not job_id:
+        ctx.db.dispose()
+        return 0  # the server stopped before it had a job for this spare
     watch = cancel_watch(ctx, lambda jobs: _exit_after_cancel(ctx, jobs))  # a cancel reaches a job in preparation
     Scheduler("job-process").start().every(CANCEL_LOOK_S, watch, "cancel-watch")
     try:
@@ -60,6 +71,15 @@ def main(argv: list[str]) -> int:
         ctx.db.dispose()
     print(result.value, flush=True)
     return 0
+
+
+def _wait_ready(ctx: RunnerContext) -> str:
+    """A spare's set-up before its job comes: one look at the queue (the database connected, the
+    take's statements compiled), ``READY`` printed; then the job id the server sends (empty: none)."""
+    with contextlib.suppress(SQLAlchemyError):  # only a warm-up: the take itself says what is wrong
+        waiting_job(ctx)
+    print(READY, flush=True)
+    return sys.stdin.readline().strip()  # (a spare waits here)
 
 
 def _exit_after_cancel(ctx: RunnerContext, cancelled: list[str]) -> None:
