@@ -5,10 +5,11 @@
 
 Every check sleeps a fixed time (``BENCH_CHECK_SLEEP``, default 0.5 s: an engine build) before it
 answers, so slot parallelism is measured without needing idle cores (the bench machine's two
-cores are shared). Cases: the zoo's single culprits, pairs and large answers (``CASES``). For each
-case and K: wall time of the whole command, the reduction's own time (``elapsed_s`` of
+cores are shared). Cases: the zoo's single culprits, pairs and large answers (``CASES``), and one
+with ``--reduce-data`` whose failure needs a size of at least 13 (``DATA_CASES``, ``--only data``). For
+each case and K: wall time of the whole command, the reduction's own time (``elapsed_s`` of
 ``--summary-json``), checks run (and started: speculative ones still running at the end are
-killed, not counted), the answer (it must equal the one-slot answer). Ratios are against one
+killed, not counted), the answer (its nodes and bytes must equal the one-slot answer's). Ratios are against one
 slot; "ideal" is bisection with K parallel probes, 1/log2(K+1). "rounds" is the reduction's time
 in units of its mean check time (``elapsed_s`` / mean check duration): what the ratio would be if
 a check took as long with K running at once as alone (on a machine with spare cores). Results go to
@@ -23,6 +24,7 @@ checks that do not sleep: it must not grow with model size or weights. Results i
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -64,6 +66,22 @@ CASES: list[tuple[str, str, Failure]] = [
     ("large", "chain200", _failure("chain200", "reach:70_abs->129_relu")),
 ]
 
+DATA_CASES: list[tuple[str, str, Failure]] = [
+    (
+        "data",
+        "chain200",
+        Failure(
+            "sized:100_sub>=13",
+            "data",
+            "sized_node_present.py",
+            ("--node", "chain200/100_sub", "--min-size", "13"),
+            1,
+            "the node with a size of at least 13: --reduce-data searches the hidden size 32 down to 13",
+        ),
+    ),
+]
+"""Run with ``--reduce-data`` (the data step's sizes, checked ahead with spare slots)."""
+
 OVERHEAD_CASES: list[tuple[str, str, Failure]] = [
     ("overhead", "big10k", _failure("big10k", "node:1500/mul")),
     ("overhead", "big10k_1g", _failure("big10k_1g", "node:1500/mul")),
@@ -83,6 +101,7 @@ class Run:
     checks_started: int = 0
     speculative: int = 0
     nodes: list[str] | None = None
+    answer_sha256: str = ""
     mean_check_s: float = 0.0
     overhead_mean_s: float = 0.0
     overhead_median_s: float = 0.0
@@ -99,6 +118,7 @@ def execute(kind: str, model: str, failure: Failure, slots: int, args: argparse.
     path = zoo.build(model, args.out)
     argv = [str(BIN / "onnx-reducer"), "reduce", str(path), "-o", "reduced.onnx", "--mode", args.mode]
     argv += ["--fail-regex", "BENCH-FAIL", "--summary-json", "summary.json", "-q", "--jobs", str(slots)]
+    argv += ["--reduce-data"] if kind == "data" else []
     argv += ["--check", *failure.command(ITER_ARTIFACT, None, None)]
     run = Run(kind, model, failure.name, slots)
     started = time.monotonic()
@@ -116,6 +136,7 @@ def execute(kind: str, model: str, failure: Failure, slots: int, args: argparse.
     run.checks_started = len(durations)
     run.mean_check_s = statistics.mean(durations) if durations else 0.0
     run.nodes = sorted(name for name, _ in graph_nodes(str(workdir / "reduced.onnx")))
+    run.answer_sha256 = hashlib.sha256((workdir / "reduced.onnx").read_bytes()).hexdigest()
     overheads = [float(i["overhead_s"]) for i in summary["iterations"] if not i["cached"]]
     if overheads:
         run.overhead_mean_s = statistics.mean(overheads)
@@ -143,7 +164,7 @@ def rows(runs: list[Run]) -> list[dict[str, object]]:
                 "rounds_ratio": _rounds(run) / _rounds(base) if _rounds(base) else None,
                 "ideal": ideal(run.slots),
                 "checks_ratio": run.checks_run / base.checks_run if base.checks_run else None,
-                "same_answer": run.nodes == base.nodes,
+                "same_answer": run.nodes == base.nodes and run.answer_sha256 == base.answer_sha256,
             }
         )
     return table
@@ -181,7 +202,7 @@ def summary_by_kind(table: list[dict[str, object]]) -> str:
         "| mean checks ratio |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    kinds = sorted({str(r["kind"]) for r in table}, key=["single", "pair", "large"].index)
+    kinds = sorted({str(r["kind"]) for r in table}, key=["single", "pair", "large", "data"].index)
     for kind in kinds:
         for slots in sorted({int(str(r["slots"])) for r in table}):
             chosen = [r for r in table if r["kind"] == kind and r["slots"] == slots and r["status"] == "ok"]
@@ -253,7 +274,7 @@ def main() -> None:
         write_results(args, [Run(**{f: r[f] for f in Run.__dataclass_fields__ if f in r}) for r in saved])
         return
     runs: list[Run] = []
-    for kind, model, failure in CASES:
+    for kind, model, failure in CASES + DATA_CASES:
         if args.only and not any(o in model or o in failure.name or o == kind for o in args.only):
             continue
         for k in slots:
