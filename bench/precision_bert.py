@@ -1,14 +1,21 @@
-"""The BERT-like precision case, side by side: ``onnx-reducer precision`` (this tree, and the tree
+"""The precision cases, side by side: ``onnx-reducer precision`` (this tree, and the tree
 in ``--baseline`` if given) beside NVIDIA ModelOpt's AutoCast and onnxconverter-common's
 ``auto_convert_mixed_precision``, every written file judged the same way.
 
-The model (built here, nothing downloaded): a 2-layer BERT encoder (token and position
+The case (``--case``, models built here, nothing downloaded): ``bert`` (the default), or
+``resnet`` / ``gpt2`` (``bench/precision_models.py``: a CIFAR-style ResNet with a dead
+BatchNorm channel pair writing about 90,000 into the classifier's path, inputs in [-128, 128];
+a 2-layer GPT-2 decoder whose tanh GELU's Pow overflows and whose MLP writes a massive
+activation of about 100,000 read by the final LayerNorm, token ids in [0, 999]).
+
+``bert``: a 2-layer BERT encoder (token and position
 embeddings, LayerNormalization, 4-head attention with a mask built from the input's shape,
 erf GELU feed-forward, a tanh pooler of the CLS token; ``--pooler none``: the last hidden
 state only), 128 hidden, 512 intermediate, sequence 32, vocabulary 1000: 82 nodes. In layer 1
 the feed-forward bias of 4 channels is 137,000: ``bias_add`` writes about 137,000 there (>
 fp16's 65,504), read by the GELU's Div and Mul (the BERT failure mode of issue 17). The check
-spec: compare against onnxruntime fp32, target fp16, atol = rtol = 0.02, token ids in [0, 999].
+spec: compare against onnxruntime fp32, target fp16, atol = rtol = 0.02, token ids in [0, 999]
+(every case: the same spec over its inputs' range).
 
 The judge (for every tool's file): the file must pass onnx.checker (full) and load in
 onnxruntime; with fp16 storage made real (``checks.fp16_model.storage_real``: every fp16 tensor
@@ -18,12 +25,13 @@ It also captures every intermediate tensor and counts the fp16 tensors holding i
 their values): a fused GPU GELU turns such an inf into NaN (issue 26).
 
 Ours runs twice: the default (no inf in any fp16 tensor) and ``--allow-nonfinite`` (the search's
-answer as it is). Beside them, AutoCast's range rule with ``--data_max 65504`` emulated on the
-fp32 model's run of the same 5 samples: the nodes whose float output exceeds 65,504 in magnitude,
-and the nodes one of whose float inputs or outputs (weights included) does.
+answer as it is). Beside them, AutoCast's range rule with ``--data_max 65504`` and with its
+default 512 emulated on the fp32 model's run of the same 5 samples: the nodes whose float output
+exceeds the limit in magnitude, and the nodes one of whose float inputs or outputs (weights
+included) does.
 
     .venv/bin/python bench/precision_bert.py OUT_DIR [--autocast-python /work/autocast-venv/bin/python]
-        [--baseline /path/to/other/checkout] [--pooler cls|none]
+        [--baseline /path/to/other/checkout] [--case bert|resnet|gpt2] [--pooler cls|none]
 """
 
 from __future__ import annotations
