@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from reducer_core.cache import VerdictCache
 from reducer_core.candidate import Candidate
@@ -68,6 +68,26 @@ def branchy_model(prefix: str = "", suffix: str = "") -> onnx.ModelProto:
 
 
 BRANCHY_NODES = ("A", "B", "C", "D", "E", "G", "H", "F")
+
+
+def weighted_model() -> onnx.ModelProto:
+    """MatMul -> Mul -> MatMul (NodeP_, NodeQ_, NodeR_) with 64 KiB weights each: iteration models
+    (and a check) reference them in a weight file while the written (or stored) model has them
+    inline, so the written file is never byte-equal to a judged one and is checked once more."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((128, 128), dtype=np.float32), f"W{i}") for i in (1, 2, 3)]
+    info = helper.make_tensor_value_info
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h1"], name="NodeP_"),
+        helper.make_node("Mul", ["h1", "W2"], ["h2"], name="NodeQ_"),
+        helper.make_node("MatMul", ["h2", "W3"], ["y"], name="NodeR_"),
+    ]
+    graph = helper.make_graph(
+        nodes, "weighted", [info("x", TensorProto.FLOAT, [1, 128])], [info("y", TensorProto.FLOAT, [1, 128])], weights
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
 
 
 def index_of(model: onnx.ModelProto, shape_inference: bool = True) -> GraphIndex:

@@ -14,12 +14,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from reducer_cli.args import EXIT_OK, EXIT_SUSPECT, EXIT_UNVERIFIED
 from reducer_core.graph import GraphIndex
 from reducer_core.verification import checker_crash, identity_model
 from tests.cli.helpers import ITER, checks_logged, fails_when_present, node, reduce, save_branchy, write_script
+from tests.models import weighted_model
 
 JUDGED_LOG = "judged.log"
 ITER_IN_WORK = "work/polygraphy_debug.onnx"
@@ -42,25 +43,6 @@ def logging_check(body: str) -> list[str]:
 def summary(path: str = "summary.json") -> dict[str, object]:
     data: dict[str, object] = json.loads(Path(path).read_text())
     return data
-
-
-def weighted_model() -> onnx.ModelProto:
-    """Three nodes with 64 KiB weights each: iteration models reference them in a weight file, the
-    written model has them inline, so the written file is never byte-equal to a judged one."""
-    rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(rng.standard_normal((128, 128), dtype=np.float32), f"W{i}") for i in (1, 2, 3)]
-    info = helper.make_tensor_value_info
-    nodes = [
-        helper.make_node("MatMul", ["x", "W1"], ["h1"], name="NodeP_"),
-        helper.make_node("Mul", ["h1", "W2"], ["h2"], name="NodeQ_"),
-        helper.make_node("MatMul", ["h2", "W3"], ["y"], name="NodeR_"),
-    ]
-    graph = helper.make_graph(
-        nodes, "weighted", [info("x", TensorProto.FLOAT, [1, 128])], [info("y", TensorProto.FLOAT, [1, 128])], weights
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
 
 
 # -- verified outputs --------------------------------------------------------------------------------

@@ -13,10 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from persistence.db import Database
 from persistence.enums import ArtifactKind
@@ -24,6 +22,7 @@ from persistence.repositories import ArtifactRepository
 from reducer_cli.client_exit import EXIT_OK, EXIT_SUSPECT, EXIT_UNVERIFIED, exit_for_job
 from reducer_cli.client_output import job_lines
 from reducer_client import Job
+from tests.models import weighted_model
 from tests.service.conftest import client_for
 from tests.service.helpers import OP_PRESENT_MUL, chain_model, submit
 from tests.service.web_harness import catalogue, chromium, embedded_service
@@ -43,25 +42,6 @@ def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
     ctx = context_from_settings(settings)
     yield ctx
     ctx.db.dispose()
-
-
-def weighted_model() -> bytes:
-    """MatMul -> Mul -> MatMul with 64 KiB weights each: a check judges them by reference, the
-    stored min-bad has them inline, so it is checked once more as stored."""
-    rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(rng.standard_normal((128, 128), dtype=np.float32), f"W{i}") for i in (1, 2, 3)]
-    info = helper.make_tensor_value_info
-    nodes = [
-        helper.make_node("MatMul", ["x", "W1"], ["h1"], name="NodeP_"),
-        helper.make_node("Mul", ["h1", "W2"], ["h2"], name="NodeQ_"),
-        helper.make_node("MatMul", ["h2", "W3"], ["y"], name="NodeR_"),
-    ]
-    graph = helper.make_graph(
-        nodes, "weighted", [info("x", TensorProto.FLOAT, [1, 128])], [info("y", TensorProto.FLOAT, [1, 128])], weights
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model.SerializeToString()
 
 
 def _run(client: httpx.Client, ctx: RunnerContext, model: bytes, spec: str) -> dict[str, Any]:
@@ -96,7 +76,7 @@ def test_a_job_hands_over_the_models_a_check_judged(
 
 
 def test_a_model_with_weights_is_checked_once_more_as_stored(client: httpx.Client, ctx: RunnerContext) -> None:
-    job = _run(client, ctx, weighted_model(), OP_PRESENT_MUL)
+    job = _run(client, ctx, weighted_model().SerializeToString(), OP_PRESENT_MUL)
     assert job["status"] == "succeeded", job
     bad, good = job["verified"]["min_bad"], job["verified"]["min_good"]
     assert (bad["status"], bad["checks"], bad["verdict"]) == ("rechecked", 1, "fail")
@@ -109,7 +89,8 @@ def test_a_model_with_weights_is_checked_once_more_as_stored(client: httpx.Clien
 def test_a_final_check_that_disagrees_fails_the_job(client: httpx.Client, ctx: RunnerContext) -> None:
     """The check fails only while the weights are referenced from a weight file: the stored
     self-contained min-bad passes when checked once more, so the job does not succeed."""
-    job = _run(client, ctx, weighted_model(), _command("grep -q NodeQ_ $1 && grep -q iter $1 && exit 1; exit 0"))
+    check = _command("grep -q NodeQ_ $1 && grep -q iter $1 && exit 1; exit 0")
+    job = _run(client, ctx, weighted_model().SerializeToString(), check)
     assert job["status"] == "failed", job
     assert job["error"]["code"] == "unverified-result"
     assert "did not fail like the original" in job["error"]["message"]
