@@ -11,7 +11,7 @@ import pytest
 
 from checks.build import build_check
 from checks.cancel import CheckStoppedError, stop_checks_when
-from checks.spec import parse_check_spec
+from checks.spec import ModelCheck, parse_check_spec
 from tests.checks.conftest import COMPARE_FP16
 from tests.checks.processes import wait_gone
 
@@ -20,35 +20,35 @@ from tests.checks.processes import wait_gone
 ESCAPING = "setsid sleep 60 & echo $! > {pids}; sleep 60"
 
 
+def _seconds_to_stop(check: ModelCheck, model: Path, after_s: float | None) -> float:
+    """Runs ``check`` on ``model`` in a stop scope that asks to stop ``after_s`` seconds in (None:
+    from the start); the check must raise CheckStoppedError. How long it ran."""
+    started = time.monotonic()
+    with (
+        stop_checks_when(lambda: after_s is None or time.monotonic() - started > after_s),
+        pytest.raises(CheckStoppedError),
+    ):
+        check.run(model)
+    return time.monotonic() - started
+
+
 def test_a_stopped_command_check_and_its_escaped_grandchild_are_killed(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     spec = parse_check_spec(f"kind: command\ncommand: [sh, -c, '{ESCAPING.format(pids=pids)}']\ntimeout: 120")
-    check = build_check(spec, work_dir=tmp_path)
-    started = time.monotonic()
-    with stop_checks_when(lambda: time.monotonic() - started > 1.0), pytest.raises(CheckStoppedError):
-        check.run(tmp_path / "model.onnx")
-    assert time.monotonic() - started < 5
+    assert _seconds_to_stop(build_check(spec, work_dir=tmp_path), tmp_path / "model.onnx", after_s=1.0) < 5
     assert wait_gone([int(pids.read_text())], within_s=5.0)
 
 
 def test_a_stopped_spec_check_in_its_child_interpreter_is_killed(tmp_path: Path) -> None:
     """compare runs in ``python -m checks.child``; the stop kills it (here while it starts up)."""
     (tmp_path / "model.onnx").write_bytes(b"")
-    check = build_check(parse_check_spec(COMPARE_FP16))
-    started = time.monotonic()
-    with stop_checks_when(lambda: True), pytest.raises(CheckStoppedError):
-        check.run(tmp_path / "model.onnx")
-    assert time.monotonic() - started < 5
+    assert _seconds_to_stop(build_check(parse_check_spec(COMPARE_FP16)), tmp_path / "model.onnx", after_s=None) < 5
 
 
 def test_the_stop_also_ends_the_repeats_of_a_check(tmp_path: Path) -> None:
     sleeper = f"['{sys.executable}', -c, 'import time; time.sleep(30)']"
     spec = parse_check_spec(f"kind: command\ncommand: {sleeper}\nrepeat: 3")
-    check = build_check(spec, work_dir=tmp_path)
-    started = time.monotonic()
-    with stop_checks_when(lambda: time.monotonic() - started > 0.5), pytest.raises(CheckStoppedError):
-        check.run(tmp_path / "model.onnx")
-    assert time.monotonic() - started < 5
+    assert _seconds_to_stop(build_check(spec, work_dir=tmp_path), tmp_path / "model.onnx", after_s=0.5) < 5
 
 
 def test_outside_a_scope_a_check_runs_to_its_end(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Callable
 
 import pytest
 from onnx import helper
@@ -172,6 +173,28 @@ def run_all(machine: ReductionMachine, check: FlakyCheck, limit: int | None = No
     return seen
 
 
+def _resumed_at_each_stop_ends_like_one_run(
+    config: SessionConfig, new_check: Callable[[], FlakyCheck], stops: Callable[[int], range]
+) -> ReductionMachine:
+    """A 40-node chain reduced in one run, then again stopped after each of ``stops(n)`` requests
+    (of the run's ``n``), its state saved as JSON and resumed: the same requests, the same end.
+    Returns the one run's machine."""
+    index = chain(40)
+    whole = new_machine(index, config)
+    sequence = [r.id for r in run_all(whole, new_check())]
+    for stop in stops(len(sequence)):
+        check = new_check()
+        first = new_machine(index, config)
+        done_before = [r.id for r in run_all(first, check, limit=stop)]
+        saved = json.loads(json.dumps(first.state()))
+        second = ReductionMachine.from_state(index, config, VerdictCache(index.fingerprint, "flaky"), saved)
+        rest = [r.id for r in run_all(second, check)]
+        assert done_before + rest == sequence, stop
+        assert second.result.min_bad == whole.result.min_bad and second.checks_run == whole.checks_run
+        assert second.result.flakiness == whole.result.flakiness
+    return whole
+
+
 def new_machine(index: GraphIndex, config: SessionConfig) -> ReductionMachine:
     return ReductionMachine(index, config, VerdictCache(index.fingerprint, "flaky"))
 
@@ -211,22 +234,10 @@ def _result(index: GraphIndex, config: SessionConfig, check: FlakyCheck) -> Redu
 
 @pytest.mark.parametrize("seed", [0, 5, 17])
 def test_a_flaky_session_resumed_from_json_state_at_any_point_ends_like_one_run(seed: int) -> None:
-    index = chain(40)
-    config = SessionConfig(confirm_flaky=True)
-    whole = new_machine(index, config)
-    sequence = [r.id for r in run_all(whole, FlakyCheck(17, 0.7, seed))]
+    whole = _resumed_at_each_stop_ends_like_one_run(
+        SessionConfig(confirm_flaky=True), lambda: FlakyCheck(17, 0.7, seed), lambda n: range(1, n, 3)
+    )
     assert whole.result.flakiness is not None and whole.result.flakiness.flaky, "pick a seed that shows flakiness"
-    for stop in range(1, len(sequence), 3):
-        check = FlakyCheck(17, 0.7, seed)
-        first = new_machine(index, config)
-        done_before = [r.id for r in run_all(first, check, limit=stop)]
-        saved = json.loads(json.dumps(first.state()))
-        second = ReductionMachine.from_state(index, config, VerdictCache(index.fingerprint, "flaky"), saved)
-        rest = [r.id for r in run_all(second, check)]
-        assert done_before + rest == sequence, stop
-        assert second.result.min_bad == whole.result.min_bad
-        assert second.checks_run == whole.checks_run
-        assert second.result.flakiness == whole.result.flakiness
     assert whole.state()["flaky"]["status"] == "flaky"
 
 
@@ -387,20 +398,9 @@ def test_an_original_that_passes_every_run_is_refused_after_four_runs(confirm: b
 
 @pytest.mark.parametrize("seed", [0, 3, 7])
 def test_a_flaky_original_resumed_from_json_state_at_any_point_ends_like_one_run(seed: int) -> None:
-    index = chain(40)
-    config = SessionConfig()
-    whole = new_machine(index, config)
-    sequence = [r.id for r in run_all(whole, FirstRunPasses(17, 0.7, seed))]
-    for stop in range(1, min(len(sequence), 12)):
-        check = FirstRunPasses(17, 0.7, seed)
-        first = new_machine(index, config)
-        done_before = [r.id for r in run_all(first, check, limit=stop)]
-        saved = json.loads(json.dumps(first.state()))
-        second = ReductionMachine.from_state(index, config, VerdictCache(index.fingerprint, "flaky"), saved)
-        rest = [r.id for r in run_all(second, check)]
-        assert done_before + rest == sequence, stop
-        assert second.result.min_bad == whole.result.min_bad and second.checks_run == whole.checks_run
-        assert second.result.flakiness == whole.result.flakiness
+    _resumed_at_each_stop_ends_like_one_run(
+        SessionConfig(), lambda: FirstRunPasses(17, 0.7, seed), lambda n: range(1, min(n, 12))
+    )
 
 
 @pytest.mark.parametrize("slots", [2, 4])
