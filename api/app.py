@@ -69,7 +69,7 @@ def create_app(settings: ApiSettings, enqueue: Enqueue | None = None, notify: No
     services = Services(
         settings=settings,
         db=db,
-        layout=DataLayout(settings.data_dir.resolve(), settings.s3_config()),
+        layout=DataLayout(settings.data_dir.resolve(), settings.s3_config(wait_out_outages=False)),
         enqueue=enqueue or _default_enqueue(settings),
         notify=notify or _default_notify(settings),
         registry=registry,

@@ -134,7 +134,10 @@ async def _database_unavailable(request: Request, exc: Exception) -> JSONRespons
 
 async def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
     """The object store (S3) refused or could not be reached, e.g. while it restarts: a 503 to try
-    again, not a 500 (its message names the endpoint: logged, not answered)."""
+    again, not a 500 (its message names the endpoint: logged, not answered). A corrupt blob is no
+    outage: a 500."""
+    if not getattr(exc, "transient", False):
+        return await _unexpected(request, exc)
     log.warning("artifact store unavailable on %s %s: %s", request.method, request.url.path, exc)
     await _drain(request)
     return problem_response(

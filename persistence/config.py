@@ -84,6 +84,9 @@ class ServiceSettings(BaseSettings):
     s3_multipart_threshold_bytes: int = Field(default=64 * 2**20, ge=5 * 2**20)
     s3_multipart_chunk_bytes: int = Field(default=16 * 2**20, ge=5 * 2**20)
     s3_create_bucket: bool = True
+    # A worker waits this long for an unreachable store (a connection refused or cut, a 5xx: a
+    # MinIO restarting) before it leaves the job to be taken again; the api never waits: a 503.
+    s3_outage_wait_s: float = Field(default=120.0, ge=0)
     # Webhooks (persistence/webhooks.py): a target that resolves to a loopback, private,
     # link-local or metadata address is refused, at registration and before every delivery, unless
     # the operator allows private targets altogether or names the networks allowed (comma-separated
@@ -91,8 +94,9 @@ class ServiceSettings(BaseSettings):
     webhook_allow_private: bool = False
     webhook_allowed_networks: str = ""
 
-    def s3_config(self) -> S3Config | None:
-        """The object store's settings when ``ARTIFACT_STORE=s3``; None for the local folder."""
+    def s3_config(self, wait_out_outages: bool = True) -> S3Config | None:
+        """The object store's settings when ``ARTIFACT_STORE=s3``; None for the local folder.
+        ``wait_out_outages``: False for the api (it answers 503 at once)."""
         if self.artifact_store != "s3":
             return None
         return S3Config(
@@ -107,6 +111,7 @@ class ServiceSettings(BaseSettings):
             multipart_threshold=self.s3_multipart_threshold_bytes,
             multipart_chunksize=self.s3_multipart_chunk_bytes,
             create_bucket=self.s3_create_bucket,
+            outage_wait_s=self.s3_outage_wait_s if wait_out_outages else 0.0,
         )
 
     @model_validator(mode="after")

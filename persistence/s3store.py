@@ -44,17 +44,17 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
-from persistence.store import CHUNK, ArtifactStore, ArtifactStoreError, StoredBlob
+from persistence.store import CHUNK, ArtifactStore, ArtifactStoreError, CorruptBlobError, StoredBlob
 
 COPY_LIMIT = 5 * 2**30  # the largest object one CopyObject call may copy
 ASIDE_PREFIX = "deleting/"  # a swept blob's copy while the sweep asks the database again (never listed as a blob)
-DOWNLOAD_ATTEMPTS = 2
 MARK_PREFIX = "stored/"  # stored/<key>: when a job last began storing the blob (the sweep reads it after its DELETE)
 log = logging.getLogger("onnx_reducer.store")
-__all__ = ["ArtifactStoreError", "S3ArtifactStore", "S3Config"]
+T = TypeVar("T")
+__all__ = ["ArtifactStoreError", "CorruptBlobError", "S3ArtifactStore", "S3Config"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,7 @@ class S3Config:
     multipart_threshold: int = 64 * 2**20
     multipart_chunksize: int = 16 * 2**20
     create_bucket: bool = True
+    outage_wait_s: float = 0.0  # how long a store or fetch waits out an unreachable store (0: fail at once)
 
 
 class S3ArtifactStore(ArtifactStore):
@@ -113,9 +114,6 @@ class S3ArtifactStore(ArtifactStore):
         return TransferConfig(
             multipart_threshold=self.config.multipart_threshold,
             multipart_chunksize=self.config.multipart_chunksize,
-            # a download cut mid-way is tried once more (each try has the client's own retries):
-            # boto3's 5 tries made an api whose S3 server died mid-download answer after > 60 s
-            num_download_attempts=DOWNLOAD_ATTEMPTS,
         )
 
     def ensure_bucket(self) -> None:
@@ -153,8 +151,25 @@ class S3ArtifactStore(ArtifactStore):
         where = self.config.endpoint_url or "the default AWS endpoint"
         return ArtifactStoreError(
             f"Cannot {doing} '{self.config.bucket}' at {where} ({type(exc).__name__}: {_code(exc) or exc}); "
-            "check S3_ENDPOINT_URL, S3_BUCKET and the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)."
+            "check S3_ENDPOINT_URL, S3_BUCKET and the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).",
+            transient=_is_outage(exc),
         )
+
+    def _riding_out(self, action: Callable[[], T]) -> T:
+        """``action``, tried again while the store is unreachable (``transient``), for up to
+        ``outage_wait_s`` (a worker rides out a MinIO restart instead of giving its job up)."""
+        deadline, delay = time.monotonic() + self.config.outage_wait_s, 0.5
+        while True:
+            try:
+                return action()
+            except ArtifactStoreError as exc:
+                if not exc.transient or time.monotonic() + delay > deadline:
+                    raise
+                log.warning(
+                    "artifact store unreachable (%s); trying again in %.1f s", type(exc.__cause__).__name__, delay
+                )
+            time.sleep(delay)  # a back-off between tries of a store that is down
+            delay = min(delay * 2, 10.0)
 
     def _head(self, key: str) -> dict[str, Any] | None:
         from botocore.exceptions import ClientError  # noqa: PLC0415 - boto3 is heavy: only a store configured for S3 pays it
@@ -206,6 +221,9 @@ class S3ArtifactStore(ArtifactStore):
         local = self.local_path(key)
         if local.is_file():
             return local
+        return self._riding_out(lambda: self._fetch(key, local))
+
+    def _fetch(self, key: str, local: Path) -> Path:
         from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - boto3 is heavy: only a store configured for S3 pays it
 
         tmp = self.temp_path()
@@ -219,7 +237,7 @@ class S3ArtifactStore(ArtifactStore):
             except BotoCoreError as exc:
                 raise self._error("download from", exc) from exc
             if _sha256_of(tmp) != key.rsplit("/", 1)[-1]:
-                raise ArtifactStoreError(f"artifact {key} downloaded from the bucket does not match its sha256")
+                raise CorruptBlobError(f"artifact {key} downloaded from the bucket does not match its sha256")
             self._install(tmp, local)
         finally:
             tmp.unlink(missing_ok=True)
@@ -230,12 +248,12 @@ class S3ArtifactStore(ArtifactStore):
 
     def adopt(self, tmp: Path, sha256: str, size: int) -> StoredBlob:
         blob = super().adopt(tmp, sha256, size)
-        self._upload(blob)
+        self._riding_out(lambda: self._upload(blob))
         return blob
 
     def put_file(self, path: Path) -> StoredBlob:
         blob = super().put_file(path)
-        self._upload(blob)
+        self._riding_out(lambda: self._upload(blob))
         return blob
 
     def delete(self, key: str) -> None:
@@ -346,6 +364,17 @@ class S3ArtifactStore(ArtifactStore):
                 self._unmark(key)  # gone for good, or there (stored now, or stored by a job since)
             client.delete_object(Bucket=bucket, Key=aside)
         return restored
+
+
+def _is_outage(exc: Exception) -> bool:
+    """The store could not be reached or failed on its side (a connection refused, cut or timed
+    out, a 5xx), rather than refusing the request (a 4xx: credentials, a missing bucket)."""
+    from botocore.exceptions import ClientError  # noqa: PLC0415 - boto3 is heavy: only a store configured for S3 pays it
+
+    if isinstance(exc, ClientError):
+        status = _status(exc)
+        return status is None or status >= 500
+    return True
 
 
 def _younger(head: dict[str, Any], seconds: float) -> bool:

@@ -38,7 +38,20 @@ class StoredBlob:
 
 class ArtifactStoreError(Exception):
     """The object store refused or could not be reached (the message says what to check; it may
-    name the endpoint: log it, never answer it)."""
+    name the endpoint: log it, never answer it). ``transient``: the store could not be reached (a
+    connection refused or cut, a 5xx): it may work once the store is back (a worker then leaves
+    the job to be taken again instead of failing it; the api answers 503)."""
+
+    def __init__(self, message: str, transient: bool = True) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class CorruptBlobError(ArtifactStoreError):
+    """The store's copy of a blob does not match its sha256 (trying again does not help)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=False)
 
 
 class BlobTooLargeError(Exception):

@@ -22,6 +22,7 @@ from persistence.enums import ErrorCode, JobStatus
 from persistence.models import Job, utcnow
 from persistence.repositories import JobRepository
 from persistence.retry import transaction
+from persistence.store import ArtifactStoreError
 from reducer_core.errors import (
     CheckInfraError,
     InvalidModelError,
@@ -155,6 +156,9 @@ def ending_errors(ctx: RunnerContext, job_id: str) -> Iterator[None]:
     except SQLAlchemyError:
         raise  # the database is unreachable: the job is taken again once it is back
     except Exception as exc:
+        if isinstance(exc, ArtifactStoreError) and exc.transient:
+            log.warning("job %s: the artifact store is unavailable; the job is taken again once it is back", job_id)
+            raise  # (as the database: its lease runs out and a worker claims it again)
         status, code, message = ending_of(exc, ctx, job_id)
         if code is ErrorCode.INTERNAL:
             log.exception("job %s failed", job_id)
