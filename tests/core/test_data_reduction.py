@@ -97,6 +97,26 @@ def session(index: GraphIndex, reduce_data: bool = True) -> ReductionMachine:
     return ReductionMachine(index, SessionConfig(reduce_data=reduce_data), VerdictCache(index.fingerprint, "c"))
 
 
+def _resumed_at_each_stop_ends_like_one_run(
+    index: GraphIndex, new_oracle: Callable[[], Callable[[Candidate], Verdict]], from_phase: str | None
+) -> None:
+    """A session run once, then again stopped after each check (from the first check of
+    ``from_phase`` on, None: from the first), its state saved as JSON and resumed: the same
+    min-bad, and no finished check runs again."""
+    whole = session(index)
+    run(whole, new_oracle())
+    phases = [r.phase for r in whole.records]
+    for stop in range(phases.index(from_phase) if from_phase else 1, whole.checks_run):
+        first = session(index)
+        run(first, new_oracle(), limit=stop)
+        saved = json.loads(json.dumps(first.state()))
+        second = ReductionMachine.from_state(
+            index, SessionConfig(reduce_data=True), VerdictCache(index.fingerprint, "c"), saved
+        )
+        assert run(second, new_oracle()) == whole.checks_run - stop  # no finished check runs again
+        assert second.result.min_bad == whole.result.min_bad
+
+
 @pytest.mark.parametrize("threshold", [1, 2, 17, 33, 63, 64])
 def test_the_sequence_shrinks_to_the_smallest_failing_size_in_few_checks(threshold: int) -> None:
     index = index_of(seq_model())
@@ -159,19 +179,7 @@ def test_a_data_candidate_has_its_own_fingerprint_json_and_bytes() -> None:
 
 def test_a_session_resumed_in_the_data_phase_ends_like_one_run() -> None:
     index = index_of(seq_model())
-    whole = session(index)
-    run(whole, SizeOracle(index, 17))
-    for stop in range(1, whole.checks_run):
-        first = session(index)
-        run(first, SizeOracle(index, 17), limit=stop)
-        saved = json.loads(json.dumps(first.state()))
-        second = ReductionMachine.from_state(
-            index, SessionConfig(reduce_data=True), VerdictCache(index.fingerprint, "c"), saved
-        )
-        oracle = SizeOracle(index, 17)
-        run(second, oracle)
-        assert second.result.min_bad == whole.result.min_bad
-        assert len(oracle.sizes) == whole.checks_run - stop  # no finished check runs again
+    _resumed_at_each_stop_ends_like_one_run(index, lambda: SizeOracle(index, 17), from_phase=None)
 
 
 def test_reduce_data_off_by_default_and_old_states_resume_with_it_on() -> None:
@@ -334,20 +342,7 @@ def test_a_hidden_size_shrinks_with_its_weight_and_inputs_together() -> None:
 
 def test_a_session_resumed_in_the_weight_phase_ends_like_one_run() -> None:
     index = index_of(position_model())
-    whole = session(index)
-    run(whole, LargeValueOracle(index, 100.0))
-    phases = [r.phase for r in whole.records]
-    for stop in range(phases.index("data"), whole.checks_run):
-        first = session(index)
-        run(first, LargeValueOracle(index, 100.0), limit=stop)
-        saved = json.loads(json.dumps(first.state()))
-        second = ReductionMachine.from_state(
-            index, SessionConfig(reduce_data=True), VerdictCache(index.fingerprint, "c"), saved
-        )
-        oracle = LargeValueOracle(index, 100.0)
-        run(second, oracle)
-        assert second.result.min_bad == whole.result.min_bad
-        assert len(oracle.models) == whole.checks_run - stop  # no finished check runs again
+    _resumed_at_each_stop_ends_like_one_run(index, lambda: LargeValueOracle(index, 100.0), from_phase="data")
 
 
 def test_no_weight_edits_without_reduce_data() -> None:
