@@ -32,6 +32,7 @@ TEXT_FIELDS = frozenset(
     | {"reduce_data", "labels"}
     | {"releases", "flaky"}  # a bisect-releases job's (api.release_answers)
     | {"allow_nonfinite"}  # a precision job's (api.inspection)
+    | {"source_job_id", "on"}  # a bisection started from a reduce job (api.source_jobs)
 )
 MAX_INPUT_FILES = 8  # 'inputs' parts: several files are several samples, in order
 

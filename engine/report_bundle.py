@@ -13,8 +13,11 @@ event carries (``bundle_refused``) and the download's 404 repeats."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import os
 import shutil
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,3 +88,15 @@ def store_bundle(
     meta: dict[str, Any] = {"finding": report.finding, "reproduced": report.reproduced, "members": report.members}
     meta |= {"checks_run": report.checks_run, "reused": []}
     return blob, meta
+
+
+def put_answer(bundle: Path, name: str, answer: Mapping[str, Any]) -> None:
+    """``bundle`` (a reduction's zip) with ``name`` (a bisection's answer as JSON: ``passes.json``,
+    ``releases.json``, which its ``repro.py`` prints) in it, in place of one it held."""
+    partial = bundle.with_name(bundle.name + ".partial")
+    with zipfile.ZipFile(bundle) as source, zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED, True) as target:
+        for item in source.infolist():
+            if item.filename != name:
+                target.writestr(item, source.read(item.filename))
+        target.writestr(name, json.dumps(answer, indent=1))
+    os.replace(partial, bundle)

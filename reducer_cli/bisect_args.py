@@ -5,8 +5,6 @@ answer goes into a bug-report bundle (``reduce --bundle``'s zip, whose repro.py 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import zipfile
 from pathlib import Path
 
@@ -35,14 +33,3 @@ def bundle_to_update(value: str | None) -> Path | None:
     if not zipfile.is_zipfile(value):
         raise UsageError(f"--bundle: '{value}' is no zip; give the file reduce --bundle wrote.")
     return Path(value)
-
-
-def put_answer(bundle: Path, name: str, answer: dict[str, object]) -> None:
-    """``bundle`` with ``name`` (the answer as JSON) in it, in place of one it held."""
-    partial = bundle.with_name(bundle.name + ".partial")
-    with zipfile.ZipFile(bundle) as source, zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED, True) as target:
-        for item in source.infolist():
-            if item.filename != name:
-                target.writestr(item, source.read(item.filename))
-        target.writestr(name, json.dumps(answer, indent=1))
-    os.replace(partial, bundle)

@@ -108,6 +108,22 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="--task bisect-releases: the onnxruntime releases to bisect (default: every release the farm's "
         "workers advertise).",
     )
+    submit.add_argument(
+        "--source-job",
+        dest="source_job_id",
+        default=None,
+        metavar="JOB_ID",
+        help="--task bisect-passes or bisect-releases: start from this succeeded reduce job of your team: "
+        "bisect-passes runs on its min-bad (see --on), and the answer goes into a copy of its bug-report "
+        "bundle (GET /v1/jobs/{id}/bundle).",
+    )
+    submit.add_argument(
+        "--on",
+        choices=("min-bad", "original"),
+        default=None,
+        help="--task bisect-passes with --source-job: the model bisected (default min-bad: a few nodes; "
+        "original: the uploaded model).",
+    )
     submit.add_argument("--model-path", default=None, help="The model inside a bundle that holds several.")
     submit.add_argument(
         "--no-reduce-inputs", dest="reduce_inputs", action="store_false", default=None, help="As for reduce."

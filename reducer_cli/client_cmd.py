@@ -206,6 +206,8 @@ def _submit(client: ReducerClient, ns: argparse.Namespace, summary: Summary) -> 
         task=ns.task,
         labels=_submit_labels(ns),
         releases=ns.releases,
+        source_job_id=ns.source_job_id,
+        on=ns.on,
     )
     bar.done()
     summary.job_id, summary.status, summary.replayed = sent.job_id, sent.status, sent.replayed

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from checks.spec import load_check_spec
 from engine.pass_bisect import bisect_passes
-from reducer_cli.bisect_args import add_answer_arguments, bundle_to_update, put_answer
+from engine.report_bundle import put_answer
+from reducer_cli.bisect_args import add_answer_arguments, bundle_to_update
 from reducer_cli.progress import ProgressReporter
 from reducer_core.errors import UsageError
 from reducer_core.pass_bisect import Outcome, PassAnswer, ProbeRecord

@@ -17,7 +17,8 @@ from pathlib import Path
 from checks.build import build_check
 from checks.runtime_envs import RuntimeEnv, in_env, probe_release, runtime_envs
 from checks.spec import load_check_spec
-from reducer_cli.bisect_args import add_answer_arguments, bundle_to_update, put_answer
+from engine.report_bundle import put_answer
+from reducer_cli.bisect_args import add_answer_arguments, bundle_to_update
 from reducer_cli.progress import ProgressReporter
 from reducer_core.errors import CheckInfraError, UsageError
 from reducer_core.release_bisect import (

@@ -192,6 +192,8 @@ class ReducerClient:
         task: str | None = None,
         labels: Mapping[str, str] | None = None,
         releases: Sequence[str] = (),
+        source_job_id: str | None = None,
+        on: str | None = None,
     ) -> Submission:
         """Upload ``model`` (an ``.onnx`` file, a ``.tar``/``.zip`` bundle, or an ``.onnx`` whose
         external-data files lie next to it: those are bundled on the fly; or a prepared
@@ -201,7 +203,10 @@ class ReducerClient:
         ``reduce_data=True``: the answer's input sizes and weights shrink too; ``allow_nonfinite=True``
         (task precision): keep the search's answer even where an fp16 tensor holds inf; ``inputs``: input
         samples (.npz or Polygraphy JSON) that the check judges, every one; ``labels``: ``key=value``
-        pairs stored with the job (``ci_context.ci_labels`` reads a CI run's). Streamed from
+        pairs stored with the job (``ci_context.ci_labels`` reads a CI run's); ``source_job_id`` (tasks
+        bisect-passes and bisect-releases): a succeeded reduce job of the team the bisection starts
+        from (its answer goes into that job's bundle), ``on`` (bisect-passes): ``min-bad`` (the
+        default with a source) or ``original``, the model bisected. Streamed from
         disk; ``progress(sent, total)`` sees the file bytes go out. Retries reuse one
         ``Idempotency-Key`` (a new one unless given), so at most one job is created."""
         key = idempotency_key or uuid.uuid4().hex
@@ -220,6 +225,7 @@ class ReducerClient:
         fields = {"check_spec": check_spec, "mode": mode, "model_path": model_path, "task": task}
         fields["labels"] = json.dumps(dict(labels)) if labels else None
         fields["releases"] = ",".join(releases) or None  # task bisect-releases: the onnxruntime releases
+        fields |= {"source_job_id": source_job_id, "on": on}  # a bisection started from a reduce job
         fields |= {name: str(value).lower() for name, value in options.items() if value is not None}
         body = MultipartBody({k: v for k, v in fields.items() if v is not None}, files)
         headers = {

@@ -9,13 +9,19 @@ probes so far are in the job's ``session_state`` (``{"task", "probes"}``); the a
 (``PassAnswer.to_json``) is added there (``answer``) and to the success event (``passes``). A cancel
 or the time limit stops it after the probe that runs; a job taken again after its worker died
 rebuilds the search from its stored probes (``PassBisection.replayed``: their checks do not run
-again) and runs only the probes that had not ended."""
+again) and runs only the probes that had not ended.
+
+A job started from a reduce job (``source_job_id``, ``worker.source_job``) runs on that job's
+min-bad unless its ``on`` is ``original``, and its answer goes into a copy of that job's
+bug-report bundle as ``passes.json`` (the job's ``bundle`` artifact)."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
+import onnx
 from sqlalchemy.orm import Session
 
 from checks.spec import CheckSpec, ModelCheck, parse_check_spec
@@ -24,12 +30,14 @@ from jobflow.ending import succeed
 from persistence.options import JobOptions
 from persistence.repositories import IterationRepository, JobRepository
 from persistence.retry import transaction
+from persistence.store import StoredBlob
 from reducer_core.pass_bisect import PassAnswer, ProbeRecord
 from reducer_core.verdict import Pinning
 from worker.checking import job_check
 from worker.context import RunnerContext
 from worker.job_hold import going_on, held, probing, stop_if_asked
 from worker.prepared import JobInput, PreparedJob
+from worker.source_job import SourceJob, answer_bundle, keep_bundle, place_min_bad, source_of
 
 log = logging.getLogger("onnx_reducer.worker")
 TASK = "bisect-passes"
@@ -37,10 +45,20 @@ TASK = "bisect-passes"
 
 def run_passes_job(ctx: RunnerContext, job_id: str, attempt: int) -> None:
     """Run after ``JobRepository.claim`` gave this worker a bisect-passes job (``start_job``)."""
-    spec_text, pinning, stored, job_input = _load(ctx, job_id)
+    spec_text, pinning, stored, job_input, source = _load(ctx, job_id)
     with probing(ctx, job_id, job_input, "its optimizers were bisected") as prepared:
-        answer = _search(ctx, job_id, attempt, parse_check_spec(spec_text), pinning, stored, prepared)
-        _finish(ctx, job_id, attempt, answer, len(prepared.workspace.index))
+        model, nodes = _bisected_model(ctx, prepared, source)
+        answer = _search(ctx, job_id, attempt, parse_check_spec(spec_text), pinning, stored, prepared, model, nodes)
+        bundle = answer_bundle(ctx.layout.store, source, prepared.work_dir, "passes.json", answer.to_json())
+        _finish(ctx, job_id, attempt, answer, nodes, bundle)
+
+
+def _bisected_model(ctx: RunnerContext, prepared: PreparedJob, source: SourceJob | None) -> tuple[Path, int]:
+    """The model the probes run (the source's min-bad, or the job's model) and its node count."""
+    if source is None or not source.runs_min_bad:
+        return prepared.workspace.options.model, len(prepared.workspace.index)
+    model = place_min_bad(ctx.layout.store, source, prepared.work_dir)
+    return model, len(onnx.load(str(model), load_external_data=False).graph.node)
 
 
 def _search(
@@ -51,9 +69,10 @@ def _search(
     pinning: Pinning,
     stored: list[ProbeRecord],
     prepared: PreparedJob,
+    model: Path,
+    nodes: int,
 ) -> PassAnswer:
     golden = prepared.session_check.golden
-    nodes = len(prepared.workspace.index)
 
     def build(probed: CheckSpec) -> ModelCheck:
         stop_if_asked(ctx, job_id)
@@ -62,7 +81,6 @@ def _search(
     def heard(probe: ProbeRecord) -> None:  # a probe that ran now (a stored one is not heard again)
         _record(ctx, job_id, attempt, probe, search.answer.probes, nodes)
 
-    model = prepared.workspace.options.model
     search = PassBisection(
         spec, model, golden, pinning, ctx.allow_command, heard, prepared.work_dir, build, replayed=stored
     )
@@ -71,13 +89,13 @@ def _search(
     return search.run()
 
 
-def _load(ctx: RunnerContext, job_id: str) -> tuple[str, Pinning, list[ProbeRecord], JobInput]:
+def _load(ctx: RunnerContext, job_id: str) -> tuple[str, Pinning, list[ProbeRecord], JobInput, SourceJob | None]:
     with ctx.db.session() as session:
         job = going_on(ctx, JobRepository(session).get(job_id))
         pinning = Pinning.of(JobOptions.from_stored(job.mode, job.options).pin_signature)
         state = job.session_state or {}
         stored = [ProbeRecord.from_json(p) for p in state.get("probes", [])] if state.get("task") == TASK else []
-        return job.check_spec, pinning, stored, JobInput.of(session, job)
+        return job.check_spec, pinning, stored, JobInput.of(session, job), source_of(session, job)
 
 
 def _record(
@@ -100,11 +118,19 @@ def _record(
     transaction(ctx.db, write, f"job {job_id}: recording a pass bisection's probe")
 
 
-def _finish(ctx: RunnerContext, job_id: str, attempt: int, answer: PassAnswer, nodes: int) -> None:
+def _finish(
+    ctx: RunnerContext,
+    job_id: str,
+    attempt: int,
+    answer: PassAnswer,
+    nodes: int,
+    bundle: tuple[StoredBlob, dict[str, Any]] | None,
+) -> None:
     data: dict[str, Any] = answer.to_json()
 
     def write(session: Session) -> int:
         job = held(session, job_id, attempt)
+        keep_bundle(session, job_id, bundle)
         job.nodes_before = job.nodes_after = nodes
         job.session_state = {**(job.session_state or {}), "task": TASK, "answer": data}
         job.state_version += 1

@@ -14,7 +14,9 @@ worker offering it claims it: ``worker.run_job``), the hand-over not counted as 
 and the workers of its queue are woken. The user's spec comes back when the job ends. Every run
 is an iteration row (phase ``release <version>``, its ``repeat`` in the fingerprint) and counts in
 ``checks_run``; the answer (``ReleaseAnswer.to_json``, with the iteration numbers of both named
-verdicts) is kept in the session state and added to the success event (``releases``)."""
+verdicts) is kept in the session state and added to the success event (``releases``). A job
+started from a reduce job (``source_job_id``, ``worker.source_job``) also gets that job's
+bug-report bundle with the answer in it as ``releases.json`` (the job's ``bundle`` artifact)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from persistence.enums import JobStatus
 from persistence.options import JobOptions
 from persistence.repositories import IterationRepository, JobRepository, WorkerRepository
 from persistence.retry import transaction
+from persistence.store import StoredBlob
 from reducer_core.errors import CheckInfraError, UsageError
 from reducer_core.release_bisect import (
     ReleaseAnswer,
@@ -49,6 +52,7 @@ from worker.context import RunnerContext
 from worker.endings import JobCancelledError
 from worker.job_hold import going_on, held, probing, stop_if_asked
 from worker.prepared import JobInput, PreparedJob
+from worker.source_job import SourceJob, answer_bundle, keep_bundle, source_of
 
 log = logging.getLogger("onnx_reducer.worker")
 TASK = "bisect-releases"
@@ -64,6 +68,7 @@ class _Stored:
     flaky: bool
     pinned: bool
     queue: str
+    source: SourceJob | None = None  # the reduce job it was started from
 
 
 def run_release_job(ctx: RunnerContext, job_id: str, attempt: int) -> None:
@@ -103,7 +108,9 @@ def _probe_until_done_or_elsewhere(
         fails = search.counts_as_failing(verdict)
         log.info("job %s: onnxruntime %s (run %d): %s", job_id, release, repeat + 1, verdict.kind.value)
         _record(ctx, job_id, attempt, Run(release, repeat, verdict), fails, output, nodes, stored, search)
-    _finish(ctx, job_id, attempt, stored, search.answer(), nodes)
+    answer = search.answer()
+    bundle = answer_bundle(ctx.layout.store, stored.source, prepared.work_dir, "releases.json", answer.to_json())
+    _finish(ctx, job_id, attempt, stored, answer, nodes, bundle)
 
 
 def where_to_run(ctx: RunnerContext, release: str) -> tuple[bool, RuntimeEnv | None]:
@@ -172,6 +179,7 @@ def _load(ctx: RunnerContext, job_id: str) -> tuple[_Stored, JobInput]:
             flaky=options.flaky,
             pinned=options.pin_signature,
             queue=job.queue,
+            source=source_of(session, job),
         )
         return stored, JobInput.of(session, job)
 
@@ -242,7 +250,7 @@ def _hand_over(
         if job.cancel_requested:  # queued again it would wait for ever: no claim takes a cancelled job
             raise JobCancelledError()
         job.check_spec = spec_requiring(stored.spec_text, release)
-        job.requires = requirements_of(job.check_spec).to_json()  # a worker that offers the release takes it
+        job.requires = {**job.requires, "onnxruntime": f"=={release}"}  # as spec_requiring: its worker takes it
         job.session_state = _state(stored, search)
         job.state_version += 1
         job.status = JobStatus.QUEUED
@@ -262,9 +270,18 @@ def spec_requiring(spec_text: str, release: str) -> str:
     return json.dumps(document)
 
 
-def _finish(ctx: RunnerContext, job_id: str, attempt: int, stored: _Stored, answer: ReleaseAnswer, nodes: int) -> None:
+def _finish(
+    ctx: RunnerContext,
+    job_id: str,
+    attempt: int,
+    stored: _Stored,
+    answer: ReleaseAnswer,
+    nodes: int,
+    bundle: tuple[StoredBlob, dict[str, Any]] | None,
+) -> None:
     def write(session: Session) -> int:
         job = held(session, job_id, attempt)
+        keep_bundle(session, job_id, bundle)
         data = with_iteration_links(job_id, answer.to_json(), IterationRepository(session).list(job_id, 0, 1000))
         job.check_spec = stored.spec_text
         job.requires = requirements_of(stored.spec_text).to_json()

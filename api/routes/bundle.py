@@ -3,7 +3,9 @@ min-good with the weights they read, the inputs min-bad sees, the check, the wor
 ``repro.py`` and a README; ``engine.bundle``). The worker that finished the job built and stored
 it (``engine.report_bundle``); this route serves the stored file, team-scoped like every
 artifact. A job whose bundle was not kept (its self-check did not reproduce the pinned failure in a
-clean environment) has the reason in its end event (``bundle_refused``): the 404 repeats it."""
+clean environment) has the reason in its end event (``bundle_refused``): the 404 repeats it. A
+bisect-passes or bisect-releases job started from a reduce job (``source_job_id``) has that job's
+bundle with its answer in it (``worker.source_job``)."""
 
 from __future__ import annotations
 
@@ -45,6 +47,11 @@ def download_bundle(job_id: str, services: ServicesDep, team: TeamDep) -> Respon
 def _why_none(status: str, task: JobTask, job_id: str) -> str:
     if task is JobTask.PRECISION:
         return f"Job '{job_id}' is a precision job; download its mixed-precision model (artifacts/mixed) instead."
+    if task in (JobTask.BISECT_PASSES, JobTask.BISECT_RELEASES):
+        return (
+            f"Job '{job_id}' is a {task} job: it has a bundle when it succeeded and was started from a reduce job "
+            "(source_job_id), whose bundle it copies with its answer in it."
+        )
     if status != JobStatus.SUCCEEDED:
         return f"Job '{job_id}' is {status}; a bundle is built when a reduction succeeds. Download artifacts/min-bad."
     return (

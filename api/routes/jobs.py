@@ -110,6 +110,18 @@ _UPLOAD_DOC = {
                             "description": "bisect-releases: the check fails only some of the time; a pass "
                             "counts after repeated passing runs",
                         },
+                        "source_job_id": {
+                            "type": "string",
+                            "description": "bisect-passes, bisect-releases: a succeeded reduce job of the team to "
+                            "start from: bisect-passes runs on its min-bad (see on), and the answer goes into a "
+                            "copy of its bug-report bundle (GET /v1/jobs/{id}/bundle); another team's job: 404",
+                        },
+                        "on": {
+                            "type": "string",
+                            "enum": ["min-bad", "original"],
+                            "description": "bisect-passes with source_job_id: the model bisected (default "
+                            "min-bad; original: the uploaded model)",
+                        },
                         "model_path": {"type": "string", "description": "the model inside a bundle"},
                         "reduce_inputs": {"type": "boolean", "default": _DEFAULTS.reduce_inputs},
                         "reduce_outputs": {"type": "boolean", "default": _DEFAULTS.reduce_outputs},

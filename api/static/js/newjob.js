@@ -124,6 +124,11 @@ async function submit(event) {
   body.append("task", $("task").value);
   const releases = $("releases").value.trim();
   if (releases && $("task").value === "bisect-releases") body.append("releases", releases);
+  const source = $("source_job_id").value.trim();
+  if (source && $("task").value.startsWith("bisect-")) {
+    body.append("source_job_id", source);
+    if ($("task").value === "bisect-passes") body.append("on", $("on").value);
+  }
   if ($("allow_nonfinite").checked && $("task").value === "precision") body.append("allow_nonfinite", "true");
   const modelPath = $("model-path").value.trim();
   if (modelPath) body.append("model_path", modelPath);
