@@ -18,6 +18,7 @@ import mmap
 import os
 import sys
 import time
+from collections.abc import Iterator
 
 
 def _process_age() -> float | None:
@@ -65,27 +66,33 @@ def _fields(buf: memoryview, start: int, end: int):  # type: ignore[no-untyped-d
             raise ValueError(f"unsupported wire type {wire}")
 
 
-def graph_nodes(path: str) -> list[tuple[str, str]]:
-    """(name, op_type) of each top-level node of the ONNX model at ``path``."""
-    nodes: list[tuple[str, str]] = []
+def graph_fields(path: str) -> Iterator[tuple[memoryview, int, int, tuple[int, int]]]:
+    """(the mapped file, field number, wire type, span) of each field of the top-level graph
+    (ModelProto.graph) of the ONNX model at ``path``, read through ``mmap``."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         buf = memoryview(mm)
         try:
             for number, wire, span in _fields(buf, 0, len(buf)):
-                if number != 7 or wire != 2:  # ModelProto.graph
-                    continue
-                for gnum, gwire, nspan in _fields(buf, *span):
-                    if gnum != 1 or gwire != 2:  # GraphProto.node
-                        continue
-                    name = op = ""
-                    for fnum, fwire, val in _fields(buf, *nspan):
-                        if fwire == 2 and fnum == 3:
-                            name = bytes(buf[val[0] : val[1]]).decode()
-                        elif fwire == 2 and fnum == 4:
-                            op = bytes(buf[val[0] : val[1]]).decode()
-                    nodes.append((name, op))
+                if number == 7 and wire == 2:  # ModelProto.graph
+                    for gnum, gwire, gspan in _fields(buf, *span):
+                        yield buf, gnum, gwire, gspan
         finally:
             buf.release()
+
+
+def graph_nodes(path: str) -> list[tuple[str, str]]:
+    """(name, op_type) of each top-level node of the ONNX model at ``path``."""
+    nodes: list[tuple[str, str]] = []
+    for buf, gnum, gwire, nspan in graph_fields(path):
+        if gnum != 1 or gwire != 2:  # GraphProto.node
+            continue
+        name = op = ""
+        for fnum, fwire, val in _fields(buf, *nspan):
+            if fwire == 2 and fnum == 3:
+                name = bytes(buf[val[0] : val[1]]).decode()
+            elif fwire == 2 and fnum == 4:
+                op = bytes(buf[val[0] : val[1]]).decode()
+        nodes.append((name, op))
     return nodes
 
 
@@ -94,33 +101,25 @@ def graph_edges(path: str) -> tuple[list[tuple[str, list[str], list[str]]], set[
     format like ``graph_nodes``."""
     nodes: list[tuple[str, list[str], list[str]]] = []
     graph_inputs: set[str] = set()
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        buf = memoryview(mm)
-        try:
-            for number, wire, span in _fields(buf, 0, len(buf)):
-                if number != 7 or wire != 2:  # ModelProto.graph
-                    continue
-                for gnum, gwire, gspan in _fields(buf, *span):
-                    if gnum == 11 and gwire == 2:  # GraphProto.input: ValueInfoProto.name is field 1
-                        for vnum, vwire, val in _fields(buf, *gspan):
-                            if vnum == 1 and vwire == 2:
-                                graph_inputs.add(bytes(buf[val[0] : val[1]]).decode())
-                    if gnum != 1 or gwire != 2:  # GraphProto.node
-                        continue
-                    name, inputs, outputs = "", [], []
-                    for fnum, fwire, val in _fields(buf, *gspan):
-                        if fwire != 2:
-                            continue
-                        text = bytes(buf[val[0] : val[1]]).decode() if fnum in (1, 2, 3) else ""
-                        if fnum == 1:
-                            inputs.append(text)
-                        elif fnum == 2:
-                            outputs.append(text)
-                        elif fnum == 3:
-                            name = text
-                    nodes.append((name, inputs, outputs))
-        finally:
-            buf.release()
+    for buf, gnum, gwire, gspan in graph_fields(path):
+        if gnum == 11 and gwire == 2:  # GraphProto.input: ValueInfoProto.name is field 1
+            for vnum, vwire, val in _fields(buf, *gspan):
+                if vnum == 1 and vwire == 2:
+                    graph_inputs.add(bytes(buf[val[0] : val[1]]).decode())
+        if gnum != 1 or gwire != 2:  # GraphProto.node
+            continue
+        name, inputs, outputs = "", [], []
+        for fnum, fwire, val in _fields(buf, *gspan):
+            if fwire != 2:
+                continue
+            text = bytes(buf[val[0] : val[1]]).decode() if fnum in (1, 2, 3) else ""
+            if fnum == 1:
+                inputs.append(text)
+            elif fnum == 2:
+                outputs.append(text)
+            elif fnum == 3:
+                name = text
+        nodes.append((name, inputs, outputs))
     return nodes, graph_inputs
 
 

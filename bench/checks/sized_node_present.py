@@ -3,25 +3,16 @@
 so that ``--reduce-data`` has sizes to search (down to the smallest that still fails)."""
 
 import argparse
-import mmap
 
-from _common import _fields, finish, graph_nodes
+from _common import _fields, finish, graph_fields, graph_nodes
 
 
 def input_dims(path: str) -> list[int]:
     """The fixed dimensions of the graph inputs (ModelProto.graph.input[*].type.tensor_type.shape)."""
     dims: list[int] = []
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        buf = memoryview(mm)
-        try:
-            for number, wire, span in _fields(buf, 0, len(buf)):
-                if number != 7 or wire != 2:  # ModelProto.graph
-                    continue
-                for gnum, gwire, ispan in _fields(buf, *span):
-                    if gnum == 11 and gwire == 2:  # GraphProto.input
-                        dims += _value_info_dims(buf, ispan)
-        finally:
-            buf.release()
+    for buf, gnum, gwire, ispan in graph_fields(path):
+        if gnum == 11 and gwire == 2:  # GraphProto.input
+            dims += _value_info_dims(buf, ispan)
     return dims
 
 
