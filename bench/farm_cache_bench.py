@@ -26,7 +26,13 @@ sys.path.insert(0, str(BENCH))
 
 import localize_bench  # noqa: E402
 import zoo  # noqa: E402
-from service_localize_bench import OUT, Service, _env, add_service_options, planted_folder  # noqa: E402
+from service_localize_bench import (  # noqa: E402
+    Service,
+    _env,
+    add_service_options,
+    planted_folder,
+    write_results,
+)
 
 
 def submit_and_wait(client: httpx.Client, folder: Path, golden: bool, timeout: float) -> dict[str, Any]:
@@ -84,10 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"model": name, "golden": golden, "first": first, "second": second}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    (OUT / f"farm_cache-{args.label}.json").write_text(json.dumps(rows, indent=1))
-    table = markdown(rows, args.label)
-    (OUT / f"farm_cache-{args.label}.md").write_text(table)
-    print(table)
+    write_results("farm_cache", args.label, rows, markdown(rows, args.label))
     return 0
 
 

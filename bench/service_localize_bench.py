@@ -167,6 +167,13 @@ def add_service_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
 
 
+def write_results(bench: str, label: str, rows: list[dict[str, Any]], table: str) -> None:
+    """out/BENCH-LABEL.json (the rows) and out/BENCH-LABEL.md (the table), and the table printed."""
+    (OUT / f"{bench}-{label}.json").write_text(json.dumps(rows, indent=1))
+    (OUT / f"{bench}-{label}.md").write_text(table)
+    print(table)
+
+
 def planted_folder(name: str, timeout: float) -> Path:
     """The zoo model's folder under out/service_localize, its fp16 overflow planted once."""
     folder = OUT / "service_localize" / name
@@ -192,10 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             row["cli"] = cli_run(folder, env, args.timeout)
             print(f"{name}: service {row['service']} | cli {row['cli']}", flush=True)
             rows.append(row)
-    (OUT / f"service_localize-{args.label}.json").write_text(json.dumps(rows, indent=1))
-    table = markdown(rows, args.label)
-    (OUT / f"service_localize-{args.label}.md").write_text(table)
-    print(table)
+    write_results("service_localize", args.label, rows, markdown(rows, args.label))
     return 0
 
 
