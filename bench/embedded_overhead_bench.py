@@ -39,9 +39,9 @@ ROOT = BENCH.parent
 OUT = BENCH / "out"
 sys.path.insert(0, str(BENCH))
 
+from service_overhead_bench import overhead_summary  # noqa: E402
 from service_parallel_bench import chain_model, free_port, wait_http  # noqa: E402
 
-WINDOW = 50  # checks each side of the check a median is taken around
 SPEC = "kind: op-present\nops: [Mul]\n"
 
 
@@ -139,12 +139,6 @@ def overheads(rows: list[Any], slots: int) -> tuple[list[float], list[float]]:
     return gaps, result
 
 
-def median_around(values: list[float], at: int) -> float | None:
-    """The median (ms) of the overheads of checks ``at - WINDOW`` .. ``at + WINDOW`` (1-based)."""
-    window = values[max(at - 1 - WINDOW, 0) : at + WINDOW]
-    return round(statistics.median(window) * 1000, 1) if window else None
-
-
 def mean_over(values: list[float], first: int, last: int) -> float | None:
     """Seconds per check over checks ``first`` .. ``last`` (1-based), the check included."""
     window = values[first - 1 : last]
@@ -155,20 +149,12 @@ def measure(server: Embedded, args: argparse.Namespace) -> dict[str, Any]:
     culprit = args.nodes * 2 // 3
     job = run_job(server, chain_model(args.nodes, culprit), args.max_checks, args.timeout)
     gaps, values = overheads(job["rows"], args.workers)
-    late = min(args.late, len(values) - WINDOW) if len(values) > 2 * WINDOW + 100 else len(values)
-    early, at_late = median_around(values, 100), median_around(values, late)
     end = min(len(gaps), args.late)
     per_early, per_late = mean_over(gaps, 100, 400), mean_over(gaps, max(end - 300, 401), end)
     return {
         "job": f"linear {args.nodes} nodes, {args.workers} slots",
         "status": job["status"],
-        "checks": len(values) + 1,
-        "wall_s": job["wall_s"],
-        "median_ms": round(statistics.median(values) * 1000, 1) if values else None,
-        "at_100_ms": early,
-        "late_at": late,
-        "at_late_ms": at_late,
-        "late_vs_100": round(at_late / early, 2) if early and at_late else None,
+        **overhead_summary(values, args.late, job["wall_s"]),
         "s_per_check_100_400": per_early,
         "s_per_check_late": per_late,
         "late_window": f"{max(end - 300, 401)}-{end}",

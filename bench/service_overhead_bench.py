@@ -93,13 +93,21 @@ def measure(farm: Farm, mode: str, nodes: int, args: argparse.Namespace) -> dict
     culprit = nodes * 2 // 3
     job = run_job(farm, chain_model(nodes, culprit), fast_check(culprit), mode, args.max_checks, args.timeout)
     values = overheads(job["rows"])
-    late = min(args.late, len(values) - WINDOW) if len(values) > 2 * WINDOW + 100 else len(values)
-    early, at_late = median_around(values, 100), median_around(values, late)
     return {
         "job": f"{mode} {nodes} nodes",
         "status": job["status"],
+        **overhead_summary(values, args.late, job["wall_s"]),
+    }
+
+
+def overhead_summary(values: list[float], late_at_most: int, wall_s: float) -> dict[str, Any]:
+    """The checks, the wall time, and the median overhead (ms) overall, around check 100 and around
+    a late check (``late_at_most``, or the last whose window fits)."""
+    late = min(late_at_most, len(values) - WINDOW) if len(values) > 2 * WINDOW + 100 else len(values)
+    early, at_late = median_around(values, 100), median_around(values, late)
+    return {
         "checks": len(values) + 1,
-        "wall_s": job["wall_s"],
+        "wall_s": wall_s,
         "median_ms": round(statistics.median(values) * 1000, 1) if values else None,
         "at_100_ms": early,
         "late_at": late,
