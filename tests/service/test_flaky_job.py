@@ -9,7 +9,9 @@ import io
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
 
+import httpx
 import onnx
 import pytest
 
@@ -20,18 +22,24 @@ from tests.service.helpers import chain_model, submit, wait_job
 pytestmark = pytest.mark.slow
 
 
+def _flaky_job(client: httpx.Client, seed: int, log: Path) -> tuple[dict[str, Any], bytes]:
+    """A job on the 24-node chain whose command check fails 70 % of its runs while n15_Mul is in
+    the model (``seed`` draws the coins; each run is logged in ``log``): the ended job, its min-bad."""
+    argv = command("{model}", "n15_Mul", 0.7, seed, log)
+    spec = f"kind: command\ncommand: {json.dumps(argv)}\nfail_regex: FLAKY-FAIL\n"
+    response = submit(client, chain_model().SerializeToString(), spec)
+    assert response.status_code == 202, response.text
+    job = wait_job(client, response.json()["id"])
+    return job, client.get(f"/v1/jobs/{job['id']}/artifacts/min-bad").content
+
+
 def test_a_flaky_check_ends_at_the_culprit_and_the_job_status_says_flaky(
     command_api_url: str, processes: Processes, tokens: dict[str, str], tmp_path: Path
 ) -> None:
     processes.worker()
-    argv = command("{model}", "n15_Mul", 0.7, 4, tmp_path / "runs.log")
-    spec = f"kind: command\ncommand: {json.dumps(argv)}\nfail_regex: FLAKY-FAIL\n"
     with client_for(command_api_url, tokens["team-a"]) as client:
-        response = submit(client, chain_model().SerializeToString(), spec)
-        assert response.status_code == 202, response.text
-        job_id = response.json()["id"]
-        job = wait_job(client, job_id)
-        min_bad = client.get(f"/v1/jobs/{job_id}/artifacts/min-bad").content
+        job, min_bad = _flaky_job(client, 4, tmp_path / "runs.log")
+        job_id = job["id"]
         bundle = client.get(f"/v1/jobs/{job_id}/bundle")
         listed = client.get("/v1/jobs").json()["items"]
     assert job["status"] == "succeeded", job
@@ -64,15 +72,9 @@ def test_a_flaky_original_that_passed_first_is_run_again_by_the_service(
     processes.worker()
     log = tmp_path / "runs.log"
     log.write_text("earlier-run\n")
-    argv = command("{model}", "n15_Mul", 0.7, seed, log)
-    spec = f"kind: command\ncommand: {json.dumps(argv)}\nfail_regex: FLAKY-FAIL\n"
     with client_for(command_api_url, tokens["team-a"]) as client:
-        response = submit(client, chain_model().SerializeToString(), spec)
-        assert response.status_code == 202, response.text
-        job_id = response.json()["id"]
-        job = wait_job(client, job_id)
-        min_bad = client.get(f"/v1/jobs/{job_id}/artifacts/min-bad").content
-        iterations = client.get(f"/v1/jobs/{job_id}/iterations").json()
+        job, min_bad = _flaky_job(client, seed, log)
+        iterations = client.get(f"/v1/jobs/{job['id']}/iterations").json()
     assert job["status"] == "succeeded", job
     originals = [i for i in iterations["items"] if i["phase"] == "original"]
     assert [i["verdict"] for i in originals] == ["pass", "fail"]  # before: failed "original-did-not-fail"
