@@ -37,10 +37,10 @@ Outcome = tuple[Answer, str]
 """What a slot's work returns: the answer to deliver and the check's output (may be empty)."""
 SlotWork = Callable[[], Outcome]
 """The work ``SlotHooks.prepare`` returns for a slot's thread to run."""
-ROUND_GRACE = 0.1
+ROUND_GRACE = 0.25
 """How long, as a share of the first finished check's run time, the checks started with it may
 take longer and still be delivered with it: one round (checks of the same cost end together)."""
-ROUND_GRACE_MAX_S = 0.5
+ROUND_GRACE_MAX_S = 1.0
 _BATCHES = itertools.count()
 
 
