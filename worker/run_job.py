@@ -13,6 +13,9 @@ cancelled job nobody runs a check of is ended here. Idle workers also look every
 ``WORKER_POLL_S`` (``waiting_job``, ``worker.process``), so a lost message, or a worker that died
 holding one, loses no work.
 
+The loop reads: ``take(ctx) -> StartJob | RunCheck | FinishJob`` (claimed in one transaction),
+then ``claim.run(ctx)``.
+
 Returns CLAIMED when this worker did some work, FINISHED when the named job has ended, BUSY
 otherwise (others are at it)."""
 
@@ -43,18 +46,56 @@ from worker.unit_run import UnitRun, UnitTicket
 
 log = logging.getLogger("onnx_reducer.worker")
 
-__all__ = ["run_job", "waiting_job"]
+__all__ = ["Claim", "FinishJob", "RunCheck", "StartJob", "run_job", "take", "waiting_job"]
 
 
 @dataclass(frozen=True)
-class _Taken:
+class StartJob:
+    """A queued job to start, or a running one whose workers all died, to take again (``resumed``)."""
+
     job_id: str
-    unit: UnitTicket | None  # None: the job itself, to start (``resumed``: taken again), or its finish
-    team: str = ""
-    queue: str = ""
-    attempt: int = 0
+    team: str
+    queue: str
+    attempt: int
     resumed: bool = False
-    finish: FinishTicket | None = None  # a finishing job's finish unit (``worker.finishing``)
+
+    def run(self, ctx: RunnerContext) -> None:
+        if self.resumed:
+            log.info("job %s: its workers are gone; this worker takes it again", self.job_id)
+        log.info(
+            "job %s started: team %s, queue %s, attempt %d, worker %s",
+            *(self.job_id, self.team, self.queue, self.attempt, ctx.worker),
+        )
+        start_job(ctx, self.job_id)
+        cleanup_if_ended(ctx, self.job_id)  # e.g. cancelled while it was prepared (worker.cancel_watch)
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    """A queued check unit of a running job; then the job's next ones, while nothing else waits."""
+
+    job_id: str
+    unit: UnitTicket
+
+    def run(self, ctx: RunnerContext) -> None:
+        follow_up = UnitRun(ctx, self.unit).run(follow=True)
+        while follow_up is not None:
+            follow_up = follow_up.run(follow=True)
+
+
+@dataclass(frozen=True)
+class FinishJob:
+    """A finishing job's finish unit (``worker.finishing``)."""
+
+    job_id: str
+    finish: FinishTicket
+
+    def run(self, ctx: RunnerContext) -> None:
+        FinishRun(ctx, self.finish).run()
+        cleanup_if_ended(ctx, self.job_id)
+
+
+Claim = StartJob | RunCheck | FinishJob
 
 
 @dataclass
@@ -62,28 +103,18 @@ class _Found:
     """What one look at the queue did: the work it claimed and the event that announces it, or a
     job its claim ended (cancelled, or out of attempts, while nobody held it)."""
 
-    taken: _Taken | None = None
+    taken: Claim | None = None
     seq: int = 0
     ended: str | None = None
 
 
 def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
     worked = False
-    while (taken := take_next(ctx)) is not None:
+    while (claim := take(ctx)) is not None:
         worked = True
-        ctx.on_work(taken.job_id)
-        with bind_job(taken.job_id):
-            if taken.finish is not None:
-                FinishRun(ctx, taken.finish).run()
-                cleanup_if_ended(ctx, taken.job_id)
-            elif taken.unit is None:
-                _log_start(ctx, taken)
-                start_job(ctx, taken.job_id)
-                cleanup_if_ended(ctx, taken.job_id)  # e.g. cancelled while it was prepared (worker.cancel_watch)
-            else:
-                follow_up = UnitRun(ctx, taken.unit).run(follow=True)
-                while follow_up is not None:  # the job's next checks, while nothing else waits
-                    follow_up = follow_up.run(follow=True)
+        ctx.on_work(claim.job_id)
+        with bind_job(claim.job_id):
+            claim.run(ctx)
     if worked:
         return ClaimResult.CLAIMED
     with ctx.db.session() as session:
@@ -111,7 +142,7 @@ def waiting_job(ctx: RunnerContext) -> str | None:
     return None
 
 
-def take_next(ctx: RunnerContext) -> _Taken | None:
+def take(ctx: RunnerContext) -> Claim | None:
     """Claim the work fair share gives this worker first (a job to start or a check), or None."""
     while True:
         _end_cancelled(ctx)
@@ -149,7 +180,7 @@ def _claim_job(ctx: RunnerContext, session: Session, item: Work) -> _Found | Non
     if claim is ClaimResult.FINISHED:
         _announce_end(session, job)
         return _Found(ended=item.job_id)
-    return _Found(_Taken(item.job_id, None, item.team, job.queue, job.attempts, resumed=item.kind == "resume"))
+    return _Found(StartJob(item.job_id, item.team, job.queue, job.attempts, resumed=item.kind == "resume"))
 
 
 def _claim_in_savepoint(ctx: RunnerContext, session: Session, item: Work) -> _Found | None:
@@ -170,8 +201,8 @@ def _claim_unit(ctx: RunnerContext, session: Session, item: Work) -> _Found | No
         return None
     unit, seq = claimed
     if item.kind == FINISH:
-        return _Found(_Taken(item.job_id, None, finish=FinishTicket(unit.id, item.job_id)), seq)
-    return _Found(_Taken(item.job_id, UnitTicket.of(unit)), seq)
+        return _Found(FinishJob(item.job_id, FinishTicket(unit.id, item.job_id)), seq)
+    return _Found(RunCheck(item.job_id, UnitTicket.of(unit)), seq)
 
 
 def _servable(ctx: RunnerContext, item: Work) -> bool:
@@ -214,12 +245,3 @@ def _notify_last(ctx: RunnerContext, job_id: str) -> None:
         job = JobRepository(session).get(job_id)
         seq = job.event_seq if job else 0
     ctx.notify(job_id, seq)
-
-
-def _log_start(ctx: RunnerContext, taken: _Taken) -> None:
-    if taken.resumed:
-        log.info("job %s: its workers are gone; this worker takes it again", taken.job_id)
-    log.info(
-        "job %s started: team %s, queue %s, attempt %d, worker %s",
-        *(taken.job_id, taken.team, taken.queue, taken.attempt, ctx.worker),
-    )

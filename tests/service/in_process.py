@@ -12,7 +12,7 @@ import httpx
 from tests.service.helpers import submit
 from worker.context import RunnerContext, context_from_settings
 from worker.job_start import start_job
-from worker.run_job import take_next
+from worker.run_job import StartJob, take
 from worker.settings import WorkerSettings
 
 
@@ -33,7 +33,7 @@ def one_check_context(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
 def start_here(client: httpx.Client, ctx: RunnerContext, model: bytes) -> str:
     """Submit ``model``; this process takes the job (fair share's first pick) and starts it."""
     job_id = str(submit(client, model).json()["id"])
-    started = take_next(ctx)
-    assert started is not None and started.unit is None and started.job_id == job_id
+    started = take(ctx)
+    assert isinstance(started, StartJob) and started.job_id == job_id
     start_job(ctx, job_id)
     return job_id

@@ -43,7 +43,7 @@ from worker import unit_run
 from worker.context import RunnerContext
 from worker.job_start import start_job
 from worker.live_session import LIVE
-from worker.run_job import take_next
+from worker.run_job import RunCheck, StartJob, take
 from worker.unit_run import UnitRun
 
 NODES, CULPRIT = 320, 213  # a linear job of 500+ checks
@@ -117,14 +117,14 @@ def test_a_verdict_costs_the_same_at_check_500_as_at_check_10_when_two_slots_tak
     event.listen(Session, "do_orm_execute", counter.rows)
     measured: dict[int, tuple[int, int]] = {}
     try:
-        taken = slots[0].submit(take_next, ctx).result()
-        assert taken is not None and taken.job_id == job_id and taken.unit is None
+        taken = slots[0].submit(take, ctx).result()
+        assert isinstance(taken, StartJob) and taken.job_id == job_id
         slots[0].submit(start_job, ctx, job_id).result()
         replays = LIVE.stats.replays
         for verdict in range(1, max(MEASURED) + 1):
             slot = slots[verdict % 2]  # the slot that did not record the verdict before
-            taken = slot.submit(take_next, ctx).result()
-            assert taken is not None and taken.unit is not None, f"the job ended after {verdict - 1} checks"
+            taken = slot.submit(take, ctx).result()
+            assert isinstance(taken, RunCheck), f"the job ended after {verdict - 1} checks"
             counter.reset(slot.submit(threading.get_ident).result())
             assert slot.submit(UnitRun(ctx, taken.unit).run).result() is None
             if verdict in MEASURED:

@@ -24,7 +24,7 @@ from tests.service.in_process import one_check_context, start_here
 from worker import unit_run
 from worker.context import FarmSize, RunnerContext
 from worker.finishing import FinishRun
-from worker.run_job import take_next
+from worker.run_job import FinishJob, RunCheck, take
 from worker.unit_run import UnitRun, UnitTicket
 
 MODEL = chain_model(48, 29).SerializeToString()  # a job of 8 checks or more (the data step is off by default)
@@ -40,8 +40,8 @@ def _start(client: httpx.Client, ctx: RunnerContext) -> str:
 
 
 def _first_check(ctx: RunnerContext) -> UnitTicket:
-    taken = take_next(ctx)
-    assert taken is not None and taken.unit is not None
+    taken = take(ctx)
+    assert isinstance(taken, RunCheck)
     return taken.unit
 
 
@@ -76,10 +76,10 @@ def test_the_recording_worker_goes_straight_on_with_the_jobs_next_check(
             claims += 1
             assert _check_started_events(db_url, job_id) == claims
     assert claims > 5, "every check after the first was claimed with the verdict before it"
-    end = take_next(ctx)  # the job's end: its finish unit, taken like a check
-    assert end is not None and end.finish is not None
+    end = take(ctx)  # the job's end: its finish unit, taken like a check
+    assert isinstance(end, FinishJob)
     FinishRun(ctx, end.finish).run()
-    assert take_next(ctx) is None
+    assert take(ctx) is None
     job = quiet_client.get(f"/v1/jobs/{job_id}").json()
     assert job["status"] == "succeeded" and job["nodes_after"] == 1
     numbers = [int(item["number"]) for item in quiet_client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]]
@@ -94,7 +94,7 @@ def test_another_jobs_work_sends_the_worker_back_to_fair_share(
     second = str(submit(quiet_client, MODEL).json()["id"])  # queued: a job waiting to start
     assert UnitRun(ctx, ticket).run(follow=True) is None
     assert _running_units(db_url, first) == []  # the first job's next check waits, queued
-    taken = take_next(ctx)
+    taken = take(ctx)
     assert taken is not None and taken.job_id in (first, second)
 
 

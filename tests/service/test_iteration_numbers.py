@@ -2,7 +2,7 @@
 over three (simulated) workers, the check queued last answers first, then the job is cancelled
 with the others still in flight. The one recorded verdict is iteration 1 (its event says it ran
 as the later number), and the cancelled checks take no number. ``run_job``'s own steps
-(``take_next``, ``start_job``, ``UnitRun``) run in this process against PostgreSQL."""
+(``take``, ``start_job``, ``UnitRun``) run in this process against PostgreSQL."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tests.service.in_process import in_process_context
 from worker.context import RunnerContext
 from worker.endings import end_job
 from worker.job_start import start_job
-from worker.run_job import take_next
+from worker.run_job import RunCheck, StartJob, take
 from worker.unit_run import UnitRun, UnitTicket
 
 MODEL = chain_model(12, 7).SerializeToString()
@@ -49,8 +49,8 @@ def _three_live_workers(db_url: str, queue: str) -> None:
 
 def _claim_all(ctx: RunnerContext) -> list[UnitTicket]:
     tickets = []
-    while (taken := take_next(ctx)) is not None:
-        assert taken.unit is not None
+    while (taken := take(ctx)) is not None:
+        assert isinstance(taken, RunCheck)
         tickets.append(taken.unit)
     return tickets
 
@@ -61,8 +61,8 @@ def test_checks_cancelled_in_flight_leave_no_gap_in_iteration_numbers(
     job_id = submit(client, MODEL).json()["id"]
     queue = client.get(f"/v1/jobs/{job_id}").json()["queue"]
     _three_live_workers(db_url, queue)
-    started = take_next(ctx)
-    assert started is not None and started.unit is None
+    started = take(ctx)
+    assert isinstance(started, StartJob)
     start_job(ctx, job_id)
     in_flight = _claim_all(ctx)
     while len(in_flight) < 2:  # one check at a time until the session looks ahead

@@ -16,7 +16,7 @@ from tests.service.in_process import in_process_context
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError
 from worker.job_hold import JobGoneError, held, stop_if_asked
-from worker.run_job import take_next
+from worker.run_job import take
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def test_a_running_job_goes_on_until_cancelled_and_only_its_attempt_holds_it(
         created = submit(client, build_example_model().SerializeToString(), task="bisect-releases")
         assert created.status_code == 202, created.text
         job_id = created.json()["id"]
-        taken = take_next(ctx)
+        taken = take(ctx)
         assert taken is not None and taken.job_id == job_id
         stop_if_asked(ctx, job_id)  # running, nothing asked: goes on
         with ctx.db.session() as session:

@@ -35,7 +35,7 @@ from tests.service.helpers import OP_PRESENT_MUL, stored_job, submit
 from tests.service.in_process import in_process_context
 from worker.context import RunnerContext
 from worker.prepared import JobInput
-from worker.run_job import take_next
+from worker.run_job import take
 
 SESSION_OPTIONS = ("mode", *REDUCE_FLAGS)  # the options a reduce job's session runs with
 GPU_SPEC = OP_PRESENT_MUL + "requires: {gpu: H100}\n"
@@ -133,9 +133,9 @@ def test_intake_stores_the_requirements_and_fair_share_takes_parse_no_spec(
 
     monkeypatch.setattr(checks.spec, "_load_document", counted)
     checks.spec.requirements_of.cache_clear()  # a spec read before would not be parsed again anyway
-    taken = take_next(cpu_ctx)  # this CPU worker skips the H100 job and takes the other
+    taken = take(cpu_ctx)  # this CPU worker skips the H100 job and takes the other
     assert taken is not None and taken.job_id == cpu
-    assert take_next(cpu_ctx) is None
+    assert take(cpu_ctx) is None
     assert parsed == [], "fair share parsed a check spec to match a job against the worker"
     with cpu_ctx.db.session() as session:
         job = session.get(Job, gpu)

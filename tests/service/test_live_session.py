@@ -3,7 +3,7 @@ that advanced it last applies only the new verdict; a worker whose kept version 
 (another worker advanced the job since: a takeover) rebuilds it from the stored state, or, when
 it kept one, catches up with the verdicts stored since, and the job ends with the same answer.
 Replays are counted by ``LIVE.stats``, not timed. ``run_job``'s own
-steps (``take_next``, ``start_job``, ``UnitRun``) run in this process against PostgreSQL; a
+steps (``take``, ``start_job``, ``UnitRun``) run in this process against PostgreSQL; a
 second worker is a second thread (each thread keeps its own prepared jobs and sessions)."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from worker.context import RunnerContext
 from worker.finishing import FinishRun
 from worker.job_start import start_job
 from worker.live_session import LIVE
-from worker.run_job import take_next
+from worker.run_job import FinishJob, RunCheck, StartJob, take
 from worker.unit_run import UnitRun, UnitTicket
 
 MODEL = chain_model(12, 7).SerializeToString()
@@ -46,21 +46,21 @@ def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
 def _start(client: httpx.Client, ctx: RunnerContext) -> str:
     """A linear job (a dozen checks: room for a takeover mid-job), started by this process."""
     job_id = str(submit(client, MODEL, mode="linear").json()["id"])
-    started = take_next(ctx)
-    assert started is not None and started.unit is None and started.job_id == job_id
+    started = take(ctx)
+    assert isinstance(started, StartJob) and started.job_id == job_id
     start_job(ctx, job_id)
     return job_id
 
 
 def _next_check(ctx: RunnerContext) -> UnitTicket | None:
     """The job's next check; None once none is left (its end, the finish unit, is run here then)."""
-    taken = take_next(ctx)
+    taken = take(ctx)
     if taken is None:
         return None
-    if taken.finish is not None:
+    if isinstance(taken, FinishJob):
         FinishRun(ctx, taken.finish).run()
         return None
-    assert taken.unit is not None, "a job to start: only one job was submitted"
+    assert isinstance(taken, RunCheck), "a job to start: only one job was submitted"
     return taken.unit
 
 

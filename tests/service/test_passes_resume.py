@@ -22,7 +22,7 @@ from tests.service.helpers import submit
 from tests.service.in_process import in_process_context
 from worker.context import RunnerContext
 from worker.job_start import start_job
-from worker.run_job import take_next
+from worker.run_job import take
 
 pytest.importorskip("onnxruntime")
 DIED_AFTER = 2  # probes the dead worker had stored
@@ -45,7 +45,7 @@ def test_a_job_taken_again_runs_only_the_probes_its_dead_worker_had_not_stored(
         created = submit(client, fusion_model().SerializeToString(), spec, task="bisect-passes")
         assert created.status_code == 202, created.text
         job_id = created.json()["id"]
-        taken = take_next(ctx)
+        taken = take(ctx)
         assert taken is not None and taken.job_id == job_id
         database = Database(db_url)
         with database.session() as session:

@@ -22,7 +22,7 @@ from tests.service.helpers import submit
 from tests.service.in_process import in_process_context
 from worker.context import RunnerContext
 from worker.job_start import start_job
-from worker.run_job import take_next
+from worker.run_job import take
 
 OWN = onnxruntime.__version__  # this process's release: the first (newest) one checked
 OTHER = "1.0.0"  # older, offered by no worker here: the job is handed on for it
@@ -61,7 +61,7 @@ def test_a_cancel_during_a_release_check_ends_the_job_instead_of_queueing_it_aga
         answer = submit(client, model, spec, task="bisect-releases", releases=f"{OTHER},{OWN}")
         assert answer.status_code == 202, answer.text
         job_id = answer.json()["id"]
-        taken = take_next(ctx)
+        taken = take(ctx)
         assert taken is not None and taken.job_id == job_id
         errors: list[BaseException] = []
 
