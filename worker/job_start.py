@@ -1,9 +1,10 @@
 """Starting a claimed job (or taking it again after all its workers died): prepare the model in
 this process, store its weights, announce the start, queue the job's first checks
-(**session starts**: ``advance`` with nothing to deliver). A heartbeat keeps the job's lease while
-a big model loads; once checks are queued, the workers that run them keep the job alive. A job
-cancelled, ended or deleted while it is prepared stops its preparation within a second or two
-(``worker.cancel_watch``, ``worker.preparing``); a deleted one leaves no folder."""
+(**session starts**: ``advance`` with nothing to deliver). The process's lease keeper
+(``worker.unit_lease``) renews the job's lease while a big model loads; once checks are queued,
+the workers that run them keep the job alive. A job cancelled, ended or deleted while it is
+prepared stops its preparation within a second or two (``worker.cancel_watch``,
+``worker.preparing``); a deleted one leaves no folder."""
 
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ from persistence.retry import transaction
 from worker.advance import Advanced, advance, announce
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError, JobTimedOutError, deadline_of, ending_errors
-from worker.lease import Heartbeat
 from worker.passes_job import run_passes_job
 from worker.prepared import PREPARED, JobInput
 from worker.release_job import run_release_job
+from worker.unit_lease import LEASES
 
 
 def start_job(ctx: RunnerContext, job_id: str) -> None:
@@ -34,13 +35,12 @@ def start_job(ctx: RunnerContext, job_id: str) -> None:
         if job is None:
             return
         attempt = job.attempts
-    heartbeat = Heartbeat(ctx, job_id, attempt)
-    heartbeat.start()
+    lease = LEASES.hold_start(ctx, job_id, attempt)  # renewed while a big model loads
     try:
         with bind_job(job_id), ending_errors(ctx, job_id):
             _start(ctx, job_id, attempt)
     finally:
-        heartbeat.stop()
+        LEASES.release(lease)
     with ctx.db.session() as session:
         deleted = JobRepository(session).get(job_id) is None
     if deleted:  # deleted while this worker prepared it: no folder is left of it

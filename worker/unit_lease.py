@@ -1,4 +1,6 @@
-"""The leases of the check units this process runs, renewed from one thread.
+"""The leases this process holds, renewed from one thread: the check units it runs, and the jobs
+it starts (``hold_start``: the attempt's lease while a big model loads, until its first checks
+are queued; a renewal that finds the job no longer held by that attempt sets ``lost``).
 
 A unit is this worker's while its lease runs (``UnitRepository.claim``); while its check runs the
 lease is renewed, and its job kept alive, every third of the lease. One thread per process does it
@@ -23,6 +25,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from sqlalchemy.orm import Session
+
 from persistence.repositories import JobRepository
 from persistence.repositories.units import UnitRepository
 from persistence.retry import sqlstate_of
@@ -39,9 +43,10 @@ class HeldUnit:
     lease ran out and it was queued again; each releases its own)."""
 
     ctx: RunnerContext
-    unit_id: int
+    unit_id: int | None  # None: a job's start, its attempt's lease (``LeaseKeeper.hold_start``)
     job_id: str
     lost: threading.Event
+    attempt: int = 0
     renewing: threading.Lock = field(default_factory=threading.Lock)  # held while its lease is renewed
 
 
@@ -62,7 +67,13 @@ class LeaseKeeper:
 
     def hold(self, ctx: RunnerContext, unit_id: int, job_id: str) -> HeldUnit:
         """Renew the unit's lease until ``release``; its ``lost`` event is set if it is lost."""
-        held = HeldUnit(ctx, unit_id, job_id, threading.Event())
+        return self._hold(HeldUnit(ctx, unit_id, job_id, threading.Event()))
+
+    def hold_start(self, ctx: RunnerContext, job_id: str, attempt: int) -> HeldUnit:
+        """Renew the lease of ``attempt`` at ``job_id`` (a job being started) until ``release``."""
+        return self._hold(HeldUnit(ctx, None, job_id, threading.Event(), attempt))
+
+    def _hold(self, held: HeldUnit) -> HeldUnit:
         with self._lock:
             self._held.add(held)
             if self._thread is None:
@@ -145,6 +156,8 @@ def _renew(held: HeldUnit) -> bool:
     ctx = held.ctx
     try:
         with ctx.db.session() as session:
+            if held.unit_id is None:
+                return _renew_start(session, held)
             JobRepository(session).keep_alive(held.job_id, ctx.lease_s)
             return UnitRepository(session).renew(held.unit_id, ctx.worker, ctx.lease_s)
     except Exception as exc:  # noqa: BLE001 - the database is down or a conflict: retried, the lease may run out
@@ -154,6 +167,14 @@ def _renew(held: HeldUnit) -> bool:
             *(held.job_id, type(exc).__name__, f", SQLSTATE {state}" if state else ""),
         )
         return True
+
+
+def _renew_start(session: Session, held: HeldUnit) -> bool:
+    """The started job's lease, as long as its attempt holds it."""
+    if JobRepository(session).renew_lease(held.job_id, held.ctx.lease_s, held.attempt):
+        return True
+    log.warning("job %s: attempt %d no longer holds the job", held.job_id, held.attempt)
+    return False
 
 
 LEASES = LeaseKeeper()

@@ -23,9 +23,9 @@ from persistence.enums import ArtifactKind, JobStatus
 from persistence.models import CheckUnit, utcnow
 from persistence.repositories import ArtifactRepository, JobRepository
 from persistence.repositories.units import UnitRepository
+from tests.models import weighted_model
 from tests.service.helpers import OP_PRESENT_MUL, chain_model, read_sse, submit, wait_job
 from tests.service.in_process import start_here
-from tests.service.test_verified_jobs import weighted_model
 from worker import final_checks
 from worker.context import RunnerContext, context_from_settings
 from worker.endings import end_overdue_finishing
@@ -119,7 +119,7 @@ def test_an_end_slower_than_the_lease_is_not_taken_for_an_abandoned_job(
     client: httpx.Client, ctx: RunnerContext, database: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _slow_bundles(monkeypatch)
-    job_id = submit(client, weighted_model(), OP_PRESENT_MUL).json()["id"]
+    job_id = submit(client, weighted_model().SerializeToString(), OP_PRESENT_MUL).json()["id"]
     with _Workers(ctx, _second_worker(ctx)):
         job = wait_job(client, job_id, 300)
     assert job["status"] == "succeeded", job
@@ -158,7 +158,7 @@ def test_a_late_speculative_verdict_re_plans_nothing(
         real_checks(prepared, finals)
 
     monkeypatch.setattr(final_checks, "_check_models", final_checks_with_a_late_verdict)
-    job_id = submit(client, weighted_model(), OP_PRESENT_MUL).json()["id"]
+    job_id = submit(client, weighted_model().SerializeToString(), OP_PRESENT_MUL).json()["id"]
     run_job(job_id, ctx)
     assert not late, late
     assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
@@ -196,7 +196,7 @@ def _cancel_after_the_check(monkeypatch: pytest.MonkeyPatch, database: Database)
 def test_a_verdict_landing_after_the_job_ended_is_recorded_late_and_re_plans_nothing(
     client: httpx.Client, ctx: RunnerContext, database: Database
 ) -> None:
-    job_id = submit(client, weighted_model(), OP_PRESENT_MUL).json()["id"]
+    job_id = submit(client, weighted_model().SerializeToString(), OP_PRESENT_MUL).json()["id"]
     run_job(job_id, ctx)
     assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
     before = [e.kind for e in read_sse(client, f"/v1/jobs/{job_id}/events")]
