@@ -23,10 +23,11 @@ from api.release_answers import release_options
 from api.validation import validate_model
 from checks.build import build_check
 from checks.mixed_precision import require_fp16_target
+from checks.requirements import Requirements
 from checks.spec import INTERACTIVE_KIND, CheckSpec, CheckSpecError, is_interactive_spec, parse_check_spec
 from checks.user_inputs import INPUT_KINDS
 from persistence.enums import JobTask
-from persistence.options import REDUCE_FLAGS, JobOptions
+from persistence.options import JobOptions
 from reducer_core.errors import UsageError
 from reducer_core.strategies import MODES
 from reducer_core.tensors import ByteBudget
@@ -71,7 +72,7 @@ class Inspection:
     golden_format: str | None
     inputs_formats: list[str] = field(default_factory=list)  # per 'inputs' file: npz | json
     samples: int = 0  # the samples the 'inputs' files give
-    requires: dict[str, Any] = field(default_factory=dict)  # the spec's, parsed here once (``jobs.requires``)
+    requires: Requirements = field(default_factory=Requirements)  # the spec's, parsed here once (``jobs.requires``)
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ def _inspect(request: InspectRequest) -> Inspection:
             formats = list(staged.formats)
     relative = model_path.relative_to(request.staging / "model").as_posix()
     golden_format = golden.format if golden is not None else None
-    requires = spec.requires.to_json() if spec is not None else {}
+    requires = spec.requires if spec is not None else Requirements()
     return Inspection(relative, bundle, nodes, kind, needs_gpu, options, golden_format, formats, samples, requires)
 
 
@@ -277,14 +278,23 @@ def form_options(fields: dict[str, str], interactive: bool = False) -> JobOption
     mode = fields.get("mode", "").strip() or defaults.mode
     if mode not in MODES:
         raise ProblemError(422, "Invalid mode", f"mode '{mode[:50]}' is not one of: {', '.join(MODES)}.")
-    flags: dict[str, Any] = {}
-    for name in REDUCE_FLAGS:
+
+    def flag(name: str) -> bool:
         raw = fields.get(name, str(getattr(defaults, name)).lower()).strip().lower()
         if raw not in ("true", "false", "1", "0"):
             detail = f"{name} must be true or false, not '{raw[:50]}'."
             raise ProblemError(422, "Invalid option", detail, errors=field_errors(name, detail))
-        flags[name] = raw in ("true", "1")
-    return replace(defaults, mode=mode, **flags)
+        return raw in ("true", "1")
+
+    return replace(
+        defaults,
+        mode=mode,
+        reduce_inputs=flag("reduce_inputs"),
+        reduce_outputs=flag("reduce_outputs"),
+        pin_signature=flag("pin_signature"),
+        confirm_flaky=flag("confirm_flaky"),
+        reduce_data=flag("reduce_data"),
+    )
 
 
 def _as_uploaded(detail: str, stored: Path, filename: str) -> str:

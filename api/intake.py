@@ -233,7 +233,7 @@ class JobIntake:
             mode=inspection.options.mode,
             options=inspection.options.to_stored(),
             check_spec=form.fields["check_spec"],
-            requires=inspection.requires,
+            requires=inspection.requires.to_json(),
             check_kind=inspection.spec_kind,
             idempotency_key=idempotency_key,
             model_filename=safe_filename(form.filename),

@@ -73,7 +73,7 @@ class JobOptions:
     def to_stored(self) -> dict[str, Any]:
         """The ``jobs.options`` JSON: the reduce flags, the task's options when not ``reduce``
         (a reduce job stores no ``task``, as jobs stored before tasks existed), the kept keys."""
-        stored: dict[str, Any] = dict(self.extra)
+        stored = dict(self.extra)
         stored |= {name: getattr(self, name) for name in REDUCE_FLAGS}
         if self.task is not JobTask.REDUCE:
             stored["task"] = self.task.value
