@@ -143,3 +143,41 @@ def test_dropping_dispatched_at_keeps_the_jobs_and_a_downgrade_adds_it_back_empt
     assert (row["status"], row["model_filename"]) == ("queued", "m.onnx")
     upgrade(any_url)
     assert "dispatched_at" not in _job_columns(any_url)
+
+
+def _insert_jobs_with_specs(url: str, specs: dict[str, str]) -> None:
+    """Job rows as revision webhook_disabled (0012) stores them: no ``requires``."""
+    now = datetime.now(UTC)
+    engine = create_engine(normalize_url(url))
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO teams (id, name, created_at) VALUES ('t', 'team', :now)"), {"now": now})
+        for job_id, spec in specs.items():
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (id, team_id, status, queue, mode, options, check_spec, check_kind,"
+                    " model_filename, model_sha256, model_size, model_path, iterations_done, checks_run,"
+                    " check_time_s, attempts, cancel_requested, event_seq, created_at, updated_at) VALUES"
+                    " (:id, 't', 'queued', 'gpu', 'auto', '{}', :spec, 'op-present', 'm.onnx', 'x', 1, 'p', 0, 0,"
+                    " 0.0, 0, :no, 0, :now, :now)"
+                ),
+                {"id": job_id, "spec": spec, "no": False, "now": now},
+            )
+    engine.dispose()
+
+
+def test_the_requirements_migration_back_fills_each_job_s_requires_from_its_spec(any_url: str) -> None:
+    upgrade(any_url, "webhook_disabled")
+    op_present = "kind: op-present\nops: [Mul]\n"
+    specs = {
+        "gpu": op_present + "requires: {gpu: H100, onnxruntime: '1.20'}\n",
+        "plain": op_present,
+        "interactive": "kind: interactive",
+    }
+    _insert_jobs_with_specs(any_url, specs)
+    upgrade(any_url)
+    engine = create_engine(normalize_url(any_url))
+    with engine.connect() as conn:
+        rows = dict(conn.execute(text("SELECT id, requires FROM jobs")).all())
+    engine.dispose()
+    stored = {job_id: value if isinstance(value, dict) else json.loads(value) for job_id, value in rows.items()}
+    assert stored == {"gpu": {"gpu": ["H100"], "onnxruntime": "==1.20.*"}, "plain": {}, "interactive": {}}
