@@ -23,11 +23,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from packaging.requirements import Requirement
 
 from checks.golden import write_golden
 from checks.spec import parse_check_spec
 from engine.bundle import BundleCheck, write_bundle
+from engine.bundle_env import closure
 from engine.workspace import ReduceOptions, load_workspace
 from reducer_cli.args import _add_reduce_args
 from reducer_cli.main import run
@@ -42,27 +42,6 @@ from tests.precision_models import COMPARE_FP16, one_node_overflows
 ALLOWED = ("onnx", "onnxruntime", "numpy")
 
 
-def _closure(names: tuple[str, ...]) -> set[str]:
-    """The distributions ``names`` need (their requirements without extras, recursively)."""
-    seen: set[str] = set()
-    todo = list(names)
-    while todo:
-        name = todo.pop()
-        try:
-            dist = importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        key = dist.metadata["Name"].lower()
-        if key in seen:
-            continue
-        seen.add(key)
-        for text in dist.requires or []:
-            requirement = Requirement(text)
-            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-                todo.append(requirement.name)
-    return seen
-
-
 @pytest.fixture(scope="module")
 def repro_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv without system site-packages whose only packages are symlinks to onnx, onnxruntime,
@@ -72,7 +51,7 @@ def repro_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     links = root / "links"
     links.mkdir()
     site = Path(sysconfig.get_paths()["purelib"])
-    for name in sorted(_closure(ALLOWED)):
+    for name in closure(ALLOWED):
         files = importlib.metadata.distribution(name).files or []
         for top in {Path(str(f)).parts[0] for f in files}:
             source = site / top
