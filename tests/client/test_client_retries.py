@@ -181,3 +181,19 @@ def test_submit_sends_confirm_flaky_only_when_asked(
         client.submit(model, "kind: op-present\nops: [Mul]\n", confirm_flaky=False)
     assert _form_fields(script.bodies[-1])["confirm_flaky"] == "false"
     assert JOB_ID in capsys.readouterr().err
+
+
+def test_submit_sends_the_source_job_and_what_to_bisect_only_when_given(
+    scripted: tuple[Scripted, str], tmp_path: Path
+) -> None:
+    script, url = scripted
+    script.answers = [(202, {}, {"id": JOB_ID, "status": "queued"})]
+    model, spec = tmp_path / "m.onnx", tmp_path / "s.yaml"
+    model.write_bytes(b"x")
+    spec.write_text("kind: op-present\nops: [Gelu]\ntarget: {runtime: onnxruntime}\n")
+    base = ["submit", str(model), "--check-spec", str(spec), "--server", url, "--token", "t", "--task", "bisect-passes"]
+    assert run([*base, "--source-job", "abc123", "--on", "original"]) == 0
+    assert run(base) == 0
+    sourced, plain = (_form_fields(body) for body in script.bodies)
+    assert (sourced["source_job_id"], sourced["on"], sourced["task"]) == ("abc123", "original", "bisect-passes")
+    assert "source_job_id" not in plain and "on" not in plain
