@@ -177,7 +177,7 @@ def test_the_requirements_migration_back_fills_each_job_s_requires_from_its_spec
     upgrade(any_url)
     engine = create_engine(normalize_url(any_url))
     with engine.connect() as conn:
-        rows = dict(conn.execute(text("SELECT id, requires FROM jobs")).all())
+        rows: dict[str, object] = {str(row[0]): row[1] for row in conn.execute(text("SELECT id, requires FROM jobs"))}
     engine.dispose()
-    stored = {job_id: value if isinstance(value, dict) else json.loads(value) for job_id, value in rows.items()}
+    stored = {job_id: value if isinstance(value, dict) else json.loads(str(value)) for job_id, value in rows.items()}
     assert stored == {"gpu": {"gpu": ["H100"], "onnxruntime": "==1.20.*"}, "plain": {}, "interactive": {}}
