@@ -158,18 +158,19 @@ class S3ArtifactStore(ArtifactStore):
     def _riding_out(self, action: Callable[[], T]) -> T:
         """``action``, tried again while the store is unreachable (``transient``), for up to
         ``outage_wait_s`` (a worker rides out a MinIO restart instead of giving its job up)."""
-        deadline, delay = time.monotonic() + self.config.outage_wait_s, 0.5
+        deadline, delay, tries = time.monotonic() + self.config.outage_wait_s, 0.5, 0
         while True:
             try:
                 return action()
             except ArtifactStoreError as exc:
                 if not exc.transient or time.monotonic() + delay > deadline:
                     raise
-                log.warning(
-                    "artifact store unreachable (%s); trying again in %.1f s", type(exc.__cause__).__name__, delay
-                )
-            time.sleep(delay)  # a back-off between tries of a store that is down
-            delay = min(delay * 2, 10.0)
+                tries += 1
+                level = logging.WARNING if tries == 1 else logging.DEBUG  # once per outage, not per try
+                log.log(level, "artifact store unreachable (%s); trying again", type(exc.__cause__).__name__)
+            # short sleeps: a cancel raised into this thread (worker.preparing) lands between them
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     def _head(self, key: str) -> dict[str, Any] | None:
         from botocore.exceptions import ClientError  # noqa: PLC0415 - boto3 is heavy: only a store configured for S3 pays it

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from persistence.s3store import ArtifactStoreError, S3ArtifactStore
-from tests.service.s3_chaos import RecordingS3
+from tests.service.s3_chaos import ChaosGate, RecordingS3
 from tests.service.s3_server import S3Server
 
 BUCKET = "outage-bucket"
@@ -57,7 +57,8 @@ def test_a_store_waits_out_a_server_that_is_down_and_stores_once_it_is_back(
 ) -> None:
     """Before: the first unreachable try raised (a worker failed its job)."""
     server.start()
-    config = S3Server(server.endpoint).config(BUCKET, outage_wait_s=120.0)
+    gate = ChaosGate(server.port)  # closed while the server replays its log: nobody sees it half back
+    config = gate.server().config(BUCKET, outage_wait_s=120.0)
     S3ArtifactStore(tmp_path / "setup", config).ensure_bucket()
     server.kill()
     worker_store = S3ArtifactStore(tmp_path / "worker", config)
@@ -65,10 +66,13 @@ def test_a_store_waits_out_a_server_that_is_down_and_stores_once_it_is_back(
     storing = threading.Thread(target=lambda: stored.append(worker_store.put_stream([b"an iteration model"]).key))
     storing.start()
     assert retrying.seen.wait(60), "the store did not see the outage"
+    gate.accepting.clear()
     server.restart()  # back, with what it had acknowledged
+    gate.accepting.set()
     storing.join(120)
     assert stored, "the store gave up"
     assert S3ArtifactStore(tmp_path / "reader", config).path(stored[0]).read_bytes() == b"an iteration model"
+    gate.close()
 
 
 def test_the_apis_store_fails_at_once_with_a_transient_error(server: RecordingS3, tmp_path: Path) -> None:
