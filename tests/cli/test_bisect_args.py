@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from reducer_cli.bisect_args import put_answer
+from engine.report_bundle import put_answer
 from reducer_cli.main import run
 from tests.pass_models import fusion_model
 
