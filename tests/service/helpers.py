@@ -27,6 +27,7 @@ from persistence.models import Job
 from persistence.repositories import JobRepository
 
 OP_PRESENT_MUL = "kind: op-present\nops: [Mul]\n"
+OP_PRESENT_SOFTMAX = "kind: op-present\nops: [Softmax]"
 
 
 def chain_model(length: int = 24, mul_at: int = 15) -> onnx.ModelProto:

@@ -14,8 +14,8 @@ from selenium.webdriver.common.by import By
 from api.graph_view import describe_graph
 from tests.service.conftest import client_for
 from tests.service.graph_models import transformer_model
-from tests.service.helpers import wait_job
-from tests.service.web_harness import Browser, Service
+from tests.service.helpers import OP_PRESENT_SOFTMAX, submit, wait_job
+from tests.service.web_harness import PROBE_BOX_JS, Browser, Service
 
 ORIGINAL = "#graph-original"
 
@@ -26,11 +26,7 @@ def big_job(service: Service) -> str:
     model = transformer_model(48)
     assert len(model.graph.node) >= 2000
     with client_for(service.url, service.token) as client:
-        answer = client.post(
-            "/v1/jobs",
-            files={"model": ("encoder48.onnx", model.SerializeToString())},
-            data={"check_spec": "kind: op-present\nops: [Softmax]"},
-        )
+        answer = submit(client, model.SerializeToString(), OP_PRESENT_SOFTMAX, filename="encoder48.onnx")
         answer.raise_for_status()
         job: dict[str, Any] = wait_job(client, answer.json()["id"], timeout=900)
     assert job["status"] == "succeeded", job
@@ -88,16 +84,11 @@ def _opened_frames(browser: Browser, graph: dict[str, Any], toggles: list[str]) 
     each: per opened group (frame), the edges between two boxes inside it, with both boxes' tops
     and bottoms."""
     result: dict[str, Any] = browser.driver.execute_async_script(
-        r"""
+        PROBE_BOX_JS
+        + r"""
         const [graph, toggles, done] = arguments;
         import('/ui/js/graph.js').then((m) => {
-          document.getElementById('probe-graph')?.remove();
-          const box = document.createElement('div');
-          box.className = 'graph-view';
-          box.id = 'probe-graph';
-          box.style.width = '1000px';
-          box.style.height = '600px';
-          document.getElementById('main').prepend(box);
+          const box = probeBox();
           const control = m.drawGraph(box, graph, new Set(), {});
           for (const id of toggles) control.toggle(id);
           const layout = control.layout;

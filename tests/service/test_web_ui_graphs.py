@@ -17,8 +17,8 @@ from selenium.webdriver.common.keys import Keys
 from api.graph_view import describe_graph
 from tests.service.conftest import client_for
 from tests.service.graph_models import add_chain, transformer_model
-from tests.service.helpers import wait_job
-from tests.service.web_harness import Browser, Service, catalogue, plain
+from tests.service.helpers import OP_PRESENT_SOFTMAX, submit, wait_job
+from tests.service.web_harness import PROBE_BOX_JS, Browser, Service, catalogue, plain
 
 EN = catalogue("en")
 ZH = catalogue("zh-CN")
@@ -30,11 +30,7 @@ def transformer_job(service: Service) -> dict[str, Any]:
     """A finished job on the transformer whose check fails while a Softmax is in the graph: its
     min-bad is one Softmax, somewhere in the 24 layers."""
     with client_for(service.url, service.token) as client:
-        answer = client.post(
-            "/v1/jobs",
-            files={"model": ("encoder.onnx", TRANSFORMER.SerializeToString())},
-            data={"check_spec": "kind: op-present\nops: [Softmax]"},
-        )
+        answer = submit(client, TRANSFORMER.SerializeToString(), OP_PRESENT_SOFTMAX, filename="encoder.onnx")
         answer.raise_for_status()
         job: dict[str, Any] = wait_job(client, answer.json()["id"], timeout=600)
         assert job["status"] == "succeeded", job
@@ -45,16 +41,11 @@ def transformer_job(service: Service) -> dict[str, Any]:
 def _draw(browser: Browser, graph: dict[str, Any], width: int, height: int, focus: list[str] | None = None) -> Any:
     """The page's own drawing code on ``graph`` in a box of the given size; the control's stats."""
     return browser.driver.execute_async_script(
-        r"""
+        PROBE_BOX_JS
+        + r"""
         const [graph, width, height, focus, done] = arguments;
         import('/ui/js/graph.js').then((m) => {
-          document.getElementById('probe-graph')?.remove();
-          const box = document.createElement('div');
-          box.className = 'graph-view';
-          box.id = 'probe-graph';
-          box.style.width = `${width}px`;
-          box.style.height = `${height}px`;
-          document.getElementById('main').prepend(box);
+          const box = probeBox(width, height);
           const control = m.drawGraph(box, graph, new Set(), { focus: focus ? new Set(focus) : undefined });
           box.graphControl = control;
           done(control.stats());

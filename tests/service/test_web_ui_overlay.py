@@ -22,7 +22,7 @@ from tests.checks.models import chain_model
 from tests.service.conftest import client_for
 from tests.service.graph_models import add_chain, transformer_model
 from tests.service.helpers import wait_job
-from tests.service.web_harness import Browser, Service, catalogue, plain, severe
+from tests.service.web_harness import PROBE_BOX_JS, Browser, Service, catalogue, plain, severe
 
 EN = catalogue("en")
 ZH = catalogue("zh-CN")
@@ -225,16 +225,11 @@ def test_a_closed_name_scope_takes_the_colour_of_its_worst_node(
     document = {"sample": 0, "total": 3, "truncated": False, "tensors": entries}
     browser.open(service.url + "/#/jobs")
     groups = browser.driver.execute_async_script(
-        r"""
+        PROBE_BOX_JS
+        + r"""
         const [graph, doc, done] = arguments;
         Promise.all([import('/ui/js/graph.js'), import('/ui/js/overlay.js')]).then(([g, o]) => {
-          document.getElementById('probe-graph')?.remove();
-          const box = document.createElement('div');
-          box.className = 'graph-view';
-          box.id = 'probe-graph';
-          box.style.width = '1000px';
-          box.style.height = '600px';
-          document.getElementById('main').prepend(box);
+          const box = probeBox();
           const control = g.drawGraph(box, graph, new Set(), { overlay: o.buildOverlay(graph, doc) });
           control.flush();
           done(Object.fromEntries([...box.querySelectorAll('g.gnode.group')].map((el) => [el.dataset.id,
@@ -281,16 +276,11 @@ def _draw_with_overlay(browser: Browser, graph: dict[str, Any], doc: dict[str, A
     """The page's own drawing and overlay code on ``graph`` with ``doc``: per node its fill and
     value, and the legend's text."""
     result: dict[str, Any] = browser.driver.execute_async_script(
-        r"""
+        PROBE_BOX_JS
+        + r"""
         const [graph, doc, metric, done] = arguments;
         Promise.all([import('/ui/js/graph.js'), import('/ui/js/overlay.js')]).then(([g, o]) => {
-          document.getElementById('probe-graph')?.remove();
-          const box = document.createElement('div');
-          box.className = 'graph-view';
-          box.id = 'probe-graph';
-          box.style.width = '1000px';
-          box.style.height = '600px';
-          document.getElementById('main').prepend(box);
+          const box = probeBox();
           const overlay = o.buildOverlay(graph, doc, metric);
           const control = g.drawGraph(box, graph, new Set(), { overlay });
           control.flush();

@@ -42,6 +42,25 @@ CHROMIUM = os.environ.get("CHROMIUM_BINARY", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
 WAIT_S = 45.0
 STATIC = Path(__file__).resolve().parents[2] / "api" / "static"
+# What sticks out sideways (a few ids or classes) when the page scrolls sideways; [] when it does not.
+OVERFLOW_JS = """const width = document.documentElement.clientWidth;
+    const wide = [...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > width + 1)
+      .map((e) => e.id || e.className || e.tagName).slice(0, 5);
+    return document.documentElement.scrollWidth > width ? wide : [];"""
+# The start of a script that runs the page's own drawing code: ``probeBox(width, height)`` puts a
+# fresh drawing box (the last one removed) at the top of the page and returns it.
+PROBE_BOX_JS = r"""
+        const probeBox = (width = 1000, height = 600) => {
+          document.getElementById('probe-graph')?.remove();
+          const box = document.createElement('div');
+          box.className = 'graph-view';
+          box.id = 'probe-graph';
+          box.style.width = `${width}px`;
+          box.style.height = `${height}px`;
+          document.getElementById('main').prepend(box);
+          return box;
+        };
+"""
 
 
 def catalogue(lang: str) -> dict[str, str]:
@@ -256,6 +275,16 @@ class Browser:
 
     def text(self, element_id: str) -> str:
         return str(self.find(element_id).text)
+
+    @contextmanager
+    def narrow(self, width: int = 420, height: int = 900) -> Iterator[None]:
+        """The page as a screen ``width`` CSS pixels wide shows it, until the block ends."""
+        metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
+        self.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+        try:
+            yield
+        finally:
+            self.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
     def js(self, script: str, *args: Any) -> Any:
         return self.driver.execute_script(script, *args)
