@@ -16,7 +16,7 @@ import onnx
 import pytest
 
 from tests.service.conftest import BIN, client_for
-from tests.service.helpers import OP_PRESENT_MUL, chain_model, wait_job
+from tests.service.helpers import chain_model, submit, wait_job
 from tests.service.web_harness import Service
 
 pytestmark = pytest.mark.slow
@@ -66,11 +66,7 @@ def test_a_missing_spec_still_says_so(service: Service, tmp_path: Path) -> None:
 
 def test_the_jobs_listing_has_a_header(service: Service, tmp_path: Path) -> None:
     with client_for(service.url, service.token) as client:
-        answer = client.post(
-            "/v1/jobs",
-            files={"model": ("listed.onnx", chain_model(4, 2).SerializeToString())},
-            data={"check_spec": OP_PRESENT_MUL},
-        )
+        answer = submit(client, chain_model(4, 2).SerializeToString(), filename="listed.onnx")
         answer.raise_for_status()
         job_id = answer.json()["id"]
     env = {"ONNX_REDUCER_SERVER": service.url, "ONNX_REDUCER_TOKEN": service.token}

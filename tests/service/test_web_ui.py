@@ -33,6 +33,7 @@ from tests.precision_models import COMPARE_FP16, one_node_overflows
 from tests.service.conftest import EXAMPLE, client_for, finished_job
 from tests.service.helpers import chain_model
 from tests.service.web_harness import (
+    OVERFLOW_JS,
     Browser,
     CuttableProxy,
     Service,
@@ -413,36 +414,27 @@ def test_the_api_docs_render_without_a_network(service: Service, browser: Browse
 
 
 def test_no_sideways_scroll_at_420_px_and_every_control_is_labelled(service: Service, browser: Browser) -> None:
-    browser.driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride", {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False}
-    )
-    overflow = """const width = document.documentElement.clientWidth;
-        const wide = [...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > width + 1)
-          .map((e) => e.id || e.className || e.tagName).slice(0, 5);
-        return document.documentElement.scrollWidth > width ? wide : [];"""
     unlabelled = """return [...document.querySelectorAll('input, select, textarea, button')]
         .filter((e) => e.getClientRects().length || e.type === 'file')
         .filter((e) => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
                        && !e.getAttribute('aria-labelledby') && !(e.textContent || '').trim())
         .map((e) => e.id || e.outerHTML.slice(0, 80))"""
-    try:
+    with browser.narrow():
         job_id = finished_job(service)
         browser.open(service.url + "/#/jobs")
         browser.sign_in(service.token)
         browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#jobs-body tr"), "the jobs")
-        assert browser.js(overflow) == []
+        assert browser.js(OVERFLOW_JS) == []
         assert browser.js(unlabelled) == []
         browser.driver.get(service.url + "/#/new")
         for kind in ("compare", "error", "command", "op-present"):
             Select(browser.find("check-kind")).select_by_value(kind)
-            assert browser.js(overflow) == [], kind
+            assert browser.js(OVERFLOW_JS) == [], kind
             assert browser.js(unlabelled) == [], kind
         browser.driver.get(f"{service.url}/#/jobs/{job_id}")
         browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#graph-min-bad g.gnode"), "the graphs")
-        assert browser.js(overflow) == []
+        assert browser.js(OVERFLOW_JS) == []
         assert browser.js(unlabelled) == []
-    finally:
-        browser.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 def _ladder(rungs: int) -> onnx.ModelProto:

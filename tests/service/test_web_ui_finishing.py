@@ -15,8 +15,8 @@ from persistence.enums import EventKind, JobStatus
 from persistence.events import FinishingPayload, record_event
 from persistence.repositories import JobRepository
 from tests.service.conftest import client_for
-from tests.service.helpers import OP_PRESENT_MUL, chain_model
-from tests.service.web_harness import Browser, Service, catalogue, embedded_service, module_browser
+from tests.service.helpers import chain_model, submit
+from tests.service.web_harness import Browser, Service, catalogue, embedded_service
 
 EN = catalogue("en")
 ZH = catalogue("zh-CN")
@@ -27,12 +27,6 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """The embedded service without a runner: a job stays queued until the test moves it on."""
     with embedded_service(tmp_path_factory.mktemp("finishing"), run_jobs=False) as service:
         yield service
-
-
-@pytest.fixture(scope="module")
-def browser(service: Service) -> Iterator[Browser]:
-    with module_browser() as browser:
-        yield browser
 
 
 def _database(service: Service) -> Database:
@@ -53,11 +47,7 @@ def _read_again_after_its_events(service: Service, job_id: str) -> bool:
 
 def test_the_page_shows_finishing_when_the_end_is_planned(service: Service, browser: Browser) -> None:
     with client_for(service.url, service.token) as client:
-        answer = client.post(
-            "/v1/jobs",
-            files={"model": ("m.onnx", chain_model(6, 3).SerializeToString())},
-            data={"check_spec": OP_PRESENT_MUL},
-        )
+        answer = submit(client, chain_model(6, 3).SerializeToString(), filename="m.onnx")
         answer.raise_for_status()
         job_id = answer.json()["id"]
     browser.open(f"{service.url}/#/jobs/{job_id}")

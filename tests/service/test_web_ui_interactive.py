@@ -25,6 +25,7 @@ from examples.build_example_model import build_example_model
 from tests.service.conftest import client_for
 from tests.service.helpers import chain_model
 from tests.service.web_harness import (
+    OVERFLOW_JS,
     Browser,
     Service,
     catalogue,
@@ -193,17 +194,8 @@ def _busy_row_text(browser: Browser, job_id: str, words: str) -> bool:
     return any(words in text for text in texts)
 
 
-OVERFLOW = """const width = document.documentElement.clientWidth;
-    const wide = [...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > width + 1)
-      .map((e) => e.id || e.className || e.tagName).slice(0, 5);
-    return document.documentElement.scrollWidth > width ? wide : [];"""
-
-
 def test_the_question_and_the_workers_fit_420_px(service: Service, browser: Browser) -> None:
-    browser.driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride", {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False}
-    )
-    try:
+    with browser.narrow():
         with client_for(service.url, service.token) as client:
             job_id = client.post(
                 "/v1/jobs",
@@ -213,12 +205,10 @@ def test_the_question_and_the_workers_fit_420_px(service: Service, browser: Brow
         browser.open(f"{service.url}/#/jobs/{job_id}")
         browser.sign_in(service.token)
         browser.wait(lambda d: browser.find("verdict-panel").is_displayed(), "the question")
-        assert browser.js(OVERFLOW) == []
+        assert browser.js(OVERFLOW_JS) == []
         browser.driver.get(f"{service.url}/#/workers")
         browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#workers-body tr"), "the workers")
-        assert browser.js(OVERFLOW) == []
-    finally:
-        browser.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        assert browser.js(OVERFLOW_JS) == []
 
 
 def test_two_answers_at_once_on_the_embedded_sqlite(service: Service) -> None:

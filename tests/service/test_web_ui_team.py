@@ -14,7 +14,7 @@ from selenium.webdriver.common.by import By
 from persistence.db import Database
 from persistence.repositories import TeamRepository
 from tests.service.conftest import client_for
-from tests.service.web_harness import Browser, Service, catalogue, plain
+from tests.service.web_harness import OVERFLOW_JS, Browser, Service, catalogue, plain
 
 LANGS = {"en": "en-US,en", "zh-CN": "zh-CN,zh"}
 DEADLINE_S = 60.0
@@ -102,24 +102,15 @@ def test_an_admin_creates_revokes_and_reads_the_audit_record(
 def test_no_sideways_scroll_at_420_px_and_every_control_is_labelled(
     service: Service, browser: Browser, admin_token: str
 ) -> None:
-    browser.driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride", {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False}
-    )
-    overflow = """const width = document.documentElement.clientWidth;
-        const wide = [...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > width + 1)
-          .map((e) => e.id || e.className || e.tagName).slice(0, 5);
-        return document.documentElement.scrollWidth > width ? wide : [];"""
     unlabelled = """return [...document.querySelectorAll('#view-team input, #view-team button')]
         .filter((e) => e.getClientRects().length)
         .filter((e) => !(e.labels && e.labels.length) && !(e.textContent || '').trim())
         .map((e) => e.id || e.outerHTML.slice(0, 80))"""
-    try:
+    with browser.narrow():
         open_team(service, browser, admin_token, "en")
         browser.wait(lambda d: browser.find("team-admin").is_displayed(), "the admin's view")
         browser.find("team-token-name").send_keys("a-rather-long-name-for-a-token-that-must-wrap-somewhere")
         browser.find("team-token-create").click()
         browser.wait(lambda d: browser.find("team-token-new").is_displayed(), "the new token")
-        assert browser.js(overflow) == []
+        assert browser.js(OVERFLOW_JS) == []
         assert browser.js(unlabelled) == []
-    finally:
-        browser.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
