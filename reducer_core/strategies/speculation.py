@@ -43,7 +43,7 @@ LIKELY = 0.75
 BUDGET = 1.75
 """Checks per verdict the strategy uses that speculation may spend in total (plus one round of
 slots): simulated on 200-node chains (every third node the culprit), single culprits take 0.41
-of the sequential rounds with 4 slots and 0.22 with 8, for 1.5x and 1.7x the checks (with the
+of the sequential rounds with 4 slots and 0.23 with 8, for 1.5x and 1.7x the checks (with the
 round plan of ``culprit_plan``; 0.44 and 0.32, 1.65x and 1.9x before it)."""
 
 
