@@ -29,7 +29,7 @@ from api.labels import parse_labels
 from api.problems import ProblemError
 from api.services import Services
 from api.settings import ApiSettings
-from api.source_jobs import check_source, source_options
+from api.source_jobs import SOURCE_FIELDS, check_source, source_options
 from api.uploads import UploadedForm, read_form
 from checks.spec import INTERACTIVE_KIND
 from persistence import tracing
@@ -80,9 +80,23 @@ def _same_request(job: Job, form: UploadedForm, golden_sha256: str | None, input
         and all(getattr(sent, name) == getattr(stored, name) for name in REDUCE_FLAGS if name in job.options)
         and task == stored.task.value
         and _allows_nonfinite(form) == stored.allow_nonfinite
+        and _same_source(job, form)
         and golden_sha256 == sent_golden
         and inputs_sha256 == [f.sha256 for f in form.inputs]
     )
+
+
+def _same_source(job: Job, form: UploadedForm) -> bool:
+    """The request names the source job (and ``on``) the stored job was made from."""
+    try:
+        sent = source_options(form.fields, _task_field(form))
+    except ProblemError:
+        return False
+    return all(job.options.get(name) == sent.get(name) for name in SOURCE_FIELDS)
+
+
+def _task_field(form: UploadedForm) -> str:
+    return form.fields.get("task", "").strip() or JobTask.REDUCE.value
 
 
 def _allows_nonfinite(form: UploadedForm) -> bool:
@@ -170,7 +184,7 @@ class JobIntake:
     def _create(
         self, form: UploadedForm, inspection: Inspection, idempotency_key: str | None, labels: dict[str, str]
     ) -> Intake:
-        source = source_options(form.fields, form.fields.get("task", "").strip() or JobTask.REDUCE.value)
+        source = source_options(form.fields, _task_field(form))
         job_id = new_id()
         self.job_dir = self.services.layout.job_dir(job_id)
         self.job_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from persistence.repositories import ArtifactRepository, JobRepository
 
 SOURCE_TASKS = (JobTask.BISECT_PASSES.value, JobTask.BISECT_RELEASES.value)
 ON_VALUES = ("min-bad", "original")
+SOURCE_FIELDS = ("source_job_id", "on")  # the upload's fields, stored in the job's options as they are
 _JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
