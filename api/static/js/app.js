@@ -13,6 +13,18 @@ import { bindTeam, closeTeam, openTeam, rerenderTeam } from "./team.js";
 import { closeWorkers, openWorkers, rerenderWorkers } from "./workers.js";
 
 const JOB_ROUTE = /^#\/jobs\/([A-Za-z0-9_-]{1,100})$/;
+// The pages other than one job's, by their address; any other address shows the jobs list.
+const PAGES = new Map([
+  ["#/team", { name: "team", heading: () => t("team.heading"), open: openTeam, rerender: rerenderTeam }],
+  ["#/webhooks", { name: "webhooks", heading: () => t("webhooks.heading"), open: openWebhooks, rerender: rerenderWebhooks }],
+  ["#/workers", { name: "workers", heading: () => t("workers.heading"), open: openWorkers, rerender: rerenderWorkers }],
+  ["#/new", { name: "new", heading: () => t("new.heading"), open: openNew, rerender: openNew }],
+  ["#/jobs", { name: "jobs", heading: () => t("jobs.heading"), open: openJobs, rerender: rerenderJobs }],
+]);
+
+function pageAt(hash) {
+  return PAGES.get(hash) || PAGES.get("#/jobs");
+}
 
 // -- signing in ----------------------------------------------------------------------------------
 
@@ -108,30 +120,15 @@ function route() {
   closeTeam();
   const hash = location.hash || "#/jobs";
   const match = hash.match(JOB_ROUTE);
-  if (hash === "#/team") {
-    show("team");
-    document.title = `${t("team.heading")} · onnx-reducer`;
-    openTeam();
-  } else if (hash === "#/webhooks") {
-    show("webhooks");
-    document.title = `${t("webhooks.heading")} · onnx-reducer`;
-    openWebhooks();
-  } else if (hash === "#/workers") {
-    show("workers");
-    document.title = `${t("workers.heading")} · onnx-reducer`;
-    openWorkers();
-  } else if (hash === "#/new") {
-    show("new");
-    document.title = `${t("new.heading")} · onnx-reducer`;
-    openNew();
-  } else if (match) {
+  if (match) {
     show("job");
     openJob(match[1]);
-  } else {
-    show("jobs");
-    document.title = `${t("jobs.heading")} · onnx-reducer`;
-    openJobs();
+    return;
   }
+  const page = pageAt(hash);
+  show(page.name);
+  document.title = `${page.heading()} · onnx-reducer`;
+  page.open();
 }
 
 // -- language ------------------------------------------------------------------------------------
@@ -141,11 +138,7 @@ async function changeLanguage(lang) {
   renderSession();
   const hash = location.hash || "#/jobs";
   if (JOB_ROUTE.test(hash)) rerenderJob();
-  else if (hash === "#/workers") rerenderWorkers();
-  else if (hash === "#/webhooks") rerenderWebhooks();
-  else if (hash === "#/team") rerenderTeam();
-  else if (hash === "#/new") openNew();
-  else rerenderJobs();
+  else pageAt(hash).rerender();
 }
 
 // -- start ---------------------------------------------------------------------------------------

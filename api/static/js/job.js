@@ -921,33 +921,30 @@ function renderOriginal(original, drawn) {
   }
 }
 
+// The `${what}-job` button opens the `${what}-dialog`: its keep button closes it as "keep", its
+// confirm button closes it as `what` and runs `action`. Returns the dialog.
+function bindConfirmation(what, action) {
+  const dialog = $(`${what}-dialog`);
+  $(`${what}-job`).addEventListener("click", () => {
+    if (!current || $(`${what}-job`).disabled) return;
+    dialog.showModal();
+    $(`${what}-keep`).focus();
+  });
+  $(`${what}-keep`).addEventListener("click", () => dialog.close("keep"));
+  $(`${what}-confirm`).addEventListener("click", () => {
+    dialog.close(what);
+    action();
+  });
+  return dialog;
+}
+
 export function bindJob() {
   for (const button of document.querySelectorAll("[data-artifact]")) {
     button.addEventListener("click", () => download(button.dataset.artifact, button));
   }
-  const dialog = $("cancel-dialog");
-  $("cancel-job").addEventListener("click", () => {
-    if (!current || $("cancel-job").disabled) return;
-    dialog.showModal();
-    $("cancel-keep").focus();
-  });
-  $("cancel-keep").addEventListener("click", () => dialog.close("keep"));
-  $("cancel-confirm").addEventListener("click", () => {
-    dialog.close("cancel");
-    cancel();
-  });
+  const dialog = bindConfirmation("cancel", cancel);
   dialog.addEventListener("close", () => $("cancel-job").focus());
-  const deleting = $("delete-dialog");
-  $("delete-job").addEventListener("click", () => {
-    if (!current || $("delete-job").disabled) return;
-    deleting.showModal();
-    $("delete-keep").focus();
-  });
-  $("delete-keep").addEventListener("click", () => deleting.close("keep"));
-  $("delete-confirm").addEventListener("click", () => {
-    deleting.close("delete");
-    deleteJob();
-  });
+  const deleting = bindConfirmation("delete", deleteJob);
   deleting.addEventListener("close", () => {
     if (deleting.returnValue !== "delete") $("delete-job").focus();
   });
