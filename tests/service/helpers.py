@@ -185,7 +185,7 @@ def start(command: list[str], env: dict[str, str], cwd: Path, log: Path) -> Proc
     return Proc(popen, log)
 
 
-def wait_http(url: str, timeout: float = 30.0) -> None:
+def wait_http(url: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
