@@ -54,6 +54,37 @@ def chain_model(length: int = 24, mul_at: int = 15) -> onnx.ModelProto:
     return model
 
 
+@dataclass(frozen=True)
+class BrokenInfraCheck:
+    """A command check that cannot start is an infrastructure error (no verdict about the model).
+    After its first run, while ``state/BROKEN`` exists, the check script takes away its own execute
+    permission, so every later check fails to start until ``fix()`` (the operator) restores it.
+    Otherwise 'Mul' in the model is the failure."""
+
+    state: Path
+    SCRIPT = """#!/bin/sh
+if [ -e {state}/BROKEN ]; then chmod -x "$0"; fi
+if grep -q Mul "$1"; then exit 1; fi
+"""
+
+    @classmethod
+    def make(cls, state: Path) -> BrokenInfraCheck:
+        state.mkdir()
+        (state / "BROKEN").touch()
+        script = state / "check.sh"
+        script.write_text(cls.SCRIPT.format(state=state))
+        script.chmod(0o755)
+        return cls(state)
+
+    @property
+    def spec(self) -> str:
+        return f"kind: command\ncommand: ['{self.state}/check.sh', '{{model}}']\n"
+
+    def fix(self) -> None:
+        (self.state / "BROKEN").unlink()
+        (self.state / "check.sh").chmod(0o755)
+
+
 def stored_job(
     session: Session,
     team_id: str,

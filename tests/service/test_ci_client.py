@@ -20,7 +20,14 @@ import pytest
 
 from examples.build_example_model import build_example_model
 from tests.service.conftest import Processes, client_for
-from tests.service.helpers import OP_PRESENT_MUL, chain_model, free_port, model_with_weights_next_to_it, wait_http
+from tests.service.helpers import (
+    OP_PRESENT_MUL,
+    BrokenInfraCheck,
+    chain_model,
+    free_port,
+    model_with_weights_next_to_it,
+    wait_http,
+)
 from tests.service.proxy import breaking_proxy
 
 pytestmark = pytest.mark.slow
@@ -263,15 +270,6 @@ def test_an_upload_whose_answer_is_lost_is_retried_and_creates_one_job(cli: Cli)
     assert [job["id"] for job in _jobs(cli)] == [result.json()["job_id"]]
 
 
-# A check that cannot start is an infrastructure error. After its first run, while BROKEN exists,
-# the check script takes away its own execute permission (every later check fails to start).
-FLAKY_INFRA_SCRIPT = """#!/bin/sh
-if [ -e {state}/BROKEN ]; then chmod -x "$0"; fi
-if grep -q Mul "$1"; then exit 1; fi
-"""
-FLAKY_INFRA_CHECK = "kind: command\ncommand: ['{state}/check.sh', '{{model}}']\n"
-
-
 @pytest.fixture
 def command_api_url(service_env: dict[str, str], processes: Processes) -> str:
     """The api (and the workers started after it) with command checks enabled."""
@@ -287,21 +285,15 @@ def test_a_job_failed_by_its_check_infrastructure_exits_5_and_resumes_after_retr
 ) -> None:
     processes.worker()
     cli = Cli(tmp_path, command_api_url, tokens["team-a"])
-    state = tmp_path / "check-state"
-    state.mkdir()
-    (state / "BROKEN").touch()
-    script = state / "check.sh"
-    script.write_text(FLAKY_INFRA_SCRIPT.format(state=state))
-    script.chmod(0o755)
+    check = BrokenInfraCheck.make(tmp_path / "check-state")
     cli.write("model.onnx", build_example_model().SerializeToString())
-    cli.write("spec.yaml", FLAKY_INFRA_CHECK.format(state=state))
+    cli.write("spec.yaml", check.spec)
     failed = cli.run("submit", "model.onnx", "--check-spec", "spec.yaml", "--mode", "linear", "--wait", "--json")
     assert failed.code == 5, failed.err
     job_id = failed.json()["job_id"]
     assert failed.json()["error"]["code"] == "check-infra-error"
 
-    (state / "BROKEN").unlink()  # the operator fixes the check's infrastructure
-    script.chmod(0o755)
+    check.fix()  # the operator fixes the check's infrastructure
     assert cli.run("retry", job_id).code == 0
     resumed = cli.run("status", job_id, "--wait", "-o", "out", "--json")
     assert resumed.code == 0, resumed.err

@@ -20,7 +20,7 @@ import worker.prepared as prepared_module
 from examples.build_example_model import build_example_model
 from persistence.db import Database
 from persistence.repositories import ClaimResult, JobRepository
-from tests.service.helpers import submit
+from tests.service.helpers import BrokenInfraCheck, submit
 from worker.context import RunnerContext, context_from_settings
 from worker.job_start import start_job
 from worker.run_job import run_job
@@ -219,26 +219,12 @@ def test_time_limit_counts_from_the_first_start(
 
 # -- 8: a check whose infrastructure keeps failing -------------------------------------------------
 
-# A check that cannot start is an infrastructure error (no verdict about the model). After its first
-# run, while BROKEN exists, the check script takes away its own execute permission, so every later
-# check fails to start until the operator restores it. Otherwise 'Mul' in the model is the failure.
-FLAKY_INFRA_SCRIPT = """#!/bin/sh
-if [ -e {state}/BROKEN ]; then chmod -x "$0"; fi
-if grep -q Mul "$1"; then exit 1; fi
-"""
-FLAKY_INFRA_CHECK = "kind: command\ncommand: ['{state}/check.sh', '{{model}}']\n"
-
 
 def test_check_infra_error_fails_the_job_resumably(
     client: httpx.Client, database: Database, db_url: str, data_dir: Path, tmp_path: Path
 ) -> None:
-    state = tmp_path / "check-state"
-    state.mkdir()
-    (state / "BROKEN").touch()
-    script = state / "check.sh"
-    script.write_text(FLAKY_INFRA_SCRIPT.format(state=state))
-    script.chmod(0o755)
-    job_id = submit(client, EXAMPLE, FLAKY_INFRA_CHECK.format(state=state), mode="linear").json()["id"]
+    check = BrokenInfraCheck.make(tmp_path / "check-state")
+    job_id = submit(client, EXAMPLE, check.spec, mode="linear").json()["id"]
     ctx = _context(db_url, data_dir)
     run_job(job_id, ctx)
     failed = client.get(f"/v1/jobs/{job_id}").json()
@@ -246,8 +232,7 @@ def test_check_infra_error_fails_the_job_resumably(
     assert f"/v1/jobs/{job_id}/retry" in failed["error"]["message"]
     assert not (data_dir / "jobs" / job_id / "work").exists()
 
-    (state / "BROKEN").unlink()  # the operator fixes the check's infrastructure, then retries
-    script.chmod(0o755)
+    check.fix()  # the operator fixes the check's infrastructure, then retries
     assert client.post(f"/v1/jobs/{job_id}/retry").status_code == 202
     assert client.post(f"/v1/jobs/{job_id}/retry").status_code == 409  # queued: nothing to retry
     run_job(job_id, ctx)
