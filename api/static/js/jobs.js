@@ -4,22 +4,16 @@
 import { getJson } from "./api.js";
 import { formatDate, t } from "./i18n.js";
 import {
-  $, TERMINAL, badge, cell, clearError, formatSeconds, secondsBetween, session, setState, showError, signInHint,
+  $, TERMINAL, badge, cell, clearError, formatSeconds, pageHooks, secondsBetween, session, setState, showError,
+  signInHint,
 } from "./ui.js";
 
 const PAGE_SIZE = 20;
 const REFRESH_MS = 4000;
 const list = { pages: [null], index: 0, next: null, items: [], timer: null, active: false };
 
-export function openJobs() {
-  list.active = true;
-  load();
-}
-
-export function closeJobs() {
-  list.active = false;
-  clearTimeout(list.timer);
-}
+const hooks = pageHooks(list, load, () => render(signInHint()));
+export const { open: openJobs, close: closeJobs, rerender: rerenderJobs } = hooks;
 
 async function load() {
   clearTimeout(list.timer);
@@ -47,10 +41,6 @@ async function load() {
     render("");
     showError(err);
   }
-}
-
-export function rerenderJobs() {
-  if (list.active) render(signInHint());
 }
 
 // the label filter: key=value pairs separated by spaces, every one must match (server side)

@@ -5,7 +5,7 @@
 
 import { ApiError, api, getJson } from "./api.js";
 import { formatDate, setRich, t } from "./i18n.js";
-import { $, cell, setState, showError, signInHint } from "./ui.js";
+import { $, cell, onSubmit, pageHooks, setState, showError, signInHint } from "./ui.js";
 
 const view = { active: false, tokens: null, audit: null, refused: false };
 
@@ -15,25 +15,13 @@ const ACTIONS = {
   "job.deleted": () => t("team.audit.job_deleted"),
 };
 
-export function openTeam() {
-  view.active = true;
+const hooks = pageHooks(view, load, render, () => {
   $("team-token-new").hidden = true;
-  load();
-}
-
-export function closeTeam() {
-  view.active = false;
-}
-
-export function rerenderTeam() {
-  if (view.active) render();
-}
+});
+export const { open: openTeam, close: closeTeam, rerender: rerenderTeam } = hooks;
 
 export function bindTeam() {
-  $("team-token-form").addEventListener("submit", (event) => {
-    event.preventDefault();
-    create();
-  });
+  onSubmit("team-token-form", create);
 }
 
 async function load() {

@@ -10,6 +10,34 @@ export const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 /** state: "none" | "checking" | "ok" | "refused" | "offline"; team and server once "ok". */
 export const session = { state: "none", team: "", server: null };
 
+// What app.js calls on a page whose state is `view` (`view.active` while it is shown, `view.timer`
+// its refresh): open marks it shown, runs `onOpen` and loads it; close stops its refresh;
+// rerender redraws it (a new language) while it is shown.
+export function pageHooks(view, load, render, onOpen = () => {}) {
+  return {
+    open() {
+      view.active = true;
+      onOpen();
+      load();
+    },
+    close() {
+      view.active = false;
+      clearTimeout(view.timer);
+    },
+    rerender() {
+      if (view.active) render();
+    },
+  };
+}
+
+// Submitting the form `id` runs `action` instead of loading a page.
+export function onSubmit(id, action) {
+  $(id).addEventListener("submit", (event) => {
+    event.preventDefault();
+    action();
+  });
+}
+
 export function showError(err) {
   if (!err || err.name === "AbortError") return;
   if (err instanceof NoTokenError) {

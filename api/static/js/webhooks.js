@@ -4,31 +4,18 @@
 
 import { api, getJson } from "./api.js";
 import { formatDate, t } from "./i18n.js";
-import { $, cell, setState, showError, signInHint } from "./ui.js";
+import { $, cell, onSubmit, pageHooks, setState, showError, signInHint } from "./ui.js";
 
 const REFRESH_MS = 3000;
 const view = { active: false, timer: null, hooks: null, logs: new Map() };
 
-export function openWebhooks() {
-  view.active = true;
+const hooks = pageHooks(view, load, render, () => {
   $("webhook-secret").hidden = true;
-  load();
-}
-
-export function closeWebhooks() {
-  view.active = false;
-  clearTimeout(view.timer);
-}
-
-export function rerenderWebhooks() {
-  if (view.active) render();
-}
+});
+export const { open: openWebhooks, close: closeWebhooks, rerender: rerenderWebhooks } = hooks;
 
 export function bindWebhooks() {
-  $("webhook-form").addEventListener("submit", (event) => {
-    event.preventDefault();
-    create();
-  });
+  onSubmit("webhook-form", create);
 }
 
 async function load() {

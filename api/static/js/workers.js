@@ -4,24 +4,12 @@
 
 import { getJson } from "./api.js";
 import { formatDate, formatNumber, t } from "./i18n.js";
-import { $, cell, formatSeconds, secondsBetween, setState, showError, signInHint } from "./ui.js";
+import { $, cell, formatSeconds, pageHooks, secondsBetween, setState, showError, signInHint } from "./ui.js";
 
 const REFRESH_MS = 3000;
 const view = { active: false, timer: null, data: null, updated: null };
 
-export function openWorkers() {
-  view.active = true;
-  load();
-}
-
-export function closeWorkers() {
-  view.active = false;
-  clearTimeout(view.timer);
-}
-
-export function rerenderWorkers() {
-  if (view.active) render();
-}
+export const { open: openWorkers, close: closeWorkers, rerender: rerenderWorkers } = pageHooks(view, load, render);
 
 async function load() {
   clearTimeout(view.timer);
