@@ -1,6 +1,6 @@
 """A bisection job started from a finished reduce job (issue 28): the upload's ``source_job_id``
-(tasks ``bisect-passes`` and ``bisect-releases``) and ``on`` (``bisect-passes``: ``min-bad``, the
-default with a source, or ``original``), stored in the job's options for the worker
+(tasks ``bisect-passes`` and ``bisect-releases``) and ``on`` (``min-bad``, the default with a
+source, or ``original``: the model the bisection runs), stored in the job's options for the worker
 (``worker.source_job``). The source must be a succeeded reduce job of the uploading team with a
 min-bad: a job of another team is not found (404), as for every job route."""
 
@@ -33,10 +33,6 @@ def source_options(fields: dict[str, str], task: str) -> dict[str, str]:
         _invalid("source_job_id", f"source_job_id applies to tasks {' and '.join(SOURCE_TASKS)}, not {task}.")
     if _JOB_ID.fullmatch(source) is None:
         _invalid("source_job_id", "source_job_id must be a job id (letters, digits, '-' and '_').")
-    if on and task != JobTask.BISECT_PASSES.value:
-        _invalid("on", f"on applies to task {JobTask.BISECT_PASSES.value} only; leave it out.")
-    if task == JobTask.BISECT_RELEASES.value:
-        return {"source_job_id": source}
     on = on or ON_VALUES[0]
     if on not in ON_VALUES:
         _invalid("on", f"on must be one of {', '.join(ON_VALUES)}, not '{on[:50]}'.")

@@ -21,7 +21,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import onnx
 from sqlalchemy.orm import Session
 
 from checks.spec import CheckSpec, ModelCheck, parse_check_spec
@@ -37,7 +36,7 @@ from worker.checking import job_check
 from worker.context import RunnerContext
 from worker.job_hold import going_on, held, probing, stop_if_asked
 from worker.prepared import JobInput, PreparedJob
-from worker.source_job import SourceJob, answer_bundle, keep_bundle, place_min_bad, source_of
+from worker.source_job import SourceJob, answer_bundle, bisected_model, keep_bundle, source_of
 
 log = logging.getLogger("onnx_reducer.worker")
 TASK = "bisect-passes"
@@ -47,18 +46,10 @@ def run_passes_job(ctx: RunnerContext, job_id: str, attempt: int) -> None:
     """Run after ``JobRepository.claim`` gave this worker a bisect-passes job (``start_job``)."""
     spec_text, pinning, stored, job_input, source = _load(ctx, job_id)
     with probing(ctx, job_id, job_input, "its optimizers were bisected") as prepared:
-        model, nodes = _bisected_model(ctx, prepared, source)
+        model, nodes = bisected_model(ctx.layout.store, source, prepared)
         answer = _search(ctx, job_id, attempt, parse_check_spec(spec_text), pinning, stored, prepared, model, nodes)
         bundle = answer_bundle(ctx.layout.store, source, prepared.work_dir, "passes.json", answer.to_json())
         _finish(ctx, job_id, attempt, answer, nodes, bundle)
-
-
-def _bisected_model(ctx: RunnerContext, prepared: PreparedJob, source: SourceJob | None) -> tuple[Path, int]:
-    """The model the probes run (the source's min-bad, or the job's model) and its node count."""
-    if source is None or not source.runs_min_bad:
-        return prepared.workspace.options.model, len(prepared.workspace.index)
-    model = place_min_bad(ctx.layout.store, source, prepared.work_dir)
-    return model, len(onnx.load(str(model), load_external_data=False).graph.node)
 
 
 def _search(

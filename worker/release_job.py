@@ -15,14 +15,17 @@ and the workers of its queue are woken. The user's spec comes back when the job 
 is an iteration row (phase ``release <version>``, its ``repeat`` in the fingerprint) and counts in
 ``checks_run``; the answer (``ReleaseAnswer.to_json``, with the iteration numbers of both named
 verdicts) is kept in the session state and added to the success event (``releases``). A job
-started from a reduce job (``source_job_id``, ``worker.source_job``) also gets that job's
-bug-report bundle with the answer in it as ``releases.json`` (the job's ``bundle`` artifact)."""
+started from a reduce job (``source_job_id``, ``worker.source_job``) runs on that job's min-bad
+unless its ``on`` is ``original`` (each worker it is handed to places the min-bad in its own work
+folder), and gets that job's bug-report bundle with the answer in it as ``releases.json`` (the
+job's ``bundle`` artifact)."""
 
 from __future__ import annotations
 
 import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -52,7 +55,7 @@ from worker.context import RunnerContext
 from worker.endings import JobCancelledError
 from worker.job_hold import going_on, held, probing, stop_if_asked
 from worker.prepared import JobInput, PreparedJob
-from worker.source_job import SourceJob, answer_bundle, keep_bundle, source_of
+from worker.source_job import SourceJob, answer_bundle, bisected_model, keep_bundle, source_of
 
 log = logging.getLogger("onnx_reducer.worker")
 TASK = "bisect-releases"
@@ -92,14 +95,14 @@ def _probe_until_done_or_elsewhere(
     prepared: PreparedJob,
 ) -> None:
     spec = parse_check_spec(stored.spec_text)
-    nodes = len(prepared.workspace.index)
+    model, nodes = bisected_model(ctx.layout.store, stored.source, prepared)
     while (release := search.next_release()) is not None:
         here, env = where_to_run(ctx, release)
         if not here:
             _hand_over(ctx, job_id, attempt, stored, search, release)
             return
         stop_if_asked(ctx, job_id)
-        verdict, output = _run_probe(ctx, prepared, spec, env)
+        verdict, output = _run_probe(ctx, prepared, spec, env, model)
         repeat = search.next_repeat()
         try:
             search.record(release, verdict)
@@ -185,11 +188,12 @@ def _load(ctx: RunnerContext, job_id: str) -> tuple[_Stored, JobInput]:
 
 
 def _run_probe(
-    ctx: RunnerContext, prepared: PreparedJob, spec: CheckSpec, env: RuntimeEnv | None
+    ctx: RunnerContext, prepared: PreparedJob, spec: CheckSpec, env: RuntimeEnv | None, model: Path
 ) -> tuple[Verdict, str]:
+    """``spec``'s verdict on ``model`` (the job's own, or its source's min-bad) in ``env``."""
     golden = prepared.session_check.golden
     check = job_check(spec, prepared.work_dir, ctx.allow_command, ctx.check_memory_limit_bytes, golden, env)
-    return check.run(prepared.workspace.options.model)
+    return check.run(model)
 
 
 def _state(stored: _Stored, search: ReleaseBisection, answer: dict[str, Any] | None = None) -> dict[str, Any]:

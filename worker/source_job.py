@@ -1,7 +1,7 @@
 """A bisection job started from a finished reduce job of its team (the upload's ``source_job_id``,
-issue 28): a ``bisect-passes`` job runs on that job's min-bad by default (``on: min-bad``, the
-command line's ``--min-bad``; ``on: original`` runs the uploaded model, as without a source), and
-a ``bisect-passes`` or ``bisect-releases`` job's answer goes into a copy of that job's bug-report
+issue 28): a ``bisect-passes`` or ``bisect-releases`` job runs on that job's min-bad by default
+(``on: min-bad``, the command line's ``--min-bad``; ``on: original`` runs the uploaded model, as
+without a source), and a ``bisect-passes`` or ``bisect-releases`` job's answer goes into a copy of that job's bug-report
 bundle (``passes.json`` / ``releases.json``, which its ``repro.py`` prints, as the command
 line's ``--bundle`` does), stored as the job's own ``bundle`` artifact
 (``GET /v1/jobs/{id}/bundle``).
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import onnx
 from sqlalchemy.orm import Session
 
 from engine.report_bundle import put_answer
@@ -25,7 +26,7 @@ from persistence.models import Job
 from persistence.repositories import ArtifactRepository
 from persistence.store import ArtifactStore, StoredBlob
 from reducer_core.errors import UsageError
-from worker.prepared import unpack_original
+from worker.prepared import PreparedJob, unpack_original
 
 ON_MIN_BAD = "min-bad"
 ON_ORIGINAL = "original"
@@ -63,6 +64,15 @@ def source_of(session: Session, job: Job) -> SourceJob | None:
     return SourceJob(
         source.id, on, (min_bad.storage_key, bool(min_bad.meta.get("bundle"))), bundle.storage_key if bundle else None
     )
+
+
+def bisected_model(store: ArtifactStore, source: SourceJob | None, prepared: PreparedJob) -> tuple[Path, int]:
+    """The model a bisection job's checks run (the source's min-bad, or the job's own model) and
+    its node count."""
+    if source is None or not source.runs_min_bad:
+        return prepared.workspace.options.model, len(prepared.workspace.index)
+    model = place_min_bad(store, source, prepared.work_dir)
+    return model, len(onnx.load(str(model), load_external_data=False).graph.node)
 
 
 def place_min_bad(store: ArtifactStore, source: SourceJob, work_dir: Path) -> Path:
