@@ -127,7 +127,7 @@ async function submit(event) {
   const source = $("source_job_id").value.trim();
   if (source && $("task").value.startsWith("bisect-")) {
     body.append("source_job_id", source);
-    if ($("task").value === "bisect-passes") body.append("on", $("on").value);
+    body.append("on", $("on").value);
   }
   if ($("allow_nonfinite").checked && $("task").value === "precision") body.append("allow_nonfinite", "true");
   const modelPath = $("model-path").value.trim();
