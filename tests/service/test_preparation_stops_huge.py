@@ -80,7 +80,7 @@ def test_a_stopped_450k_node_preparation_frees_the_worker_and_leaves_no_folder(
         started = time.monotonic()
         if how == "cancel":
             assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
-            _wait_status(client, job_id, {"cancelled"}, timeout=30)
+            _wait_status(client, job_id, {"cancelled"}, timeout=GENEROUS_S)
         else:
             assert client.delete(f"/v1/jobs/{job_id}").status_code == 204
             assert client.get(f"/v1/jobs/{job_id}").status_code == 404
