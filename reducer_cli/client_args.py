@@ -114,14 +114,14 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         default=None,
         metavar="JOB_ID",
         help="--task bisect-passes or bisect-releases: start from this succeeded reduce job of your team: "
-        "bisect-passes runs on its min-bad (see --on), and the answer goes into a copy of its bug-report "
-        "bundle (GET /v1/jobs/{id}/bundle).",
+        "the bisection runs on its min-bad (see --on), and the answer goes into a copy of its bug-report "
+        "bundle (GET /v1/jobs/{id}/bundle; --wait writes it as bundle.zip).",
     )
     submit.add_argument(
         "--on",
         choices=("min-bad", "original"),
         default=None,
-        help="--task bisect-passes with --source-job: the model bisected (default min-bad: a few nodes; "
+        help="--task bisect-passes or bisect-releases with --source-job: the model bisected (default min-bad: a few nodes; "
         "original: the uploaded model).",
     )
     submit.add_argument("--model-path", default=None, help="The model inside a bundle that holds several.")

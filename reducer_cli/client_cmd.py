@@ -41,6 +41,7 @@ from reducer_client.ci_context import ci_labels, parse_label
 
 RESULTS = ("min-bad", "min-good")
 PRECISION_RESULTS = ("mixed",)
+BISECT_TASKS = ("bisect-passes", "bisect-releases")
 _JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 _JOB_IN_URL = re.compile(r"/jobs/([A-Za-z0-9_-]{1,100})/?$")
 
@@ -153,14 +154,37 @@ def _wait_and_download(client: ReducerClient, ns: argparse.Namespace, summary: S
     summary.with_job(job)
     _report_end(job)
     if job.status == "succeeded":
-        _download(client, job.id, results_of(job), Path(ns.output_dir or "."), summary)
+        _download_results(client, job, Path(ns.output_dir or "."), summary)
     return exit_for_job(job)
+
+
+def _download_results(client: ReducerClient, job: Job, folder: Path, summary: Summary) -> None:
+    """A succeeded job's results: its models, or a bisect job's bundle (``_download_answer_bundle``)."""
+    if job.task in BISECT_TASKS:
+        _download_answer_bundle(client, job, folder, summary)
+    else:
+        _download(client, job.id, results_of(job), folder, summary)
+
+
+def _download_answer_bundle(client: ReducerClient, job: Job, folder: Path, summary: Summary) -> None:
+    """A bisect job started from a reduce job (``--source-job``) has that job's bug-report bundle
+    with its answer in it (``passes.json`` / ``releases.json``): written as ``bundle.zip``, as
+    ``download --bundle`` does; one without a source has no file (its answer is the job's)."""
+    if not (job.raw.get("options") or {}).get("source_job_id"):
+        return
+    try:
+        path = client.download_bundle(job.id, folder)
+    except NotFoundError:
+        log(f"[W] job {job.id} has no bundle: its source reduce job had none.")
+        return
+    log(f"[I] wrote {path} (its source's bug-report bundle with the answer; unzip it and run `python repro.py`)")
+    summary.add_file(path)
 
 
 def results_of(job: Job) -> tuple[str, ...]:
     """What a finished job's results are: min-bad and min-good, or a precision job's mixed model."""
-    if job.task in ("bisect-passes", "bisect-releases"):
-        return ()  # the answer is the job's passes (releases) field
+    if job.task in BISECT_TASKS:
+        return ()  # the answer is the job's passes (releases) field, and a bundle when it has a source
     return PRECISION_RESULTS if job.task == "precision" else RESULTS
 
 
@@ -269,7 +293,7 @@ def _download_cmd(client: ReducerClient, ns: argparse.Namespace, summary: Summar
         summary.add_file(path := client.download_bundle(job.id, Path(ns.output_dir)))
         log(f"[I] wrote {path} (unzip it and run `python repro.py`)")
         return EXIT_OK
-    _download(client, job.id, results_of(job), Path(ns.output_dir), summary)
+    _download_results(client, job, Path(ns.output_dir), summary)
     return EXIT_OK
 
 

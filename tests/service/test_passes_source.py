@@ -1,7 +1,8 @@
 """A bisection job started from a finished reduce job (issue 28, ``source_job_id``) on the
 embedded service: a ``bisect-passes`` job runs on that job's min-bad by default (``on:
 original``: the uploaded model), and its answer goes into a copy of that job's bug-report bundle
-(``passes.json``), downloadable at ``GET /v1/jobs/{id}/bundle``; another team's job is not
+(``passes.json``), downloadable at ``GET /v1/jobs/{id}/bundle`` and written by ``onnx-reducer
+submit --wait``; another team's job is not
 found, and malformed or misplaced fields are refused at the upload."""
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def test_a_bisect_passes_job_from_a_reduce_job_runs_its_min_bad_and_extends_its_
             source_bundle = client.get(f"/v1/jobs/{reduce_id}/bundle")
             assert source_bundle.status_code == 200
             on_min_bad = _done(client, submit(client, MODEL, GELU, task="bisect-passes", source_job_id=reduce_id))
+            waited = _submit_and_wait(server.url, server.token, server.env, tmp_path, reduce_id)
             bundle = client.get(f"/v1/jobs/{on_min_bad['id']}/bundle")
             on_original = _done(
                 client, submit(client, MODEL, GELU, task="bisect-passes", source_job_id=reduce_id, on="original")
@@ -76,12 +78,28 @@ def test_a_bisect_passes_job_from_a_reduce_job_runs_its_min_bad_and_extends_its_
         assert json.loads(archive.read("passes.json"))["optimizers"] == [GELU_FUSION]
         assert archive.read("repro.py") == source.read("repro.py")
     assert no_source.status_code == 200
+    assert waited.returncode == 0, waited.stderr
+    with zipfile.ZipFile(tmp_path / "waited" / "bundle.zip") as written:  # submit --wait wrote its bundle
+        assert json.loads(written.read("passes.json"))["optimizers"] == [GELU_FUSION]
+        assert written.read("repro.py") == zipfile.ZipFile(io.BytesIO(source_bundle.content)).read("repro.py")
+    assert sorted(p.name for p in (tmp_path / "waited").iterdir()) == ["bundle.zip"]
 
     assert foreign.status_code == 404, foreign.text  # another team's job is not found
     for why, refused in refusals.items():
         assert refused.status_code == 422, (why, refused.text)
     assert "on needs source_job_id" in refusals["on without source"].text
     assert "not a reduce job" in refusals["not a reduce job"].text
+
+
+def _submit_and_wait(
+    url: str, token: str, env: dict[str, str], folder: Path, reduce_id: str
+) -> subprocess.CompletedProcess[str]:
+    """``onnx-reducer submit --task bisect-passes --source-job REDUCE_ID --wait -o waited``."""
+    (folder / "fusions.onnx").write_bytes(MODEL)
+    (folder / "gelu.yaml").write_text(GELU)
+    command = ["onnx-reducer", "submit", "fusions.onnx", "--check-spec", "gelu.yaml", "--task", "bisect-passes"]
+    command += ["--source-job", reduce_id, "--wait", "-o", "waited", "--server", url, "--token", token]
+    return subprocess.run(command, check=False, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
 def _done(client: httpx.Client, created: httpx.Response) -> dict[str, Any]:
