@@ -69,6 +69,58 @@ def _memory_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _add_shown_output_args(container: argparse._ActionsContainer) -> None:
+    """--show-output / --hide-fail-output: which check output is shown (reduce and precision)."""
+    shown = container.add_mutually_exclusive_group()
+    shown.add_argument("--show-output", action="store_true", help="Show the check's output for passing iterations too.")
+    shown.add_argument("--hide-fail-output", action="store_true", help="Do not show the check's output on failures.")
+
+
+def _add_log_output_args(container: argparse._ActionsContainer) -> None:
+    """-v / -q / --no-progress (reduce and precision)."""
+    container.add_argument("-v", "--verbose", action="count", default=0, help="More log output.")
+    container.add_argument("-q", "--quiet", action="count", default=0, help="Less log output.")
+    container.add_argument("--no-progress", dest="progress", action="store_false", help="No live progress line.")
+
+
+def _add_debug_replay_args(container: argparse._ActionsContainer, default_replay: str) -> None:
+    """--load-debug-replay / --save-debug-replay, saving to default_replay unless told otherwise."""
+    container.add_argument(
+        "--load-debug-replay", default=None, help="Resume: verdicts recorded by --save-debug-replay."
+    )
+    container.add_argument(
+        "--save-debug-replay",
+        default=default_replay,
+        help=f"Where verdicts are saved after every check (default: {default_replay}).",
+    )
+
+
+def _add_input_shapes_arg(container: argparse._ActionsContainer, *aliases: str) -> None:
+    """--model-input-shapes (and the given aliases) into args.input_shapes."""
+    container.add_argument(
+        "--model-input-shapes",
+        *aliases,
+        dest="input_shapes",
+        nargs="+",
+        default=[],
+        metavar="NAME:[D0,...]",
+        help="Fix input shapes, then infer intermediate shapes.",
+    )
+
+
+def _add_load_inputs_arg(container: argparse._ActionsContainer, help_text: str, metavar: str | None = None) -> None:
+    """--load-inputs / --load-input-data (Polygraphy's name): input sample files into args.load_inputs."""
+    container.add_argument(
+        "--load-inputs",
+        "--load-input-data",
+        dest="load_inputs",
+        nargs="+",
+        default=[],
+        metavar=metavar,
+        help=help_text,
+    )
+
+
 def _add_check_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Check command (Polygraphy-compatible)")
     group.add_argument(
@@ -106,9 +158,7 @@ def _add_check_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Regex(es) over the check's stdout+stderr; a match counts as a failure.",
     )
-    shown = group.add_mutually_exclusive_group()
-    shown.add_argument("--show-output", action="store_true", help="Show the check's output for passing iterations too.")
-    shown.add_argument("--hide-fail-output", action="store_true", help="Do not show the check's output on failures.")
+    _add_shown_output_args(group)
     group.add_argument(
         "--check-timeout",
         type=float,
@@ -176,13 +226,9 @@ def _add_spec_args(parser: argparse.ArgumentParser) -> None:
 def _add_golden_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="The ONNX model.")
     parser.add_argument("-o", "--output", required=True, help="Where to write the golden values.")
-    parser.add_argument(
-        "--load-inputs",
-        "--load-input-data",
-        dest="load_inputs",
-        nargs="+",
-        default=[],
-        help="Input values (Polygraphy JSON or .npz); several files are several samples, in order, and each "
+    _add_load_inputs_arg(
+        parser,
+        "Input values (Polygraphy JSON or .npz); several files are several samples, in order, and each "
         "sample in them is one golden sample.",
     )
     parser.add_argument("--seed", type=int, default=1, help="Seed for generated inputs (sample i uses seed+i).")
@@ -314,22 +360,9 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         help="Folder holding good/ and bad/ (default: polygraphy_artifacts).",
     )
     _add_parallel_args(parser)
-    it.add_argument("--load-debug-replay", default=None, help="Resume: verdicts recorded by --save-debug-replay.")
-    it.add_argument(
-        "--save-debug-replay",
-        default="onnx_reducer_debug_replay.json",
-        help="Where verdicts are saved after every check (default: onnx_reducer_debug_replay.json).",
-    )
+    _add_debug_replay_args(it, "onnx_reducer_debug_replay.json")
     shapes = parser.add_argument_group("Shapes and data")
-    shapes.add_argument(
-        "--model-input-shapes",
-        "--model-inputs",
-        dest="input_shapes",
-        nargs="+",
-        default=[],
-        metavar="NAME:[D0,...]",
-        help="Fix input shapes, then infer intermediate shapes.",
-    )
+    _add_input_shapes_arg(shapes, "--model-inputs")
     shapes.add_argument(
         "--no-shape-inference",
         dest="shape_inference",
@@ -341,13 +374,9 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="Take intermediate shapes from an onnxruntime run instead of ONNX shape inference.",
     )
-    shapes.add_argument(
-        "--load-inputs",
-        "--load-input-data",
-        dest="load_inputs",
-        nargs="+",
-        default=[],
-        help="Input samples (Polygraphy JSON or .npz; several files are several samples, in order). A "
+    _add_load_inputs_arg(
+        shapes,
+        "Input samples (Polygraphy JSON or .npz; several files are several samples, in order). A "
         "--check-spec of kind compare, golden or error judges every sample (its fail_if decides); the first "
         "sample also feeds fallback inference and the values of removed branches frozen to constants. Files "
         "of other tensors (Polygraphy layerwise outputs) add values to the samples.",
@@ -368,9 +397,7 @@ def _add_reduce_args(parser: argparse.ArgumentParser) -> None:
         "onnx.load refuses hardlinked weights, so only use it with checks that do not call onnx.load.",
     )
     out = parser.add_argument_group("Output")
-    out.add_argument("-v", "--verbose", action="count", default=0, help="More log output.")
-    out.add_argument("-q", "--quiet", action="count", default=0, help="Less log output.")
-    out.add_argument("--no-progress", dest="progress", action="store_false", help="No live progress line.")
+    _add_log_output_args(out)
     out.add_argument("--summary-json", default=None, help="[onnx-reducer] Write the final summary as JSON here.")
     out.add_argument(
         "--bundle",
@@ -503,15 +530,11 @@ def _add_precision_args(parser: argparse.ArgumentParser) -> None:
         "compare with target {runtime: onnxruntime, precision: fp16} (see docs/check-specs.md).",
     )
     parser.add_argument("--golden", default=None, metavar="GOLDEN", help="Golden values feeding the spec's check.")
-    parser.add_argument(
-        "--load-inputs",
-        "--load-input-data",
-        dest="load_inputs",
-        nargs="+",
-        default=[],
-        metavar="FILE",
-        help="Input samples for the spec's check (Polygraphy JSON or .npz; several files are several samples, "
+    _add_load_inputs_arg(
+        parser,
+        "Input samples for the spec's check (Polygraphy JSON or .npz; several files are several samples, "
         "in order): every sample is judged and the spec's fail_if decides. Instead of --golden.",
+        metavar="FILE",
     )
     parser.add_argument(
         "--summary-json", default=None, help="Write the summary (keep_fp32: the node names, and every check) here."
@@ -545,31 +568,15 @@ def _add_precision_args(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="Keep the iteration model after the search ends.",
     )
-    parser.add_argument("--load-debug-replay", default=None, help="Resume: verdicts recorded by --save-debug-replay.")
-    parser.add_argument(
-        "--save-debug-replay",
-        default="onnx_reducer_precision_replay.json",
-        help="Where verdicts are saved after every check (default: onnx_reducer_precision_replay.json).",
-    )
+    _add_debug_replay_args(parser, "onnx_reducer_precision_replay.json")
     parser.add_argument("--check-timeout", type=float, default=None, metavar="SECONDS", help="Kill a check after this.")
     parser.add_argument(
         "--check-memory-limit", type=_memory_size, default=None, metavar="SIZE", help="Kill a check above this RSS."
     )
-    parser.add_argument(
-        "--model-input-shapes",
-        dest="input_shapes",
-        nargs="+",
-        default=[],
-        metavar="NAME:[D0,...]",
-        help="Fix input shapes, then infer intermediate shapes.",
-    )
+    _add_input_shapes_arg(parser)
     parser.add_argument("--external-data-dir", default=None, help="Folder holding the model's external data.")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="More log output.")
-    parser.add_argument("-q", "--quiet", action="count", default=0, help="Less log output.")
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="No live progress line.")
-    shown = parser.add_mutually_exclusive_group()
-    shown.add_argument("--show-output", action="store_true", help="Show the check's output for passing iterations too.")
-    shown.add_argument("--hide-fail-output", action="store_true", help="Do not show the check's output on failures.")
+    _add_log_output_args(parser)
+    _add_shown_output_args(parser)
     parser.set_defaults(  # what `reduce`'s shared code reads and `precision` does not offer
         check=None,
         fail_codes=None,
