@@ -27,6 +27,7 @@ from api.inputs import suffix_for as inputs_suffix
 from api.inspection import Inspection, InspectRequest, Refusal, UploadLimits, form_options, safe_filename
 from api.labels import parse_labels
 from api.problems import ProblemError
+from api.release_answers import release_fields
 from api.services import Services
 from api.settings import ApiSettings
 from api.source_jobs import SOURCE_FIELDS, check_source, source_options
@@ -81,6 +82,7 @@ def _same_request(job: Job, form: UploadedForm, golden_sha256: str | None, input
         and task == stored.task.value
         and _allows_nonfinite(form) == stored.allow_nonfinite
         and _same_source(job, form)
+        and _same_releases(stored, form)
         and golden_sha256 == sent_golden
         and inputs_sha256 == [f.sha256 for f in form.inputs]
     )
@@ -93,6 +95,17 @@ def _same_source(job: Job, form: UploadedForm) -> bool:
     except ProblemError:
         return False
     return all(job.options.get(name) == sent.get(name) for name in SOURCE_FIELDS)
+
+
+def _same_releases(stored: JobOptions, form: UploadedForm) -> bool:
+    """A bisect-releases job's ``releases`` and ``flaky`` are part of the request."""
+    if stored.task is not JobTask.BISECT_RELEASES:
+        return True
+    try:
+        sent = release_fields(form.fields)
+    except ProblemError:
+        return False
+    return sent.get("releases") == stored.releases and sent["flaky"] == stored.flaky
 
 
 def _task_field(form: UploadedForm) -> str:

@@ -20,7 +20,12 @@ def release_options(fields: dict[str, str], spec: CheckSpec | None) -> dict[str,
     if spec is None:
         detail = "task bisect-releases needs an automatic check spec, not kind: 'interactive'."
         raise ProblemError(422, "Invalid option", detail, errors=field_errors("task", detail))
-    options: dict[str, Any] = {"task": JobTask.BISECT_RELEASES}
+    return {"task": JobTask.BISECT_RELEASES, **release_fields(fields)}
+
+
+def release_fields(fields: dict[str, str]) -> dict[str, Any]:
+    """The form's ``releases`` (ordered; absent when left out) and ``flaky``; 422 when malformed."""
+    options: dict[str, Any] = {}
     raw = fields.get("releases", "").strip()
     if raw:
         try:
