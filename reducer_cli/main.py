@@ -174,6 +174,29 @@ def _infra_advice(exc: CheckInfraError) -> str:
     return ""  # a failure mid-way already says how to resume
 
 
+# the exit code of each error a command raises on purpose (the classes are disjoint); any other
+# ReducerError exits with EXIT_ERROR
+_EXIT_CODES: tuple[tuple[type[ReducerError], int], ...] = (
+    (OriginalDidNotFailError, cli_args.EXIT_ORIGINAL_PASSED),
+    (GoalUnreachableError, cli_args.EXIT_ORIGINAL_PASSED),
+    (InvalidModelError, cli_args.EXIT_INVALID_MODEL),
+    (UsageError, cli_args.EXIT_USAGE),
+)
+
+
+def _reducer_error_code(exc: ReducerError) -> int:
+    return next((code for kind, code in _EXIT_CODES if isinstance(exc, kind)), cli_args.EXIT_ERROR)
+
+
+def _reducer_error_message(exc: ReducerError, ns: argparse.Namespace) -> str:
+    """The error's own message, with advice where the user can do something about it."""
+    if isinstance(exc, OriginalDidNotFailError):
+        return f"{exc} {_original_passed_advice(ns)}"
+    if isinstance(exc, CheckInfraError):
+        return f"{exc}{_infra_advice(exc)}"
+    return str(exc)
+
+
 def _run_handler(handler: Callable[[argparse.Namespace], int], ns: argparse.Namespace, log: ProgressReporter) -> int:
     """Run a command; the errors it raises on purpose become a message and an exit code."""
     try:
@@ -182,24 +205,9 @@ def _run_handler(handler: Callable[[argparse.Namespace], int], ns: argparse.Name
             if missing is not None:
                 raise UsageError(missing)
         return handler(ns)
-    except OriginalDidNotFailError as exc:
-        log.error(f"{exc} {_original_passed_advice(ns)}")
-        return cli_args.EXIT_ORIGINAL_PASSED
-    except GoalUnreachableError as exc:
-        log.error(str(exc))
-        return cli_args.EXIT_ORIGINAL_PASSED
-    except CheckInfraError as exc:
-        log.error(f"{exc}{_infra_advice(exc)}")
-        return cli_args.EXIT_ERROR
-    except InvalidModelError as exc:
-        log.error(str(exc))
-        return cli_args.EXIT_INVALID_MODEL
-    except UsageError as exc:
-        log.error(str(exc))
-        return cli_args.EXIT_USAGE
     except ReducerError as exc:
-        log.error(str(exc))
-        return cli_args.EXIT_ERROR
+        log.error(_reducer_error_message(exc, ns))
+        return _reducer_error_code(exc)
     except OSError as exc:  # a file that could not be read or written mid-run (a full disk, a folder made read-only)
         where = f" '{exc.filename}'" if exc.filename else ""
         # a write that failed mid-run (not an input that is missing) can resume from the replay
