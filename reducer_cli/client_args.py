@@ -121,8 +121,8 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "--on",
         choices=("min-bad", "original"),
         default=None,
-        help="--task bisect-passes or bisect-releases with --source-job: the model bisected (default min-bad: a few nodes; "
-        "original: the uploaded model).",
+        help="--task bisect-passes or bisect-releases with --source-job: the model bisected (default min-bad: a few "
+        "nodes; original: the uploaded model).",
     )
     submit.add_argument("--model-path", default=None, help="The model inside a bundle that holds several.")
     submit.add_argument(
