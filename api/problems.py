@@ -108,27 +108,34 @@ async def _drain(request: Request) -> None:
         return
 
 
+async def _try_again_later(request: Request, status: int, title: str, detail: str, retry_after_s: int) -> JSONResponse:
+    """A problem the client should send again after retry_after_s (a conflict or an outage): what is
+    left of its upload is drained first, so it sees this answer."""
+    await _drain(request)
+    return problem_response(
+        status, title, detail, headers={"Retry-After": str(retry_after_s)}, instance=request.url.path
+    )
+
+
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
     if is_conflict(exc):  # a deadlock or serialisation failure that outlived its retries: no outage
         log.warning("transaction conflict on %s %s outlived its retries", request.method, request.url.path)
-        await _drain(request)
-        return problem_response(
+        return await _try_again_later(
+            request,
             409,
             "Concurrent change",
             "Another request changed this job at the same moment; send the request again.",
-            headers={"Retry-After": str(CONFLICT_RETRY_AFTER_S)},
-            instance=request.url.path,
+            CONFLICT_RETRY_AFTER_S,
         )
     text = str(getattr(exc, "orig", None) or exc).strip()
     reason = text.splitlines()[0][:200] if text else type(exc).__name__
     log.warning("database unavailable on %s %s: %s", request.method, request.url.path, reason)
-    await _drain(request)
-    return problem_response(
+    return await _try_again_later(
+        request,
         503,
         "Database unavailable",
         "The service cannot reach its database at the moment; try again in a few seconds.",
-        headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
-        instance=request.url.path,
+        DATABASE_RETRY_AFTER_S,
     )
 
 
@@ -139,13 +146,12 @@ async def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
     if not getattr(exc, "transient", False):
         return await _unexpected(request, exc)
     log.warning("artifact store unavailable on %s %s: %s", request.method, request.url.path, exc)
-    await _drain(request)
-    return problem_response(
+    return await _try_again_later(
+        request,
         503,
         "Artifact store unavailable",
         "The service cannot reach its artifact store at the moment; try again in a few seconds.",
-        headers={"Retry-After": str(STORE_RETRY_AFTER_S)},
-        instance=request.url.path,
+        STORE_RETRY_AFTER_S,
     )
 
 
