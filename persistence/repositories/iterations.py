@@ -41,8 +41,8 @@ class IterationRepository:
         if pending is not None:
             self.session.delete(pending)
             self.session.flush()
-        last = self.session.scalar(select(func.max(Iteration.number)).where(Iteration.job_id == job_id)) or 0
-        row = Iteration(job_id=job_id, number=last + 1, phase=phase, fingerprint=fingerprint, node_count=node_count)
+        number = self.next_number(job_id)
+        row = Iteration(job_id=job_id, number=number, phase=phase, fingerprint=fingerprint, node_count=node_count)
         self.session.add(row)
         self.session.flush()
         return row
@@ -55,9 +55,7 @@ class IterationRepository:
         """A finished row for a verdict answered from a cache (no check, no model, no time);
         ``number``: its iteration number (default: after the last row)."""
         if number is None:
-            number = (
-                self.session.scalar(select(func.max(Iteration.number)).where(Iteration.job_id == job_id)) or 0
-            ) + 1
+            number = self.next_number(job_id)
         row = Iteration(
             job_id=job_id,
             number=number,
