@@ -12,6 +12,21 @@ from reducer_core.errors import UsageError
 from reducer_core.verdict import Pinning
 
 
+def add_bisect_parser(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    name: str,
+    help_text: str,
+    description: str,
+    model_help: str,
+) -> argparse.ArgumentParser:
+    """The ``name`` subcommand with what every bisect command takes first: the model
+    (``model_help``: which one) and ``--check-spec``."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=description)
+    parser.add_argument("model", help=model_help)
+    parser.add_argument("--check-spec", required=True, metavar="SPEC", help="The check spec (docs/check-specs.md).")
+    return parser
+
+
 def add_answer_arguments(parser: argparse.ArgumentParser, pinned_against: str, bundle_help: str) -> None:
     """``--golden``, ``--pin-signature`` (the same failure as ``pinned_against``'s),
     ``--summary-json`` and ``--bundle`` (``bundle_help``: what goes into it)."""

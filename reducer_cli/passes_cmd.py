@@ -16,7 +16,7 @@ from pathlib import Path
 from checks.spec import load_check_spec
 from engine.pass_bisect import bisect_passes
 from engine.report_bundle import put_answer
-from reducer_cli.bisect_args import add_answer_arguments, bundle_to_update
+from reducer_cli.bisect_args import add_answer_arguments, add_bisect_parser, bundle_to_update
 from reducer_cli.progress import ProgressReporter
 from reducer_core.errors import UsageError
 from reducer_core.pass_bisect import Outcome, PassAnswer, ProbeRecord
@@ -28,16 +28,16 @@ EXIT_UNVERIFIED = 11  # reduce's code for an answer that did not get its verdict
 
 
 def add_passes_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser(
+    parser = add_bisect_parser(
+        sub,
         "bisect-passes",
-        help="Find the runtime optimizers (onnxruntime) or build options (TensorRT) a failure needs.",
-        description="Find the smallest set of onnxruntime graph optimizers (disabled_optimizers) whose "
+        "Find the runtime optimizers (onnxruntime) or build options (TensorRT) a failure needs.",
+        "Find the smallest set of onnxruntime graph optimizers (disabled_optimizers) whose "
         "disabling makes the check pass, and the optimization level at which the failure first appears; for "
         "a TensorRT target, its builder flags and tactic sources. The candidates are what the runtime changed "
         "in this model; the answer is verified both ways.",
+        "The ONNX model (the original).",
     )
-    parser.add_argument("model", help="The ONNX model (the original).")
-    parser.add_argument("--check-spec", required=True, metavar="SPEC", help="The check spec (docs/check-specs.md).")
     parser.add_argument(
         "--min-bad",
         default=None,

@@ -18,7 +18,7 @@ from checks.build import build_check
 from checks.runtime_envs import RuntimeEnv, in_env, probe_release, runtime_envs
 from checks.spec import load_check_spec
 from engine.report_bundle import put_answer
-from reducer_cli.bisect_args import add_answer_arguments, bundle_to_update
+from reducer_cli.bisect_args import add_answer_arguments, add_bisect_parser, bundle_to_update
 from reducer_cli.progress import ProgressReporter
 from reducer_core.errors import CheckInfraError, UsageError
 from reducer_core.release_bisect import (
@@ -36,15 +36,15 @@ EXIT_NEWEST_PASSES = 3  # the same code as reduce's "the original passed"
 
 
 def add_release_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser(
+    parser = add_bisect_parser(
+        sub,
         "bisect-releases",
-        help="Find the first onnxruntime release on which a model fails (and the last that passes).",
-        description="Run the model's check in one environment per onnxruntime release (--runtime-env "
+        "Find the first onnxruntime release on which a model fails (and the last that passes).",
+        "Run the model's check in one environment per onnxruntime release (--runtime-env "
         "VERSION=PYTHON, at least two) and bisect to the first failing and the last passing release: the "
         "newest release first, then halving; at most ceil(log2 R)+1 releases are checked.",
+        "The ONNX model: the min-bad of a reduction (cheap), or the original.",
     )
-    parser.add_argument("model", help="The ONNX model: the min-bad of a reduction (cheap), or the original.")
-    parser.add_argument("--check-spec", required=True, metavar="SPEC", help="The check spec (docs/check-specs.md).")
     parser.add_argument(
         "--runtime-env",
         action="append",
