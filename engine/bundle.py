@@ -42,7 +42,6 @@ and the service keeps no bundle otherwise. ``BundleReport.checks_run`` counts th
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -76,6 +75,7 @@ from reducer_core.candidate import Candidate
 from reducer_core.records import ReductionResult
 from reducer_core.tensors import TensorMap
 from reducer_core.verdict import Pinning, Verdict
+from reducer_core.verification import file_sha256
 
 EXTERNAL_THRESHOLD = 1 << 20  # weights of at least 1 MiB go to the model's .data file
 INPUTS_JSON_LIMIT = 32 << 20  # inputs.json (base64) only for inputs up to this size
@@ -169,14 +169,6 @@ def _said(code: int | None) -> str:
         3: "another failure, not the pinned one (exit 3)",
         None: "it ran past its time",
     }.get(code, f"it exited {code}")
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def finding(workspace: Workspace, result: ReductionResult) -> str:
@@ -467,7 +459,7 @@ def _fill(
         good_code=good_code,
         has_good=result.min_good is not None,
     )
-    known = {name: verified.get(sha256_of(folder / name)) for name, _, _ in runs}
+    known = {name: verified.get(file_sha256(folder / name)) for name, _, _ in runs}
     readme = _readme(result, check, original, sentence, shipped, report, runs, known, clean, pinned)
     (folder / "README.md").write_text(readme + _files_section(folder))
     return report
@@ -501,7 +493,7 @@ def _readme(
         "",
         sentence,
         "",
-        f"- Original model: `{original[1]}`, sha256 `{sha256_of(original[0])}`, {result.nodes_before} nodes",
+        f"- Original model: `{original[1]}`, sha256 `{file_sha256(original[0])}`, {result.nodes_before} nodes",
         f"- Minimal failing model: `min_bad.onnx`, {len(result.min_bad)} node(s)",
     ]
     if result.min_good is not None:

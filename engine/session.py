@@ -15,7 +15,6 @@ work itself (``next_requests`` / ``deliver``) and keeps ``state()`` to resume it
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from reducer_core.machine import ReductionMachine
 from reducer_core.records import IterationRecord, Localization, ReductionResult
 from reducer_core.requests import Answer, CheckRequest, LayerwiseRequest, Request, SessionListener, SilentListener
 from reducer_core.verdict import Goal, Verdict, VerdictKind
+from reducer_core.verification import file_sha256
 
 
 @dataclass(frozen=True)
@@ -62,14 +62,6 @@ class SessionCheck:
         base = self.spec.identity if self.spec is not None else self.check.identity
         base += f" golden=sha256:{self.golden_sha256}" if self.golden_sha256 else ""
         return base + (f" task={self.task}" if self.task != "reduce" else "")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def verdict_identity(check: SessionCheck, options: ReduceOptions) -> str:

@@ -3,7 +3,6 @@ and fallback inference, and the IR version cap of the installed onnxruntime."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import re
 import shutil
@@ -29,6 +28,7 @@ from reducer_core.graph import GraphIndex
 from reducer_core.prepare import Shape, apply_tensor_metadata, prepare
 from reducer_core.samples import input_samples
 from reducer_core.tensors import TensorMap, load_tensor_file
+from reducer_core.verification import file_sha256
 
 
 class Log(Protocol):
@@ -80,11 +80,7 @@ class ReduceOptions:
 
 
 def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
+    return file_sha256(path)[:16]
 
 
 @dataclass

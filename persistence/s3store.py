@@ -35,7 +35,6 @@ client is made per process (Celery forks its workers; a client is not fork-safe)
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -47,7 +46,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from persistence.store import CHUNK, ArtifactStore, ArtifactStoreError, CorruptBlobError, StoredBlob
+from persistence.store import ArtifactStore, ArtifactStoreError, CorruptBlobError, StoredBlob
+from reducer_core.verification import file_sha256
 
 COPY_LIMIT = 5 * 2**30  # the largest object one CopyObject call may copy
 ASIDE_PREFIX = "deleting/"  # a swept blob's copy while the sweep asks the database again (never listed as a blob)
@@ -237,7 +237,7 @@ class S3ArtifactStore(ArtifactStore):
                 raise self._error("download from", exc) from exc
             except BotoCoreError as exc:
                 raise self._error("download from", exc) from exc
-            if _sha256_of(tmp) != key.rsplit("/", 1)[-1]:
+            if file_sha256(tmp) != key.rsplit("/", 1)[-1]:
                 raise CorruptBlobError(f"artifact {key} downloaded from the bucket does not match its sha256")
             self._install(tmp, local)
         finally:
@@ -381,14 +381,6 @@ def _is_outage(exc: Exception) -> bool:
 def _younger(head: dict[str, Any], seconds: float) -> bool:
     """The object (its HEAD) was written within ``seconds``."""
     return bool(head["LastModified"].timestamp() >= time.time() - seconds)
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as source:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _status(exc: Exception) -> int | None:

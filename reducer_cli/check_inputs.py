@@ -38,11 +38,11 @@ from checks.user_inputs import (
     spec_reads_inputs,
 )
 from engine.data_loader import samples_from_script
-from engine.session import file_sha256
 from reducer_cli.progress import ProgressReporter
 from reducer_core.errors import UsageError
 from reducer_core.prepare import parse_shape_arg
 from reducer_core.samples import InputSamples
+from reducer_core.verification import file_sha256
 
 
 def _read_model(path: str) -> onnx.ModelProto:

@@ -59,6 +59,7 @@ from reducer_core.verification import (
     agrees,
     checker_crash,
     disagreement,
+    file_sha256,
     identity_model,
     judged_agrees,
     sha256_of,
@@ -477,7 +478,7 @@ class CommandLineRun(SlotSessionHooks):
                 f"different file beside the iteration artifact. Write it to another folder, or name its data "
                 "with --save-external-data NAME."
             )
-            return Verified(DISAGREES, _file_sha256(path))
+            return Verified(DISAGREES, file_sha256(path))
         runs = self.session.machine.flakiness.repeats() if which == MIN_BAD and result.flakiness else 1
         checks, verdict = 0, None
         for _ in range(max(1, runs)):
@@ -485,8 +486,8 @@ class CommandLineRun(SlotSessionHooks):
             checks += 1
             self._show_output(verdict, output, f" (final check of {path})")
             if agrees(verdict, which, result.original, pinning):
-                return Verified(RECHECKED, _file_sha256(path), checks, verdict)
-        return Verified(DISAGREES, _file_sha256(path), checks, verdict)
+                return Verified(RECHECKED, file_sha256(path), checks, verdict)
+        return Verified(DISAGREES, file_sha256(path), checks, verdict)
 
     def _data_files(self, path: Path) -> list[tuple[Path, Path]]:
         """(file beside ``path``, where it goes beside the checked artifact) for each data file
@@ -600,10 +601,6 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 def _same_path(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
-
-
-def _file_sha256(path: Path) -> str:
-    return sha256_of(path.read_bytes())
 
 
 def write_summary_json(

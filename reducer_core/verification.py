@@ -25,6 +25,7 @@ import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import onnx
@@ -43,6 +44,15 @@ MIN_GOOD = "min_good"
 
 def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 (hex) of a file, read in 1 MiB chunks (a model's weights may not fit in memory twice)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def agrees(verdict: Verdict, which: str, original: Verdict, pinning: bool | Pinning) -> bool:
