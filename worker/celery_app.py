@@ -71,10 +71,6 @@ class _CeleryWorker:
             self.ctx.on_work = self._process.activity.switch  # the farm view shows the job it works on
         return self._process
 
-    def run_job_task(self, job_id: str) -> str:
-        """The whole task: take work from the database, starting with ``job_id``'s."""
-        return self.process.wake(job_id).value
-
     def on_setup(self, sender: Any = None, instance: Any = None, **_: Any) -> None:
         """Before consuming: note the queues, mark and clean up check processes, detect capabilities."""
         app = self.app
@@ -124,7 +120,8 @@ def create_celery_app(settings: WorkerSettings) -> Celery:
     worker = _CeleryWorker(app, settings)
 
     def run_job_task(job_id: str) -> str:
-        return worker.run_job_task(job_id)
+        """The whole task: take work from the database, starting with ``job_id``'s."""
+        return worker.process.work(job_id).value
 
     app.task(name=RUN_JOB_TASK)(run_job_task)
     celeryd_after_setup.connect(worker.on_setup, weak=False)

@@ -136,7 +136,7 @@ class LocalRunner:
                 node.look()
                 continue
             try:
-                node.wake(job_id)
+                node.work(job_id)
             except Exception:
                 log.exception("job %s failed in the local runner", job_id)
                 time.sleep(0.1)

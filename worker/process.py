@@ -5,7 +5,7 @@ periodic duties: its heartbeat (``worker.presence``), the cancel watch over the 
 worker process (one piece of work at a time: the solo pool, as deployed) and by the embedded
 server for each of its slots; ``start`` / ``stop`` begin and end its duties.
 
-The database is the queue; a message only wakes a worker (``wake``). The poll is the rest: while
+The database is the queue; a message only wakes a worker (``work``). The poll is the rest: while
 the worker is idle it looks in the database every ``WORKER_POLL_S`` (``run_job.waiting_job``) and
 takes what it finds, so work whose message was lost (an enqueue that failed, a Redis outage, a
 worker killed holding one) or that a dead worker left (its leases ran out) is taken all the same.
@@ -49,6 +49,7 @@ class Delivery(enum.StrEnum):
     ENDED = "ended"  # the job it was woken for has ended, and nothing else was left to take
     HELD = "held"  # nothing to take: other workers are at the job it was woken for
     NO_DATABASE = "no-database"  # the database could not be reached: the work is taken once it is back
+    BUSY = "busy"  # this worker has work in hand (a poll skips its turn)
 
 
 _DELIVERY = {ClaimResult.CLAIMED: Delivery.RAN, ClaimResult.BUSY: Delivery.HELD, ClaimResult.FINISHED: Delivery.ENDED}
@@ -129,23 +130,33 @@ class WorkerProcess:
         self.scheduler.stop(timeout)
         self.presence.remove()
 
-    def wake(self, job_id: str) -> Delivery:
-        """A wake-up message for ``job_id``: take work (once the poll's work, if any, is done)."""
-        with self._working:
-            return self.handle(job_id)
+    def work(self, job_id: str, wait: bool = True) -> Delivery:
+        """Take work, starting from the wake-up for ``job_id`` (work of any job may be taken), once
+        the work in hand is done; with ``wait=False`` BUSY at once while there is work in hand."""
+        if not self._working.acquire(blocking=wait):
+            return Delivery.BUSY
+        delivery = Delivery.NO_DATABASE
+        with bind_job(job_id):
+            self.activity.begin(job_id)
+            try:
+                delivery = _DELIVERY[self.run_job(job_id, self.ctx)]
+            except SQLAlchemyError as exc:
+                _log_database_error(job_id, exc)
+            finally:
+                self.activity.end(worked=delivery is Delivery.RAN)
+                self._working.release()
+        return delivery
 
     def poll(self) -> Delivery | None:
         """One look: None when the worker is busy or nothing waits that it may take."""
-        if not self._working.acquire(blocking=False):
+        if self._working.locked():
             return None
-        try:
-            job_id = waiting_job(self.ctx)
-            if job_id is None:
-                return None
-            log.debug("job %s has work waiting in the database; this idle worker takes it", job_id)
-            return self.handle(job_id)
-        finally:
-            self._working.release()
+        job_id = waiting_job(self.ctx)
+        if job_id is None:
+            return None
+        log.debug("job %s has work waiting in the database; this idle worker takes it", job_id)
+        delivery = self.work(job_id, wait=False)  # a wake-up may have come first: it takes the work
+        return None if delivery is Delivery.BUSY else delivery
 
     def look(self) -> None:
         """``poll``, with a database that cannot be reached logged once per outage."""
@@ -157,20 +168,6 @@ class WorkerProcess:
             self._failing = True
         else:
             self._failing = False
-
-    def handle(self, job_id: str) -> Delivery:
-        """Take work, starting from the wake-up for ``job_id`` (work of any job may be taken)."""
-        with bind_job(job_id):
-            self.activity.begin(job_id)
-            delivery = Delivery.NO_DATABASE
-            try:
-                delivery = _DELIVERY[self.run_job(job_id, self.ctx)]
-                return delivery
-            except SQLAlchemyError as exc:
-                _log_database_error(job_id, exc)
-                return Delivery.NO_DATABASE
-            finally:
-                self.activity.end(worked=delivery is Delivery.RAN)
 
 
 def _log_database_error(job_id: str, exc: SQLAlchemyError) -> None:

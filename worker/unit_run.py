@@ -8,6 +8,7 @@ the one recorded."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -77,25 +78,35 @@ class UnitRun:
         returned as the run to do next."""
         with bind_job(self.job_id), ending_errors(self.ctx, self.job_id):
             job = self.known.job if self.known is not None else self._read_job()
-            if job is None:
+            checked = self._check(job) if job is not None else None
+            if job is None or checked is None:
                 return None
-            prepared = PREPARED.get(job, self.ctx)
-            self.lease = LEASES.hold(self.ctx, self.ticket.id, self.job_id)
-            poll = StopPoll(self.ctx, self.job_id, JobStatus.RUNNING, self.deadline, CANCEL_POLL_S, self.last_poll)
-            poll.lost = self.lease.lost  # another worker took the unit
-            try:
-                with stop_checks_when(poll):
-                    delivery = self._execute(prepared, self.ticket.request)
-            except CheckStoppedError:
-                end_if_stopped(self.ctx, self.job_id, self.deadline)
+            record = functools.partial(self._record, *checked, follow)
+            queue, outcome, next_ticket = transaction(self.ctx.db, record, f"job {self.job_id}: recording a verdict")
+            if outcome is None:
                 cleanup_if_ended(self.ctx, self.job_id)
                 return None
-            finally:
-                LEASES.release(self.lease)
-            next_ticket = self._record(prepared, delivery, follow)
+            announce(self.ctx, self.job_id, queue, outcome)
             if next_ticket is None:
                 return None
             return UnitRun(self.ctx, next_ticket, KnownJob(job, self.deadline, time.monotonic()))
+
+    def _check(self, job: JobInput) -> tuple[PreparedJob, Delivery] | None:
+        """Run the check while this worker holds the unit's lease; None when a cancel, the time
+        limit or the lost lease stopped it (the job's end is recorded then, where it ended)."""
+        prepared = PREPARED.get(job, self.ctx)
+        self.lease = LEASES.hold(self.ctx, self.ticket.id, self.job_id)
+        poll = StopPoll(self.ctx, self.job_id, JobStatus.RUNNING, self.deadline, CANCEL_POLL_S, self.last_poll)
+        poll.lost = self.lease.lost  # another worker took the unit
+        try:
+            with stop_checks_when(poll):
+                return prepared, self._execute(prepared, self.ticket.request)
+        except CheckStoppedError:
+            end_if_stopped(self.ctx, self.job_id, self.deadline)
+            cleanup_if_ended(self.ctx, self.job_id)
+            return None
+        finally:
+            LEASES.release(self.lease)
 
     def _record_late(self, db: Session, prepared: PreparedJob, delivery: Delivery) -> tuple[str, Advanced] | None:
         """The verdict of a check that landed after its job's end was planned (``finishing``, or
@@ -138,30 +149,24 @@ class UnitRun:
         self.duration_s = verdict.duration_s
         return Delivery(request, verdict, blob, locations, output, worker)
 
-    def _record(self, prepared: PreparedJob, delivery: Delivery, follow: bool) -> UnitTicket | None:
-        """Record the verdict and advance the job (one transaction); the job's next check when
-        ``follow`` and this worker claimed it there."""
-
-        def record(session: Session) -> tuple[str, Advanced | None, UnitTicket | None]:
-            job = JobRepository(session).lock_running(self.job_id)
-            if job is None:
-                late = self._record_late(session, prepared, delivery)  # the job's end goes on as planned
-                return ("", None, None) if late is None else (late[0], late[1], None)
-            if not UnitRepository(session).finish_open(self.ticket.id, self.duration_s):
-                return "", None, None  # the job ended, or another worker recorded this check first
-            if self.deadline is not None and utcnow() > self.deadline:
-                raise JobTimedOutError()  # (the unit's finish is rolled back with the transaction)
-            advanced = advance(self.ctx, session, job, prepared, delivery, follow)
-            waiting = advanced.others_waiting is not False
-            claimed = claim_follow_up(self.ctx, session, job, waiting) if follow and advanced.goes_on else None
-            if claimed is None:
-                return job.queue, advanced, None
-            next_unit, advanced.seq = claimed
-            return job.queue, advanced, UnitTicket.of(next_unit)
-
-        queue, outcome, next_ticket = transaction(self.ctx.db, record, f"job {self.job_id}: recording a verdict")
-        if outcome is None:
-            cleanup_if_ended(self.ctx, self.job_id)
-            return None
-        announce(self.ctx, self.job_id, queue, outcome)
-        return next_ticket
+    def _record(
+        self, prepared: PreparedJob, delivery: Delivery, follow: bool, session: Session
+    ) -> tuple[str, Advanced | None, UnitTicket | None]:
+        """Record the verdict and advance the job (in ``transaction``): the job's queue, what the
+        caller announces after the commit, and the job's next check when ``follow`` and this
+        worker claimed it here."""
+        job = JobRepository(session).lock_running(self.job_id)
+        if job is None:
+            late = self._record_late(session, prepared, delivery)  # the job's end goes on as planned
+            return ("", None, None) if late is None else (late[0], late[1], None)
+        if not UnitRepository(session).finish_open(self.ticket.id, self.duration_s):
+            return "", None, None  # the job ended, or another worker recorded this check first
+        if self.deadline is not None and utcnow() > self.deadline:
+            raise JobTimedOutError()  # (the unit's finish is rolled back with the transaction)
+        advanced = advance(self.ctx, session, job, prepared, delivery, follow)
+        waiting = advanced.others_waiting is not False
+        claimed = claim_follow_up(self.ctx, session, job, waiting) if follow and advanced.goes_on else None
+        if claimed is None:
+            return job.queue, advanced, None
+        next_unit, advanced.seq = claimed
+        return job.queue, advanced, UnitTicket.of(next_unit)

@@ -109,7 +109,7 @@ def test_a_job_this_worker_cannot_serve_is_left_for_a_worker_that_can(
     plain = nodes("none")
     assert waiting_job(plain.ctx) is None
     assert plain.poll() is None
-    assert plain.handle(job_id) is Delivery.HELD  # a wake-up for it: this worker takes nothing
+    assert plain.work(job_id) is Delivery.HELD  # a wake-up for it: this worker takes nothing
     assert _job(database, job_id) == {"status": "queued", "attempts": 0, "checks_run": 0}
     capable = nodes(H100)
     assert waiting_job(capable.ctx) == job_id
