@@ -14,6 +14,8 @@ def test_sizes_checked_ahead_give_the_one_slot_answer(in_tmp: Path) -> None:
     four = _reduce(33, "--reduce-data", "--jobs", "4")
     assert Path("r.onnx").read_bytes() == sequential
     assert _seq_of_result() == 33
-    # a size checked ahead is recorded when its verdict comes ('ahead'), not again when the step uses it
-    assert _data_checks(four) < _data_checks(one)
+    # a size checked ahead is recorded when its verdict comes ('ahead'), not again when the step uses
+    # it; on a loaded machine the sizes ahead may come too late to be used, so the step never pays
+    # more, and the fewer rounds are shown where timing plays no part (tests/core/test_data_ahead.py)
+    assert _data_checks(four) <= _data_checks(one)
     assert four["speculative_checks"] != 0

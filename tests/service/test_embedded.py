@@ -36,7 +36,11 @@ def test_embedded_serve_reduces_the_reference_example(tmp_path: Path) -> None:
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     # checks run on the server's slots at once: their verdicts may land out of order
     numbers = sorted(e.data["number"] for e in events if e.kind == "iteration")
-    assert len(numbers) == len(set(numbers)) == job["progress"]["checks_run"] + job["progress"]["cache_hits"]
+    assert len(numbers) == len(set(numbers))
+    # a speculative check whose verdict lands while the job is finishing is recorded as a late
+    # iteration (its event says so) and is not one of the reduction's checks
+    counted = [e for e in events if e.kind == "iteration" and not e.data.get("late")]
+    assert len(counted) == job["progress"]["checks_run"] + job["progress"]["cache_hits"]
     assert again["status"] == "succeeded" and again["progress"]["checks_run"] == 0
     assert again["nodes_after"] == job["nodes_after"]
     answered = [e.data for e in again_events if e.kind == "iteration"]
