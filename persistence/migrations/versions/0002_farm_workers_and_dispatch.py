@@ -13,37 +13,35 @@ jobs whose message is lost. ``jobs.cache_hits``: verdicts answered from the cach
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
+from persistence.migration_columns import moment, row_id, text
+
 revision: str = "farm_workers_and_dispatch"
 down_revision: str | None = "0001"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
     op.create_table(
         "workers",
-        sa.Column("name", sa.String(length=200), nullable=False),
-        sa.Column("host", sa.String(length=255), nullable=False),
+        text("name", 200),
+        text("host", 255),
         sa.Column("queues", sa.JSON(), nullable=False),
         sa.Column("capabilities", sa.JSON(), nullable=False),
-        sa.Column("current_job_id", sa.String(length=32), nullable=True),
-        sa.Column("busy_since", sa.DateTime(timezone=True), nullable=True),
+        row_id("current_job_id", nullable=True),
+        moment("busy_since", nullable=True),
         sa.Column("busy_s", sa.Float(), nullable=False),
         sa.Column("jobs_done", sa.Integer(), nullable=False),
-        sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=False),
+        moment("started_at", nullable=False),
+        moment("heartbeat_at", nullable=False),
         sa.PrimaryKeyConstraint("name"),
     )
     with op.batch_alter_table("workers", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_workers_heartbeat_at"), ["heartbeat_at"], unique=False)
     with op.batch_alter_table("jobs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("cache_hits", sa.Integer(), server_default="0", nullable=False))
-        batch_op.add_column(sa.Column("dispatched_at", sa.DateTime(timezone=True), nullable=True))
+        batch_op.add_column(moment("dispatched_at", nullable=True))
     with op.batch_alter_table("iterations", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_iterations_finished_at"), ["finished_at"], unique=False)
 

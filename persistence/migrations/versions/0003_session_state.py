@@ -12,15 +12,11 @@ Create Date: 2026-11-28 10:00:00.000000
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "session_state"
 down_revision: str | None = "farm_workers_and_dispatch"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 _jobs = sa.table(
     "jobs",

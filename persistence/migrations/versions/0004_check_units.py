@@ -7,15 +7,11 @@ Create Date: 2026-11-23 13:30:00.000000
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "check_units"
 down_revision: str | None = "session_state"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

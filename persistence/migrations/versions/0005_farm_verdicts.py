@@ -12,35 +12,31 @@ the runtime that ran the check) and candidate fingerprint (``worker/farm_cache.p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
+from persistence.migration_columns import cascade_from, create_numbered_table, created_at, row_id, serial_id, text
+
 revision: str = "farm_verdicts"
 down_revision: str | None = "check_units"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_numbered_table(
         "farm_verdicts",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("team_id", sa.String(length=32), nullable=False),
-        sa.Column("scope", sa.String(length=64), nullable=False),
-        sa.Column("fingerprint", sa.String(length=64), nullable=False),
+        row_id("team_id"),
+        text("scope", 64),
+        text("fingerprint", 64),
         sa.Column("verdict", sa.JSON(), nullable=False),
-        sa.Column("job_id", sa.String(length=32), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["team_id"], ["teams.id"], ondelete="CASCADE"),
+        row_id("job_id", nullable=True),
+        created_at(),
+        cascade_from("team_id", "teams"),
         sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], ondelete="SET NULL"),
-        sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("team_id", "scope", "fingerprint", name="uq_farm_verdicts_team_scope_fingerprint"),
     )
     op.create_index("ix_farm_verdicts_scope", "farm_verdicts", ["scope"], unique=False)
     with op.batch_alter_table("iterations") as batch:
-        batch.add_column(sa.Column("cached", sa.String(length=8), nullable=True))
+        batch.add_column(text("cached", 8, nullable=True))
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("farm_hits", sa.Integer(), server_default="0", nullable=False))
 

@@ -12,15 +12,11 @@ since) it rebuilds the session from ``session_state``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "state_version"
 down_revision: str | None = "farm_verdicts"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

@@ -10,15 +10,12 @@ and nothing but its default writes it. A downgrade adds it back, empty (as 0002 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import sqlalchemy as sa
 from alembic import op
+
+from persistence.migration_columns import moment
 
 revision: str = "drop_dispatched_at"
 down_revision: str | None = "state_version"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
@@ -28,4 +25,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
-        batch.add_column(sa.Column("dispatched_at", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(moment("dispatched_at", nullable=True))

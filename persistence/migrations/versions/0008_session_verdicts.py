@@ -12,26 +12,22 @@ the job's next save.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
+from persistence.migration_columns import cascade_from, create_numbered_table, row_id, serial_id, text
+
 revision: str = "session_verdicts"
 down_revision: str | None = "drop_dispatched_at"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_numbered_table(
         "session_verdicts",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("job_id", sa.String(length=32), nullable=False),
-        sa.Column("key", sa.String(length=80), nullable=False),
+        row_id("job_id"),
+        text("key", 80),
         sa.Column("verdict", sa.JSON(), nullable=False),
-        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id"),
+        cascade_from("job_id", "jobs"),
         sa.UniqueConstraint("job_id", "key", name="uq_session_verdicts_job_key"),
     )
 

@@ -14,43 +14,37 @@ revoked, deleted).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
+from persistence.migration_columns import cascade_from, create_numbered_table, created_at, row_id, serial_id, text
+
 revision: str = "labels_tokens_audit"
 down_revision: str | None = "session_verdicts"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_numbered_table(
         "job_labels",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("job_id", sa.String(length=32), nullable=False),
-        sa.Column("key", sa.String(length=63), nullable=False),
-        sa.Column("value", sa.String(length=1024), nullable=False),
-        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id"),
+        row_id("job_id"),
+        text("key", 63),
+        text("value", 1024),
+        cascade_from("job_id", "jobs"),
         sa.UniqueConstraint("job_id", "key", name="uq_job_labels_job_key"),
     )
     op.create_index("ix_job_labels_key_value", "job_labels", ["key", "value"])
     with op.batch_alter_table("api_tokens") as batch:
         batch.add_column(sa.Column("name", sa.String(length=100), nullable=False, server_default=""))
         batch.add_column(sa.Column("admin", sa.Boolean(), nullable=False, server_default=sa.false()))
-    op.create_table(
+    create_numbered_table(
         "audit_events",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("team_id", sa.String(length=32), nullable=False),
-        sa.Column("action", sa.String(length=32), nullable=False),
-        sa.Column("actor", sa.String(length=120), nullable=False),
-        sa.Column("target", sa.String(length=200), nullable=False),
+        row_id("team_id"),
+        text("action", 32),
+        text("actor", 120),
+        text("target", 200),
         sa.Column("detail", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["team_id"], ["teams.id"], ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id"),
+        created_at(),
+        cascade_from("team_id", "teams"),
     )
     op.create_index("ix_audit_events_team_id_id", "audit_events", ["team_id", "id"])
 

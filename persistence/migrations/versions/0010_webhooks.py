@@ -14,47 +14,45 @@ a worker delivering it), and the row keeps the delivery log (status, attempts, l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
+from persistence.migration_columns import cascade_from, created_at, moment, row_id, text
+
 revision: str = "webhooks"
 down_revision: str | None = "labels_tokens_audit"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
     op.create_table(
         "webhook_endpoints",
-        sa.Column("id", sa.String(length=32), nullable=False),
-        sa.Column("team_id", sa.String(length=32), nullable=False),
-        sa.Column("url", sa.String(length=2000), nullable=False),
+        row_id(),
+        row_id("team_id"),
+        text("url", 2000),
         sa.Column("events", sa.JSON(), nullable=False),
-        sa.Column("secret", sa.String(length=120), nullable=False),
-        sa.Column("description", sa.String(length=200), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["team_id"], ["teams.id"], ondelete="CASCADE"),
+        text("secret", 120),
+        text("description", 200),
+        created_at(),
+        cascade_from("team_id", "teams"),
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index("ix_webhook_endpoints_team_id", "webhook_endpoints", ["team_id"])
     op.create_table(
         "webhook_deliveries",
-        sa.Column("id", sa.String(length=40), nullable=False),
-        sa.Column("endpoint_id", sa.String(length=32), nullable=False),
-        sa.Column("job_id", sa.String(length=32), nullable=True),
-        sa.Column("event_type", sa.String(length=40), nullable=False),
+        text("id", 40),
+        row_id("endpoint_id"),
+        row_id("job_id", nullable=True),
+        text("event_type", 40),
         sa.Column("body", sa.Text(), nullable=False),
-        sa.Column("status", sa.String(length=16), nullable=False),
+        text("status", 16),
         sa.Column("attempts", sa.Integer(), nullable=False),
-        sa.Column("next_attempt_at", sa.DateTime(timezone=True), nullable=False),
+        moment("next_attempt_at", nullable=False),
         sa.Column("last_status_code", sa.Integer(), nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("last_attempt_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("delivered_at", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(["endpoint_id"], ["webhook_endpoints.id"], ondelete="CASCADE"),
+        created_at(),
+        moment("last_attempt_at", nullable=True),
+        moment("delivered_at", nullable=True),
+        cascade_from("endpoint_id", "webhook_endpoints"),
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index("ix_webhook_deliveries_due", "webhook_deliveries", ["status", "next_attempt_at"])

@@ -11,15 +11,11 @@ the answer and never re-planning the end (``jobflow.recording.record_late``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "late_iterations"
 down_revision: str | None = "webhooks"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

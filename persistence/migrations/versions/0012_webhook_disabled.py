@@ -11,19 +11,17 @@ and nothing more is queued for it until the team registers the URL again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
+from persistence.migration_columns import moment
+
 revision: str = "webhook_disabled"
 down_revision: str | None = "late_iterations"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.add_column("webhook_endpoints", sa.Column("disabled_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("webhook_endpoints", moment("disabled_at", nullable=True))
     op.add_column("webhook_endpoints", sa.Column("disabled_reason", sa.String(300), nullable=True))
 
 

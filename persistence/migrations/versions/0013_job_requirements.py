@@ -13,8 +13,6 @@ invalid or interactive spec: ``{}``, as ``checks.spec.requirements_of`` read it)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
@@ -22,8 +20,6 @@ from checks.spec import requirements_of
 
 revision: str = "job_requirements"
 down_revision: str | None = "webhook_disabled"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 _JOBS = sa.table(
     "jobs", sa.column("id", sa.String()), sa.column("check_spec", sa.Text()), sa.column("requires", sa.JSON())
