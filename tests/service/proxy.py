@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
+from tests.service.sockets import accepted_clients
+
 _REQUEST_HEAD = re.compile(rb"(GET|POST|PUT|DELETE) (\S+) HTTP/1\.1\r\n(.*?)\r\n\r\n", re.DOTALL)
 _EVENT_STREAM = b"text/event-stream"
 _ITERATION_DATA = re.compile(rb"event: iteration\ndata: ")
@@ -74,11 +76,7 @@ class BreakingProxy:
             conn.close()
 
     def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
+        for client in accepted_clients(self._listener):
             upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
             conn = _Connection(client, upstream)
             self._connections.append(conn)

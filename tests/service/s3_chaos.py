@@ -29,6 +29,7 @@ import httpx
 
 from tests.service.helpers import free_port
 from tests.service.s3_server import ACCESS_KEY, SECRET_KEY, S3Server
+from tests.service.sockets import accepted_clients
 
 MOTO_SERVER = str(Path(sys.executable).parent / "moto_server")
 
@@ -150,11 +151,7 @@ class ChaosGate:
         return None
 
     def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
+        for client in accepted_clients(self._listener):
             if not self.accepting.is_set():
                 client.close()  # restarting: as refused as a server not yet listening
                 continue

@@ -34,6 +34,7 @@ from persistence.db import Database
 from persistence.migrate import upgrade
 from persistence.repositories import TeamRepository
 from tests.service.helpers import free_port
+from tests.service.sockets import accepted_clients
 from worker.context import context_from_settings
 from worker.local import LocalRunner
 from worker.settings import WorkerSettings
@@ -192,11 +193,7 @@ class CuttableProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
+        for client in accepted_clients(self.listener):
             link = _Link(client, socket.create_connection(("127.0.0.1", self.target_port)))
             for sock in (link.client, link.upstream):
                 sock.settimeout(0.1)
