@@ -24,10 +24,11 @@ from api.validation import validate_model
 from checks.build import build_check
 from checks.mixed_precision import require_fp16_target
 from checks.requirements import Requirements
-from checks.spec import INTERACTIVE_KIND, CheckSpec, CheckSpecError, is_interactive_spec, parse_check_spec
+from checks.spec import INTERACTIVE_KIND, CheckSpec, CheckSpecError, parse_service_spec
 from checks.user_inputs import INPUT_KINDS
 from persistence.enums import JobTask
 from persistence.options import JobOptions
+from persistence.stored_spec import normalised
 from reducer_core.errors import UsageError
 from reducer_core.strategies import MODES
 from reducer_core.tensors import ByteBudget
@@ -73,6 +74,7 @@ class Inspection:
     inputs_formats: list[str] = field(default_factory=list)  # per 'inputs' file: npz | json
     samples: int = 0  # the samples the 'inputs' files give
     requires: Requirements = field(default_factory=Requirements)  # the spec's, parsed here once (``jobs.requires``)
+    spec: dict[str, Any] | None = None  # the spec normalised here, stored parsed (``jobs.spec``); None: interactive
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,9 @@ def _inspect(request: InspectRequest) -> Inspection:
     relative = model_path.relative_to(request.staging / "model").as_posix()
     golden_format = golden.format if golden is not None else None
     requires = spec.requires if spec is not None else Requirements()
-    return Inspection(relative, bundle, nodes, kind, needs_gpu, options, golden_format, formats, samples, requires)
+    return Inspection(
+        relative, bundle, nodes, kind, needs_gpu, options, golden_format, formats, samples, requires, normalised(spec)
+    )
 
 
 def tensors_budget(request: InspectRequest) -> ByteBudget:
@@ -191,12 +195,12 @@ def _parse_spec(request: InspectRequest) -> CheckSpec | None:
     if not text:
         raise ProblemError(422, "Invalid check spec", "The form needs a 'check_spec' field (YAML or JSON text).")
     try:
-        if is_interactive_spec(text):
-            _refuse_golden_for_interactive(request)
-            return None
-        spec = parse_check_spec(text)
+        spec = parse_service_spec(text)  # the one parse of the text: stored parsed (``persistence.stored_spec``)
     except CheckSpecError as exc:
         raise ProblemError(422, "Invalid check spec", str(exc)) from exc
+    if spec is None:
+        _refuse_golden_for_interactive(request)
+        return None
     limit = request.limits.job_time_limit_s
     if spec.timeout * spec.repeat > limit:
         raise ProblemError(

@@ -261,6 +261,7 @@ class JobIntake:
             options=inspection.options.to_stored(),
             check_spec=form.fields["check_spec"],
             requires=inspection.requires.to_json(),
+            spec=inspection.spec,
             check_kind=inspection.spec_kind,
             idempotency_key=idempotency_key,
             model_filename=safe_filename(form.filename),

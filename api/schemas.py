@@ -213,9 +213,9 @@ def remaining_checks(mode: str, best_size: int) -> int:
 
 
 def user_spec(job: Job, task: JobTask) -> str:
-    """The check spec the job was submitted with: a bisect-releases job waiting for a release has
-    one requiring it (``worker.release_job._hand_over``: it routes the job), the user's kept in its
-    session state until the job ends."""
+    """The check spec the job was submitted with: a bisect-releases job handed over before
+    migration 0014 had its text rewritten to require the release it waited for (the user's kept in
+    its session state); since then a hand-over changes only ``jobs.requires``."""
     state = job.session_state or {}
     if task is JobTask.BISECT_RELEASES and isinstance(state.get("spec"), str):
         return str(state["spec"])

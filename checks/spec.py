@@ -283,6 +283,16 @@ def _load_document(text: str) -> Any:
         loader.dispose()
 
 
+def parse_service_spec(text: str) -> CheckSpec | None:
+    """A spec the service accepts, its text read once (the service parses it at intake only and
+    stores ``to_json``): None for ``kind: interactive`` (``is_interactive_spec``). Raises
+    ``CheckSpecError``."""
+    document = _load_document(text)
+    if _interactive_document(document):
+        return None
+    return check_spec_from_dict(document)
+
+
 def is_interactive_spec(text: str) -> bool:
     """Whether ``text`` is the service's ``kind: interactive`` (a person gives every verdict on the
     job's page; no other field). Raises ``CheckSpecError`` for an interactive spec with more fields;
@@ -291,6 +301,10 @@ def is_interactive_spec(text: str) -> bool:
         document = _load_document(text)
     except CheckSpecError:
         return False
+    return _interactive_document(document)
+
+
+def _interactive_document(document: Any) -> bool:
     if not isinstance(document, Mapping) or document.get("kind") != INTERACTIVE_KIND:
         return False
     extra = sorted(str(k) for k in document if k != "kind")

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from checks.spec import CheckSpec, ModelCheck, parse_check_spec
+from checks.spec import CheckSpec, ModelCheck
 from engine.pass_bisect import PassBisection
 from jobflow.ending import succeed
 from persistence.options import JobOptions
@@ -44,10 +44,10 @@ TASK = "bisect-passes"
 
 def run_passes_job(ctx: RunnerContext, job_id: str, attempt: int) -> None:
     """Run after ``JobRepository.claim`` gave this worker a bisect-passes job (``start_job``)."""
-    spec_text, pinning, stored, job_input, source = _load(ctx, job_id)
+    pinning, stored, job_input, source = _load(ctx, job_id)
     with probing(ctx, job_id, job_input, "its optimizers were bisected") as prepared:
         model, nodes = bisected_model(ctx.layout.store, source, prepared)
-        answer = _search(ctx, job_id, attempt, parse_check_spec(spec_text), pinning, stored, prepared, model, nodes)
+        answer = _search(ctx, job_id, attempt, prepared.spec, pinning, stored, prepared, model, nodes)
         bundle = answer_bundle(ctx.layout.store, source, prepared.work_dir, "passes.json", answer.to_json())
         _finish(ctx, job_id, attempt, answer, nodes, bundle)
 
@@ -80,13 +80,13 @@ def _search(
     return search.run()
 
 
-def _load(ctx: RunnerContext, job_id: str) -> tuple[str, Pinning, list[ProbeRecord], JobInput, SourceJob | None]:
+def _load(ctx: RunnerContext, job_id: str) -> tuple[Pinning, list[ProbeRecord], JobInput, SourceJob | None]:
     with ctx.db.session() as session:
         job = going_on(ctx, JobRepository(session).get(job_id))
         pinning = Pinning.of(JobOptions.from_stored(job.mode, job.options).pin_signature)
         state = job.session_state or {}
         stored = [ProbeRecord.from_json(p) for p in state.get("probes", [])] if state.get("task") == TASK else []
-        return job.check_spec, pinning, stored, JobInput.of(session, job), source_of(session, job)
+        return pinning, stored, JobInput.of(session, job), source_of(session, job)
 
 
 def _record(

@@ -25,7 +25,7 @@ from typing import Any
 import onnx
 from sqlalchemy.orm import Session
 
-from checks.spec import CheckSpec, ModelCheck, parse_check_spec
+from checks.spec import CheckSpec, ModelCheck
 from checks.user_inputs import complete_samples, golden_from_samples, load_user_samples
 from engine.precision import PrecisionPlan
 from engine.session import ReductionSession, SessionCheck
@@ -35,6 +35,7 @@ from persistence.models import Job
 from persistence.options import JobOptions
 from persistence.repositories import ArtifactRepository
 from persistence.store import ArtifactStore
+from persistence.stored_spec import stored_spec
 from reducer_core.candidate import Candidate
 from reducer_core.config import SessionConfig
 from reducer_core.requests import SessionListener
@@ -54,7 +55,7 @@ class JobInput:
     """What preparing a job reads from its row."""
 
     job_id: str
-    spec_text: str
+    spec: dict[str, Any] | None  # the spec parsed at intake (``jobs.spec``; ``persistence.stored_spec``)
     config: SessionConfig
     model_path: str
     golden: tuple[str, str, str] | None  # (storage key, sha256, format)
@@ -75,7 +76,7 @@ class JobInput:
         )
         return cls(
             job_id=job.id,
-            spec_text=job.check_spec,
+            spec=job.spec,
             config=options.session_config(),
             model_path=job.model_path,
             golden=(golden.storage_key, golden.sha256, str(golden.meta.get("format", "zip"))) if golden else None,
@@ -153,8 +154,8 @@ class PreparedJob:
 
 
 def prepare(job: JobInput, ctx: RunnerContext) -> PreparedJob:
-    """Parse the spec, load the model and build the check (raises the errors a bad job has)."""
-    spec = parse_check_spec(job.spec_text)
+    """Read the stored spec, load the model and build the check (raises the errors a bad job has)."""
+    spec = stored_spec(job.spec)
     work_dir = _process_dir(ctx, job.job_id)
     shutil.rmtree(work_dir, ignore_errors=True)
     model = ctx.layout.root / job.model_path

@@ -9,9 +9,10 @@ the job's ``releases`` option, else every release the farm's workers advertise w
 starts.
 
 One worker runs the probes it can; for a release it does not offer it hands the job on: the job
-goes back to ``queued`` with its spec's ``requires.onnxruntime`` set to that release (so only a
+goes back to ``queued`` with its ``jobs.requires`` asking for exactly that release (so only a
 worker offering it claims it: ``worker.run_job``), the hand-over not counted as a failed attempt,
-and the workers of its queue are woken. The user's spec comes back when the job ends. Every run
+and the workers of its queue are woken. Its spec (the text and ``jobs.spec``) stays the user's;
+the user's requirements come back when the job ends. Every run
 is an iteration row (phase ``release <version>``, its ``repeat`` in the fingerprint) and counts in
 ``checks_run``; the answer (``ReleaseAnswer.to_json``, with the iteration numbers of both named
 verdicts) is kept in the session state and added to the success event (``releases``). A job
@@ -22,7 +23,6 @@ job's ``bundle`` artifact)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from checks.runtime_envs import RuntimeEnv
-from checks.spec import CheckSpec, parse_check_spec, requirements_of
+from checks.spec import CheckSpec
 from jobflow.ending import succeed
 from persistence.enums import JobStatus
 from persistence.options import JobOptions
@@ -66,8 +66,8 @@ OUTPUT_TAIL = 4000
 class _Stored:
     releases: tuple[str, ...] | None
     runs: tuple[Run, ...]
-    spec_text: str  # the user's spec (the job's own is rewritten while it waits for a release)
-    current_spec: str  # the job's spec now: the user's, or one requiring the release it waits for
+    spec_text: str  # the user's spec (a job handed over before migration 0014 had its own text rewritten)
+    requires: dict[str, Any]  # the job's now (``jobs.requires``): the user's, or requiring the release it waits for
     flaky: bool
     pinned: bool
     queue: str
@@ -94,12 +94,12 @@ def _probe_until_done_or_elsewhere(
     search: ReleaseBisection,
     prepared: PreparedJob,
 ) -> None:
-    spec = parse_check_spec(stored.spec_text)
+    spec = prepared.spec  # the user's, as stored at intake (``jobs.spec``)
     model, nodes = bisected_model(ctx.layout.store, stored.source, prepared)
     while (release := search.next_release()) is not None:
         here, env = where_to_run(ctx, release)
         if not here:
-            _hand_over(ctx, job_id, attempt, stored, search, release)
+            _hand_over(ctx, job_id, attempt, stored, search, requiring(spec, release))
             return
         stop_if_asked(ctx, job_id)
         verdict, output = _run_probe(ctx, prepared, spec, env, model)
@@ -113,7 +113,7 @@ def _probe_until_done_or_elsewhere(
         _record(ctx, job_id, attempt, Run(release, repeat, verdict), fails, output, nodes, stored, search)
     answer = search.answer()
     bundle = answer_bundle(ctx.layout.store, stored.source, prepared.work_dir, "releases.json", answer.to_json())
-    _finish(ctx, job_id, attempt, stored, answer, nodes, bundle)
+    _finish(ctx, job_id, attempt, stored, answer, nodes, bundle, spec.requires.to_json())
 
 
 def where_to_run(ctx: RunnerContext, release: str) -> tuple[bool, RuntimeEnv | None]:
@@ -178,7 +178,7 @@ def _load(ctx: RunnerContext, job_id: str) -> tuple[_Stored, JobInput]:
             releases=tuple(str(r) for r in releases) if releases else None,
             runs=tuple(Run.from_json(r) for r in state.get("runs", [])),
             spec_text=str(state.get("spec") or job.check_spec),
-            current_spec=job.check_spec,
+            requires=dict(job.requires),
             flaky=options.flaky,
             pinned=options.pin_signature,
             queue=job.queue,
@@ -237,13 +237,14 @@ def _record(
 
 
 def _hand_over(
-    ctx: RunnerContext, job_id: str, attempt: int, stored: _Stored, search: ReleaseBisection, release: str
+    ctx: RunnerContext, job_id: str, attempt: int, stored: _Stored, search: ReleaseBisection, routed: _Routed
 ) -> None:
-    """Queue the job again for a worker that offers ``release`` (module doc). A job handed to this
-    worker for that very release (a worker that takes any job, or whose RUNTIME_ENVS changed)
-    fails instead of going round in a circle. A cancel asked for while its last release ran ends it
-    here (the row is locked: a cancel comes before or after, never between)."""
-    if stored.current_spec != stored.spec_text and stored.current_spec == spec_requiring(stored.spec_text, release):
+    """Queue the job again for a worker that offers ``routed.release`` (module doc). A job handed
+    to this worker for that very release (a worker that takes any job, or whose RUNTIME_ENVS
+    changed) fails instead of going round in a circle. A cancel asked for while its last release ran
+    ends it here (the row is locked: a cancel comes before or after, never between)."""
+    release = routed.release
+    if stored.requires != routed.user and stored.requires == routed.requires:
         raise UsageError(
             f"bisect-releases: onnxruntime {release} was asked of this worker, which cannot run it; start a "
             f"worker that offers it (RUNTIME_ENVS={release}=PYTHON, docs/deployment.md), or leave it out of 'releases'"
@@ -253,8 +254,7 @@ def _hand_over(
         job = held(session, job_id, attempt)
         if job.cancel_requested:  # queued again it would wait for ever: no claim takes a cancelled job
             raise JobCancelledError()
-        job.check_spec = spec_requiring(stored.spec_text, release)
-        job.requires = {**job.requires, "onnxruntime": f"=={release}"}  # as spec_requiring: its worker takes it
+        job.requires = routed.requires  # only a worker offering the release takes it
         job.session_state = _state(stored, search)
         job.state_version += 1
         job.status = JobStatus.QUEUED
@@ -267,11 +267,17 @@ def _hand_over(
     ctx.wake(job_id, queue)
 
 
-def spec_requiring(spec_text: str, release: str) -> str:
-    """``spec_text`` whose ``requires.onnxruntime`` is exactly ``release`` (its other requirements kept)."""
-    document = parse_check_spec(spec_text).to_json()
-    document["requires"] = {**dict(document.get("requires") or {}), "onnxruntime": f"=={release}"}
-    return json.dumps(document)
+@dataclass(frozen=True)
+class _Routed:
+    release: str
+    user: dict[str, Any]  # the requirements of the user's spec
+    requires: dict[str, Any]  # those, ``onnxruntime`` exactly ``release``
+
+
+def requiring(spec: CheckSpec, release: str) -> _Routed:
+    """The job's requirements while it waits for ``release``: the spec's, with ``onnxruntime`` exactly it."""
+    user = spec.requires.to_json()
+    return _Routed(release, user, {**user, "onnxruntime": f"=={release}"})
 
 
 def _finish(
@@ -282,13 +288,14 @@ def _finish(
     answer: ReleaseAnswer,
     nodes: int,
     bundle: tuple[StoredBlob, dict[str, Any]] | None,
+    user_requires: dict[str, Any],
 ) -> None:
     def write(session: Session) -> int:
         job = held(session, job_id, attempt)
         keep_bundle(session, job_id, bundle)
         data = with_iteration_links(job_id, answer.to_json(), IterationRepository(session).list(job_id, 0, 1000))
-        job.check_spec = stored.spec_text
-        job.requires = requirements_of(stored.spec_text).to_json()
+        job.check_spec = stored.spec_text  # a job handed over before migration 0014 had its text rewritten
+        job.requires = user_requires
         job.nodes_before = job.nodes_after = nodes
         job.session_state = {**(job.session_state or {}), "answer": data}
         job.state_version += 1

@@ -23,10 +23,11 @@ from api.problems import ProblemError
 from api.routes.artifacts import locate_artifact
 from api.routes.jobs import load_job
 from api.services import Services
-from checks.spec import CheckSpecError, parse_check_spec
+from checks.spec import CheckSpecError
 from persistence.enums import ArtifactKind
 from persistence.models import Artifact, Job
 from persistence.repositories import ArtifactRepository
+from persistence.stored_spec import stored_spec
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 DEFAULT_MAX_NODES = 400
@@ -96,9 +97,9 @@ class NodeErrorsOut(BaseModel):
 
 
 def _tolerance_of(job: Job) -> ToleranceOut | None:
-    """The tolerance of the job's check spec (validated at intake; None if it no longer parses)."""
+    """The tolerance of the job's check spec (stored parsed at intake; None if it no longer reads)."""
     try:
-        tolerance = parse_check_spec(job.check_spec).tolerance
+        tolerance = stored_spec(job.spec).tolerance
     except CheckSpecError:
         return None
     return None if tolerance is None else ToleranceOut.model_validate(tolerance.to_json())

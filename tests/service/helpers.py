@@ -22,6 +22,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from sqlalchemy.orm import Session
 
+from checks.spec import parse_check_spec
 from persistence.enums import JobStatus
 from persistence.models import Job
 from persistence.repositories import JobRepository
@@ -100,6 +101,7 @@ def stored_job(
         queue="cpu",
         mode="auto",
         check_spec=OP_PRESENT_MUL,
+        spec=parse_check_spec(OP_PRESENT_MUL).to_json(),  # as intake stores it
         check_kind="op-present",
         model_filename="model.onnx",
         model_sha256=model_sha256,

@@ -181,3 +181,68 @@ def test_the_requirements_migration_back_fills_each_job_s_requires_from_its_spec
     engine.dispose()
     stored = {job_id: value if isinstance(value, dict) else json.loads(str(value)) for job_id, value in rows.items()}
     assert stored == {"gpu": {"gpu": ["H100"], "onnxruntime": "==1.20.*"}, "plain": {}, "interactive": {}}
+
+
+def _insert_job(url: str, job_id: str, spec: str, options: dict[str, object], state: dict[str, object] | None) -> None:
+    """A job row as revision job_requirements (0013) stores it: no parsed ``spec``."""
+    now = datetime.now(UTC)
+    engine = create_engine(normalize_url(url))
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (id, team_id, status, queue, mode, options, check_spec, check_kind, model_filename,"
+                " model_sha256, model_size, model_path, iterations_done, checks_run, check_time_s, attempts,"
+                " cancel_requested, event_seq, created_at, updated_at, session_state) VALUES"
+                " (:id, 't', 'queued', 'cpu', 'auto', :options, :spec, 'op-present', 'm.onnx', 'x', 1, 'p', 0, 0,"
+                " 0.0, 0, :no, 0, :now, :now, :state)"
+            ),
+            {
+                "id": job_id,
+                "spec": spec,
+                "options": json.dumps(options),
+                "state": None if state is None else json.dumps(state),
+                "no": False,
+                "now": now,
+            },
+        )
+    engine.dispose()
+
+
+def test_the_spec_migration_stores_each_job_s_spec_parsed_and_keeps_the_text(any_url: str) -> None:
+    upgrade(any_url, "job_requirements")
+    engine = create_engine(normalize_url(any_url))
+    with engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO teams (id, name, created_at) VALUES ('t', 'team', :now)"), {"now": datetime.now(UTC)}
+        )
+    engine.dispose()
+    user = "kind: op-present\nops: [Mul]\n"
+    routed = '{"kind": "op-present", "ops": ["Mul"], "requires": {"onnxruntime": "==1.18.0"}}'  # a hand-over's
+    _insert_job(any_url, "plain", user + "timeout: 30\n", {}, None)
+    _insert_job(any_url, "interactive", "kind: interactive", {}, None)
+    _insert_job(any_url, "outdated", "kind: op-present\nops: [Mul]\nretired_field: 1\n", {}, None)
+    _insert_job(any_url, "waiting", routed, {"task": "bisect-releases"}, {"spec": user, "runs": []})
+    upgrade(any_url)
+    engine = create_engine(normalize_url(any_url))
+    with engine.connect() as conn:
+        rows = {str(r[0]): (r[1], r[2]) for r in conn.execute(text("SELECT id, spec, check_spec FROM jobs"))}
+    engine.dispose()
+    stored = {k: json.loads(v) if isinstance(v, str) else v for k, (v, _) in rows.items()}
+    op_present = {"kind": "op-present", "timeout": 600.0, "repeat": 1, "fail_if": "any", "ops": ["Mul"], "names": []}
+    assert stored == {
+        "plain": {**op_present, "timeout": 30.0},
+        "interactive": None,
+        "outdated": None,  # no longer parses: a worker fails the job saying to submit it again
+        "waiting": op_present,  # the user's spec, not the one routing it to a worker with 1.18.0
+    }
+    assert rows["plain"][1] == user + "timeout: 30\n" and rows["waiting"][1] == routed  # the texts unchanged
+    downgrade(any_url, "job_requirements")
+    assert "spec" not in _job_columns_of(any_url, "plain")
+
+
+def _job_columns_of(url: str, job_id: str) -> dict[str, object]:
+    engine = create_engine(normalize_url(url))
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT * FROM jobs WHERE id = :id"), {"id": job_id}).mappings().one()
+    engine.dispose()
+    return dict(row)

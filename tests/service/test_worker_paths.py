@@ -12,6 +12,7 @@ from pathlib import Path
 
 import onnx
 
+from checks.spec import parse_check_spec
 from persistence.db import Database
 from persistence.layout import DataLayout
 from reducer_core.candidate import Candidate
@@ -37,7 +38,7 @@ def test_every_worker_of_a_job_runs_its_command_check_in_a_folder_alike(db_url: 
     model = layout.model_dir(job_id) / "model.onnx"
     model.parent.mkdir(parents=True)
     onnx.save(chain_model(6, 3), str(model))
-    job = JobInput(job_id, SPEC, SessionConfig(), str(model.relative_to(layout.root)), None)
+    job = JobInput(job_id, parse_check_spec(SPEC).to_json(), SessionConfig(), str(model.relative_to(layout.root)), None)
     ctx = RunnerContext(
         db=Database(db_url), layout=layout, lease_s=60, max_attempts=1, time_limit_s=60, allow_command=True
     )

@@ -17,7 +17,6 @@ its session state, ``spec``) is the one stored.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,8 +26,6 @@ from checks.spec import CheckSpecError, parse_check_spec
 
 revision: str = "job_spec"
 down_revision: str | None = "job_requirements"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 _JOBS = sa.table(
     "jobs",
@@ -45,9 +42,8 @@ def upgrade() -> None:
     op.add_column("jobs", sa.Column("spec", sa.JSON(), nullable=True))
     bind = op.get_bind()
     for job_id, text, options in bind.execute(sa.select(_JOBS.c.id, _JOBS.c.check_spec, _JOBS.c.options)).all():
-        if (options or {}).get("task") == _RELEASES_TASK:
-            text = _user_text(bind, job_id, text)
-        document = _normalised(text)
+        releases = (options or {}).get("task") == _RELEASES_TASK
+        document = _normalised(_user_text(bind, job_id, text) if releases else text)
         if document is not None:
             bind.execute(sa.update(_JOBS).where(_JOBS.c.id == job_id).values(spec=document))
 
