@@ -2,24 +2,39 @@
 goes to the session (or, with none, the flow starts and the cache answers what it can), every
 verdict the session took in is recorded (``jobflow.recording``) and its state saved, all in the
 caller's transaction with the job's row held. What comes next (queue checks, ask a person, end the
-job) is the caller's: the step says whether the session failed."""
+job) is the caller's: the step says whether the session failed.
+
+A worker's check unit comes in whole (``deliver_check``, the body of the worker's transaction):
+the job's row locked, the unit finished (once: a second delivery of it records nothing), the
+verdict taken in and recorded, then the next checks queued, or the job's end planned
+(``jobflow.ending.plan_end``), or the job ended when its session failed; a verdict that lands
+after the end was planned is recorded as a late iteration (``jobflow.recording.record_late``) and
+re-plans nothing. ``step`` is the same without a unit (the worker that starts the job). What only
+the worker has (its live sessions, the farm's verdicts, its queue of checks) it lends the step
+as a ``Site``."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sqlalchemy.orm import Session
 
 from engine.session import ReductionSession
-from jobflow.recording import CheckRun, record_cached, record_iteration
+from jobflow.ending import end, plan_end
+from jobflow.recording import CheckRun, record_cached, record_iteration, record_late
 from jobflow.stored_state import save_state
-from persistence.models import Job
-from persistence.repositories import IterationRepository
+from persistence.enums import ErrorCode, JobStatus
+from persistence.models import CheckUnit, Job
+from persistence.repositories import IterationRepository, JobRepository
+from persistence.repositories.units import UnitRepository
+from reducer_core.config import SessionConfig
 from reducer_core.errors import CheckInfraError, OriginalDidNotFailError
 from reducer_core.records import IterationRecord, Localization
-from reducer_core.requests import Answer, Request, SilentListener
+from reducer_core.requests import Answer, CheckRequest, Request, SilentListener
+from reducer_core.verdict import Verdict
 
 log = logging.getLogger("onnx_reducer.jobflow")
 
@@ -58,6 +73,125 @@ class Step:
 
     seq: int
     failure: OriginalDidNotFailError | CheckInfraError | None = None
+
+
+@dataclass(frozen=True)
+class CheckedUnit:
+    """A worker's finished check unit, as it hands it in: the unit, its job, the verdict (with the
+    model it checked and its output), how long it ran and the job's session options (a late
+    verdict is judged with them, ``jobflow.recording.record_late``)."""
+
+    unit_id: int
+    job_id: str
+    delivery: Delivery
+    duration_s: float
+    config: SessionConfig
+
+
+@dataclass
+class Advanced:
+    """What the caller does after the commit: notify up to ``seq``, announce ``queued`` units on
+    ``queue``, run ``follow`` (the job's next check, claimed here for this worker)."""
+
+    seq: int = 0
+    queued: int = 0
+    ended: bool = False
+    finishing: bool = False  # its end is planned: a finish unit queued (``jobflow.ending.plan_end``)
+    others_waiting: bool | None = None  # other work for this worker's queues (asked when it may follow up)
+    queue: str = ""  # the job's queue
+    follow: CheckUnit | None = None  # the job's next check, claimed by this worker in this transaction
+
+    @property
+    def goes_on(self) -> bool:
+        """The job still runs its checks: neither ended nor finishing."""
+        return not self.ended and not self.finishing
+
+
+class Site(Protocol):
+    """The worker's side of a step (``worker.advance.WorkerSite``), in the step's transaction."""
+
+    def open(self, db: Session, job: Job, collector: Collector) -> ReductionSession:
+        """The job's session as its stored state is, listened to by ``collector`` (raises the
+        error that ends the job when it may not go on: out of time)."""
+        ...
+
+    def seed(self, reduction: ReductionSession) -> object:
+        """What is known already (the farm's verdicts), given to a session that starts."""
+        ...
+
+    def took(self, db: Session, job: Job, delivery: Delivery | None) -> None:
+        """After the session took ``delivery`` in (None: none, or it failed): what the worker keeps of it."""
+        ...
+
+    def queue_next(self, db: Session, job: Job, reduction: ReductionSession) -> tuple[int, bool | None]:
+        """Queue the session's next checks: how many, and whether other work waits (None: not asked)."""
+        ...
+
+    def keep(self, db: Session, job: Job, reduction: ReductionSession) -> None:
+        """Keep ``reduction`` live for the job's next step once ``db`` commits."""
+        ...
+
+    def ending_of(self, job: Job, failure: Exception) -> tuple[JobStatus, ErrorCode | None, str | None]:
+        """The end ``failure`` gives the job: status, error code, message."""
+        ...
+
+    def follow_up(self, db: Session, job: Job, others_waiting: bool) -> tuple[CheckUnit, int] | None:
+        """The job's next check, claimed for this worker, with its ``check_started`` event's
+        number (None: fair share decides)."""
+        ...
+
+
+def deliver_check(site: Site, checked: CheckedUnit, db: Session) -> Advanced | None:
+    """A worker's finished check unit in, in the worker's transaction (module doc); None when the
+    job is gone or the unit was recorded, cancelled or taken over already (nothing to announce)."""
+    job = JobRepository(db).lock_running(checked.job_id)
+    if job is None:
+        return _late(db, checked)  # the job's end goes on as planned
+    if not UnitRepository(db).finish_open(checked.unit_id, checked.duration_s):
+        return None  # the job ended, or another worker recorded this check first
+    advanced = step(db, site, job, checked.delivery)
+    claimed = site.follow_up(db, job, advanced.others_waiting is not False) if advanced.goes_on else None
+    if claimed is not None:
+        advanced.follow, advanced.seq = claimed
+    return advanced
+
+
+def step(db: Session, site: Site, job: Job, delivery: Delivery | None = None) -> Advanced:
+    """One step of the row-locked ``job``'s session in the caller's transaction: ``delivery`` in
+    (none: the session starts, seeded by ``site``), recorded, and then the next checks queued,
+    the end planned, or the job ended when its session failed; the state saved once."""
+    collector = Collector(job.id)
+    reduction = site.open(db, job, collector)
+    taken = take_in(db, job, reduction, collector, delivery, site.seed if delivery is None else None)
+    site.took(db, job, delivery if taken.failure is None else None)
+    if taken.failure is None and not reduction.done:
+        queued, others_waiting = site.queue_next(db, job, reduction)
+        save(db, job, reduction)
+        site.keep(db, job, reduction)
+        return Advanced(taken.seq, queued, others_waiting=others_waiting, queue=job.queue)
+    save(db, job, reduction)
+    if taken.failure is not None:
+        status, code, message = site.ending_of(job, taken.failure)
+        return Advanced(end(db, job, status, code, message), ended=True, queue=job.queue)
+    seq = plan_end(db, job)  # the finish unit stores and verifies the answer, outside the lock
+    site.keep(db, job, reduction)  # for this worker's finish, if it takes it
+    return Advanced(seq, queued=1, finishing=True, queue=job.queue)
+
+
+def _late(db: Session, checked: CheckedUnit) -> Advanced | None:
+    """The verdict of a check that landed after its job's end was planned (``finishing``, or
+    ended already): recorded as a late iteration, once, re-planning nothing; None when the job
+    is gone or this check was recorded already."""
+    jobs = JobRepository(db)
+    job = jobs.lock_finishing(checked.job_id) or jobs.lock_ended(checked.job_id)
+    request, verdict = checked.delivery.request, checked.delivery.answer
+    if job is None or not isinstance(request, CheckRequest) or not isinstance(verdict, Verdict):
+        return None
+    if not UnitRepository(db).finish_late(checked.unit_id, checked.duration_s):
+        return None
+    run = CheckRun(None, [], checked.delivery.run.output, checked.delivery.run.worker)
+    seq = record_late(db, job, request, verdict, run, checked.config)
+    return Advanced(seq, ended=job.status.terminal, finishing=not job.status.terminal, queue=job.queue)
 
 
 def advance(

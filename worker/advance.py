@@ -1,19 +1,19 @@
-"""Advancing a job's session, by whichever worker has something to give it: the worker that
-starts the job (nothing to deliver) and every worker that finished one of its checks (the verdict).
-Always under the job's row lock (``JobRepository.lock_running``), in one transaction:
+"""The worker's side of a step of a job's session (``WorkerSite``, lent to ``jobflow.advance``),
+by whichever worker has something to give it: the worker that starts the job (nothing to
+deliver) and every worker that finished one of its checks (the verdict). Always under the job's
+row lock (``JobRepository.lock_running``), in one transaction, which ``jobflow.advance`` runs:
 
-1. take the session: the one this process kept live when the row's ``state_version`` is the one
-   it wrote last, else rebuilt from ``jobs.session_state`` (``worker.live_session``; the prepared
+1. the session: the one this process kept live when the row's ``state_version`` is the one it
+   wrote last, else rebuilt from ``jobs.session_state`` (``worker.live_session``; the prepared
    model is this process's own, kept by ``worker.prepared``; a rebuild replays the flow against the
    verdict cache, no check runs); a job's start seeds it with the farm's verdicts (once);
-2. deliver the verdict through ``jobflow.advance`` (**verdict recorded** by ``jobflow.recording``:
-   its iteration row, model, event; the unit is done, so a second delivery of the same unit is
-   ignored);
-3. ask for the next checks, save the state (once, its version bumped); if the session is done,
-   plan the job's end (``jobflow.ending.plan_end``: the job is ``finishing``, its checks in flight
-   cancelled, a finish unit queued that any worker runs outside the lock: ``worker.finishing``);
-   otherwise ask the session for up to (free slots) requests not in flight and queue one check
-   unit each (**checks queued**: the caller sends one message each after the commit).
+2. the verdict is delivered and recorded by ``jobflow`` (its iteration row, model, event; the
+   unit is done, so a second delivery of the same unit is ignored); this worker shares it with
+   the farm and keeps a layerwise run's node errors;
+3. the next checks: up to (free slots) requests not in flight, one check unit each (**checks
+   queued**: the caller sends one message each after the commit); or, when the session is done,
+   the job's end planned (``jobflow.ending.plan_end``: a finish unit that any worker runs outside
+   the lock, ``worker.finishing``), the session kept live for it.
 
 No worker waits for another's result: the next checks are queued the moment a verdict lands."""
 
@@ -22,103 +22,77 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy.orm import Session
 
 from engine.session import ReductionSession
-from jobflow import advance as flow
-from jobflow.ending import end, plan_end
-from jobflow.recording import CheckRun
+from jobflow.advance import Advanced, Collector, Delivery
 from jobflow.units import new_unit
-from persistence.enums import ArtifactKind
-from persistence.models import Job
+from persistence.enums import ArtifactKind, ErrorCode, JobStatus
+from persistence.models import CheckUnit, Job, utcnow
 from persistence.repositories import ArtifactRepository, JobRepository
 from persistence.repositories.units import UnitRepository
-from persistence.store import StoredBlob
 from reducer_core.localization import LayerwiseResult
-from reducer_core.requests import Answer, CheckRequest, Request
-from worker.claims import may_follow_up
+from reducer_core.requests import CheckRequest
+from worker.claims import claim_follow_up, may_follow_up
 from worker.context import RunnerContext
-from worker.endings import ending_of
+from worker.endings import JobTimedOutError, ending_of
 from worker.farm_cache import FarmLink
 from worker.live_session import LIVE
 from worker.prepared import PREPARED, PreparedJob
 
 log = logging.getLogger("onnx_reducer.worker")
 
-
-@dataclass(frozen=True)
-class Delivery:
-    """A finished check: its request, answer, the model it checked (stored) and its output."""
-
-    request: Request
-    answer: Answer
-    blob: StoredBlob | None = None
-    locations: list[str] = field(default_factory=list)
-    output: str = ""
-    worker: str = ""
+__all__ = ["Advanced", "WorkerSite", "announce", "cleanup_if_ended", "keep_node_errors"]
 
 
-@dataclass
-class Advanced:
-    """What the caller does after the commit: notify up to ``seq``, announce ``queued`` units."""
+class WorkerSite:
+    """This worker's side of one step of ``prepared``'s job (``jobflow.advance.Site``): its live
+    session, the farm's verdicts, the checks it queues; ``deadline``: the job's time limit (a
+    verdict past it ends the job, its unit's finish rolled back); with ``follow`` it also reads
+    whether other work waits and may claim the job's next check (``worker.claims.claim_follow_up``)."""
 
-    seq: int = 0
-    queued: int = 0
-    ended: bool = False
-    finishing: bool = False  # its end is planned: a finish unit queued (``jobflow.ending.plan_end``)
-    others_waiting: bool | None = None  # other work for this worker's queues (asked with ``follow``)
+    def __init__(
+        self, ctx: RunnerContext, prepared: PreparedJob, deadline: datetime | None = None, follow: bool = False
+    ) -> None:
+        self.ctx, self.prepared, self.deadline, self.follow = ctx, prepared, deadline, follow
+        self.farm: FarmLink | None = None  # opened with the session, in each try of the transaction
 
-    @property
-    def goes_on(self) -> bool:
-        """The job still runs its checks: neither ended nor finishing."""
-        return not self.ended and not self.finishing
+    def open(self, db: Session, job: Job, collector: Collector) -> ReductionSession:
+        if self.deadline is not None and utcnow() > self.deadline:
+            raise JobTimedOutError()  # (the unit's finish is rolled back with the transaction)
+        reduction = LIVE.take(db, self.prepared, job, collector)
+        self.farm = FarmLink.open(self.ctx, db, job, reduction)
+        return reduction
 
+    def seed(self, reduction: ReductionSession) -> int:
+        return self._farm().seed(self.ctx, reduction)
 
-def advance(
-    ctx: RunnerContext,
-    session: Session,
-    job: Job,
-    prepared: PreparedJob,
-    delivery: Delivery | None = None,
-    follow: bool = False,
-) -> Advanced:
-    """One step of the job's session (``job`` row-locked by the caller's transaction); with
-    ``follow``, it also reads whether other work waits (``Advanced.others_waiting``: the caller
-    may claim the job's next check, ``worker.claims.claim_follow_up``)."""
-    collector = flow.Collector(job.id)
-    reduction = LIVE.take(session, prepared, job, collector)
-    farm = FarmLink.open(ctx, session, job, reduction)
-    seed = None if delivery is not None else (lambda live: farm.seed(ctx, live))  # once, at the start
-    step = flow.take_in(session, job, reduction, collector, _delivered(delivery), seed)
-    if delivery is not None and step.failure is None:
-        _share(farm, delivery)
-        if isinstance(delivery.answer, LayerwiseResult):
-            keep_node_errors(ctx, session, job, delivery.answer)
-    if farm.layerwise is not None:
-        keep_node_errors(ctx, session, job, farm.layerwise)  # seeded from the farm: no run of its own
-    seq = step.seq
-    if step.failure is None and not reduction.done:
-        queued, others_waiting = _queue_next(ctx, session, job, reduction, follow and may_follow_up(ctx, job))
-        flow.save(session, job, reduction)
-        LIVE.keep_after_commit(session, prepared, job, reduction)
-        return Advanced(seq, queued, others_waiting=others_waiting)
-    flow.save(session, job, reduction)
-    if step.failure is not None:
-        status, code, message = ending_of(step.failure, ctx, job.id)
-        return Advanced(end(session, job, status, code, message), ended=True)
-    seq = plan_end(session, job)  # the finish unit stores and verifies the answer, outside the lock
-    LIVE.keep_after_commit(session, prepared, job, reduction)  # for this worker's finish, if it takes it
-    return Advanced(seq, queued=1, finishing=True)
+    def took(self, db: Session, job: Job, delivery: Delivery | None) -> None:
+        farm = self._farm()
+        if delivery is not None:
+            _share(farm, delivery)
+            if isinstance(delivery.answer, LayerwiseResult):
+                keep_node_errors(self.ctx, db, job, delivery.answer)
+        if farm.layerwise is not None:
+            keep_node_errors(self.ctx, db, job, farm.layerwise)  # seeded from the farm: no run of its own
 
+    def queue_next(self, db: Session, job: Job, reduction: ReductionSession) -> tuple[int, bool | None]:
+        return _queue_next(self.ctx, db, job, reduction, self.follow and may_follow_up(self.ctx, job))
 
-def _delivered(delivery: Delivery | None) -> flow.Delivery | None:
-    """The worker's finished check as ``jobflow`` records it."""
-    if delivery is None:
-        return None
-    run = CheckRun(delivery.blob, delivery.locations, delivery.output, delivery.worker)
-    return flow.Delivery(delivery.request, delivery.answer, run)
+    def keep(self, db: Session, job: Job, reduction: ReductionSession) -> None:
+        LIVE.keep_after_commit(db, self.prepared, job, reduction)
+
+    def ending_of(self, job: Job, failure: Exception) -> tuple[JobStatus, ErrorCode | None, str | None]:
+        return ending_of(failure, self.ctx, job.id)
+
+    def follow_up(self, db: Session, job: Job, others_waiting: bool) -> tuple[CheckUnit, int] | None:
+        return claim_follow_up(self.ctx, db, job, others_waiting) if self.follow else None
+
+    def _farm(self) -> FarmLink:
+        assert self.farm is not None, "the farm link opens with the session (open)"
+        return self.farm
 
 
 def _share(farm: FarmLink, delivery: Delivery) -> None:
@@ -158,14 +132,14 @@ def _queue_next(
     return len(requests), survey.others_waiting
 
 
-def announce(ctx: RunnerContext, job_id: str, queue: str, outcome: Advanced) -> None:
+def announce(ctx: RunnerContext, job_id: str, outcome: Advanced) -> None:
     """After the commit: wake the SSE followers, and send one message per queued check but one:
     this worker goes on to take the next piece of work itself (a message only says "there is
     work", so the count is what matters, whichever work each worker then takes)."""
     if outcome.seq:
         ctx.notify(job_id, outcome.seq)
     for _ in range(outcome.queued - 1):
-        ctx.wake(job_id, queue)
+        ctx.wake(job_id, outcome.queue)
     if outcome.ended:
         cleanup_if_ended(ctx, job_id)
 

@@ -1,6 +1,6 @@
 """Starting a claimed job (or taking it again after all its workers died): prepare the model in
 this process, store its weights, announce the start, queue the job's first checks
-(**session starts**: ``advance`` with nothing to deliver). The process's lease keeper
+(**session starts**: ``jobflow.advance.step`` with nothing to deliver). The process's lease keeper
 (``worker.unit_lease``) renews the job's lease while a big model loads; once checks are queued,
 the workers that run them keep the job alive. A job cancelled, ended or deleted while it is
 prepared stops its preparation within a second or two (``worker.cancel_watch``,
@@ -12,6 +12,7 @@ import shutil
 
 from sqlalchemy.orm import Session
 
+from jobflow import advance as flow
 from persistence.enums import ArtifactKind, EventKind, JobTask
 from persistence.events import record_event
 from persistence.jsonlog import bind_job
@@ -19,7 +20,7 @@ from persistence.models import utcnow
 from persistence.repositories import ArtifactRepository, JobRepository
 from persistence.repositories.units import UnitRepository
 from persistence.retry import transaction
-from worker.advance import Advanced, advance, announce
+from worker.advance import Advanced, WorkerSite, announce
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError, JobTimedOutError, deadline_of, ending_errors
 from worker.passes_job import run_passes_job
@@ -68,7 +69,7 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
     nodes = len(prepared.workspace.index)
     weights = {loc: ctx.layout.store.put_file(path) for loc, path in prepared.workspace.sources.files.items()}
 
-    def begin(session: Session) -> tuple[str, Advanced] | None:
+    def begin(session: Session) -> Advanced | None:
         job = JobRepository(session).lock_running(job_id)
         if job is None or job.attempts != attempt:
             return None  # ended meanwhile, or taken again by another worker
@@ -79,12 +80,10 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
             session, job_id, EventKind.STARTED, {"attempt": attempt, "nodes_before": nodes, "resumed": attempt > 1}
         )
         requeued = UnitRepository(session).requeue_running(job_id)  # the checks of workers that died
-        outcome = advance(ctx, session, job, prepared)
+        outcome = flow.step(session, WorkerSite(ctx, prepared), job)
         outcome.seq, outcome.queued = max(outcome.seq, started), outcome.queued + requeued
-        return job.queue, outcome
+        return outcome
 
     begun = transaction(ctx.db, begin, f"job {job_id}: starting it")
-    if begun is None:
-        return
-    queue, advanced = begun
-    announce(ctx, job_id, queue, advanced)
+    if begun is not None:
+        announce(ctx, job_id, begun)

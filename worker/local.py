@@ -65,7 +65,7 @@ class LocalRunner:
         self.webhooks = WebhookDelivery(ctx.db, self.settings)  # this server's deliveries (worker.webhooks)
         if jobs_in_child:
             for node in self.nodes:
-                node.run_job = self._run_in_child
+                node.run_elsewhere = self._run_in_child
 
     def __call__(self, job_id: str, queue: str) -> None:
         """The api's ``Enqueue`` (and the slots' wake-up): every queue runs here in embedded mode."""

@@ -12,8 +12,10 @@ worker killed holding one) or that a dead worker left (its leases ran out) is ta
 The wake-up and the poll share one lock: the wake-up waits for it (a Celery worker consumes no
 further message while its task runs, so wake-ups go to idle workers); the poll skips its turn.
 
-Either way the work is ``run_job`` (take work from the database until none is left that it may
-take), with the ``Activity`` kept up to date for the heartbeat, and a database that cannot be
+Either way the work is the work loop (``worker.run_job``: ``take`` a claim from the database,
+``claim.run``, until none is left that it may take; run here, by ``work`` itself, or in a job
+process of the embedded server's, ``run_elsewhere``), with the ``Activity`` kept up to date for
+the heartbeat, and a database that cannot be
 reached logged in one line: the work stays in the database, where this worker or another finds it
 once it is back."""
 
@@ -37,7 +39,7 @@ from worker.cancel_watch import CANCEL_LOOK_S, cancel_watch
 from worker.context import RunnerContext, worker_name
 from worker.presence import Activity, PresenceTimings, WorkerIdentity, WorkerPresence
 from worker.release_envs import load_runtime_envs, with_runtime_envs
-from worker.run_job import run_job, waiting_job
+from worker.run_job import nothing_taken, take, waiting_job
 from worker.scheduler import Scheduler
 from worker.settings import WorkerSettings
 
@@ -106,7 +108,8 @@ class WorkerProcess:
         ctx.runtime = self.identity.capabilities  # the runtime its jobs' verdicts are shared under
         self.ctx, self.poll_s = ctx, settings.worker_poll_s
         self.activity = Activity()
-        self.run_job: Callable[[str, RunnerContext], ClaimResult] = run_job  # the embedded server runs it in a child
+        # the work loop run elsewhere: the embedded server's job process (None: here, ``work``)
+        self.run_elsewhere: Callable[[str, RunnerContext], ClaimResult] | None = None
         self.presence = WorkerPresence(ctx, self.identity, self.activity, presence_timings(settings))
         self.scheduler = Scheduler(self.identity.name)
         self._working = threading.Lock()
@@ -139,7 +142,14 @@ class WorkerProcess:
         with bind_job(job_id):
             self.activity.begin(job_id)
             try:
-                delivery = _DELIVERY[self.run_job(job_id, self.ctx)]
+                if self.run_elsewhere is not None:
+                    delivery = _DELIVERY[self.run_elsewhere(job_id, self.ctx)]
+                else:  # the work loop (``worker.run_job``), here: the task's path to jobflow is 4 calls
+                    claim = take(self.ctx)
+                    worked = claim is not None
+                    while claim is not None:
+                        claim = claim.run(self.ctx) or take(self.ctx)
+                    delivery = Delivery.RAN if worked else _DELIVERY[nothing_taken(job_id, self.ctx)]
             except SQLAlchemyError as exc:
                 _log_database_error(job_id, exc)
             finally:

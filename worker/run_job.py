@@ -14,7 +14,10 @@ cancelled job nobody runs a check of is ended here. Idle workers also look every
 holding one, loses no work.
 
 The loop reads: ``take(ctx) -> StartJob | RunCheck | FinishJob`` (claimed in one transaction),
-then ``claim.run(ctx)``.
+then ``claim.run(ctx)``, which gives the claim to run next when it claimed one itself (a check's
+follow-up), else the loop takes again. ``WorkerProcess.work`` runs this loop itself, so the path
+from the Celery task to ``jobflow`` is four calls (``worker.unit_run``); ``run_job`` is the same
+loop for the embedded server's job process (``worker.local_child``).
 
 Returns CLAIMED when this worker did some work, FINISHED when the named job has ended, BUSY
 otherwise (others are at it)."""
@@ -42,11 +45,11 @@ from worker.claims import claim_unit
 from worker.context import RunnerContext
 from worker.finishing import FinishRun, FinishTicket
 from worker.job_start import start_job
-from worker.unit_run import UnitRun, UnitTicket
+from worker.unit_run import RunCheck, UnitTicket
 
 log = logging.getLogger("onnx_reducer.worker")
 
-__all__ = ["Claim", "FinishJob", "RunCheck", "StartJob", "run_job", "take", "waiting_job"]
+__all__ = ["Claim", "FinishJob", "RunCheck", "StartJob", "nothing_taken", "run_job", "take", "waiting_job"]
 
 
 @dataclass(frozen=True)
@@ -59,28 +62,19 @@ class StartJob:
     attempt: int
     resumed: bool = False
 
-    def run(self, ctx: RunnerContext) -> None:
-        if self.resumed:
-            log.info("job %s: its workers are gone; this worker takes it again", self.job_id)
-        log.info(
-            "job %s started: team %s, queue %s, attempt %d, worker %s",
-            *(self.job_id, self.team, self.queue, self.attempt, ctx.worker),
-        )
-        start_job(ctx, self.job_id)
-        cleanup_if_ended(ctx, self.job_id)  # e.g. cancelled while it was prepared (worker.cancel_watch)
-
-
-@dataclass(frozen=True)
-class RunCheck:
-    """A queued check unit of a running job; then the job's next ones, while nothing else waits."""
-
-    job_id: str
-    unit: UnitTicket
-
-    def run(self, ctx: RunnerContext) -> None:
-        follow_up = UnitRun(ctx, self.unit).run(follow=True)
-        while follow_up is not None:
-            follow_up = follow_up.run(follow=True)
+    def run(self, ctx: RunnerContext) -> Claim | None:
+        """Start the job (no claim follows)."""
+        ctx.on_work(self.job_id)
+        with bind_job(self.job_id):
+            if self.resumed:
+                log.info("job %s: its workers are gone; this worker takes it again", self.job_id)
+            log.info(
+                "job %s started: team %s, queue %s, attempt %d, worker %s",
+                *(self.job_id, self.team, self.queue, self.attempt, ctx.worker),
+            )
+            start_job(ctx, self.job_id)
+            cleanup_if_ended(ctx, self.job_id)  # e.g. cancelled while it was prepared (worker.cancel_watch)
+        return None
 
 
 @dataclass(frozen=True)
@@ -90,9 +84,13 @@ class FinishJob:
     job_id: str
     finish: FinishTicket
 
-    def run(self, ctx: RunnerContext) -> None:
-        FinishRun(ctx, self.finish).run()
-        cleanup_if_ended(ctx, self.job_id)
+    def run(self, ctx: RunnerContext) -> Claim | None:
+        """Finish the job (no claim follows)."""
+        ctx.on_work(self.job_id)
+        with bind_job(self.job_id):
+            FinishRun(ctx, self.finish).run()
+            cleanup_if_ended(ctx, self.job_id)
+        return None
 
 
 Claim = StartJob | RunCheck | FinishJob
@@ -109,14 +107,17 @@ class _Found:
 
 
 def run_job(job_id: str, ctx: RunnerContext) -> ClaimResult:
-    worked = False
-    while (claim := take(ctx)) is not None:
-        worked = True
-        ctx.on_work(claim.job_id)
-        with bind_job(claim.job_id):
-            claim.run(ctx)
-    if worked:
-        return ClaimResult.CLAIMED
+    """The work loop (module doc), woken for ``job_id``."""
+    claim = take(ctx)
+    worked = claim is not None
+    while claim is not None:
+        claim = claim.run(ctx) or take(ctx)
+    return ClaimResult.CLAIMED if worked else nothing_taken(job_id, ctx)
+
+
+def nothing_taken(job_id: str, ctx: RunnerContext) -> ClaimResult:
+    """What a wake-up for ``job_id`` that took no work says: FINISHED when the job has ended,
+    BUSY otherwise (others are at it; logged when this worker lacks what the job requires)."""
     with ctx.db.session() as session:
         job = JobRepository(session).get(job_id)
         ended = job is None or job.status.terminal
@@ -202,7 +203,7 @@ def _claim_unit(ctx: RunnerContext, session: Session, item: Work) -> _Found | No
     unit, seq = claimed
     if item.kind == FINISH:
         return _Found(FinishJob(item.job_id, FinishTicket(unit.id, item.job_id)), seq)
-    return _Found(RunCheck(item.job_id, UnitTicket.of(unit)), seq)
+    return _Found(RunCheck(UnitTicket.of(unit)), seq)
 
 
 def _servable(ctx: RunnerContext, item: Work) -> bool:

@@ -44,7 +44,6 @@ from worker.context import RunnerContext
 from worker.job_start import start_job
 from worker.live_session import LIVE
 from worker.run_job import RunCheck, StartJob, take
-from worker.unit_run import UnitRun
 
 NODES, CULPRIT = 320, 213  # a linear job of 500+ checks
 SPEC = f"kind: command\ncommand: [sh, -c, '! grep -q n{CULPRIT}_Mul \"$1\"', check, '{{model}}']\ntimeout: 60\n"
@@ -126,7 +125,7 @@ def test_a_verdict_costs_the_same_at_check_500_as_at_check_10_when_two_slots_tak
             taken = slot.submit(take, ctx).result()
             assert isinstance(taken, RunCheck), f"the job ended after {verdict - 1} checks"
             counter.reset(slot.submit(threading.get_ident).result())
-            assert slot.submit(UnitRun(ctx, taken.unit).run).result() is None
+            assert slot.submit(taken.run, ctx, follow=False).result() is None
             if verdict in MEASURED:
                 measured[verdict] = (len(counter.statements), counter.verdict_rows)
                 counter.reset(0)

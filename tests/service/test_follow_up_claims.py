@@ -25,7 +25,7 @@ from worker import unit_run
 from worker.context import FarmSize, RunnerContext
 from worker.finishing import FinishRun
 from worker.run_job import FinishJob, RunCheck, take
-from worker.unit_run import UnitRun, UnitTicket
+from worker.unit_run import UnitTicket
 
 MODEL = chain_model(48, 29).SerializeToString()  # a job of 8 checks or more (the data step is off by default)
 
@@ -66,13 +66,13 @@ def test_the_recording_worker_goes_straight_on_with_the_jobs_next_check(
     quiet_client: httpx.Client, db_url: str, ctx: RunnerContext
 ) -> None:
     job_id = _start(quiet_client, ctx)
-    run: UnitRun | None = UnitRun(ctx, _first_check(ctx))
+    run: RunCheck | None = RunCheck(_first_check(ctx))
     claims = 1
     while run is not None:
-        assert [unit_id for unit_id, _ in _running_units(db_url, job_id)] == [run.ticket.id]
-        run = run.run(follow=True)
+        assert [unit_id for unit_id, _ in _running_units(db_url, job_id)] == [run.unit.id]
+        run = run.run(ctx)
         if run is not None:  # claimed while recording: running under this worker's name, announced
-            assert _running_units(db_url, job_id) == [(run.ticket.id, ctx.worker)]
+            assert _running_units(db_url, job_id) == [(run.unit.id, ctx.worker)]
             claims += 1
             assert _check_started_events(db_url, job_id) == claims
     assert claims > 5, "every check after the first was claimed with the verdict before it"
@@ -92,7 +92,7 @@ def test_another_jobs_work_sends_the_worker_back_to_fair_share(
     first = _start(quiet_client, ctx)
     ticket = _first_check(ctx)
     second = str(submit(quiet_client, MODEL).json()["id"])  # queued: a job waiting to start
-    assert UnitRun(ctx, ticket).run(follow=True) is None
+    assert RunCheck(ticket).run(ctx) is None
     assert _running_units(db_url, first) == []  # the first job's next check waits, queued
     taken = take(ctx)
     assert taken is not None and taken.job_id in (first, second)
@@ -111,7 +111,7 @@ def test_a_verdict_costs_a_fixed_number_of_statements(
     the process's lease thread), with no cancel poll during a check (a slow one polls the job)."""
     monkeypatch.setattr(unit_run, "CANCEL_POLL_S", math.inf)
     _start(quiet_client, ctx)
-    run = UnitRun(ctx, _first_check(ctx)).run(follow=True)
+    run = RunCheck(_first_check(ctx)).run(ctx)
     counts: list[int] = []
     statements: list[str] = []
     this_thread = threading.get_ident()
@@ -124,7 +124,7 @@ def test_a_verdict_costs_a_fixed_number_of_statements(
     try:
         while run is not None:
             statements.clear()
-            run = run.run(follow=True)
+            run = run.run(ctx)
             if run is not None:  # a verdict recorded and the next check claimed (the last one ends the job)
                 counts.append(len([s for s in statements if not s.startswith("SELECT workers.")]))
                 assert counts[-1] == STATEMENTS_PER_VERDICT, statements

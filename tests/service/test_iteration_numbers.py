@@ -2,7 +2,7 @@
 over three (simulated) workers, the check queued last answers first, then the job is cancelled
 with the others still in flight. The one recorded verdict is iteration 1 (its event says it ran
 as the later number), and the cancelled checks take no number. ``run_job``'s own steps
-(``take``, ``start_job``, ``UnitRun``) run in this process against PostgreSQL."""
+(``take``, ``start_job``, ``RunCheck``) run in this process against PostgreSQL."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from worker.context import RunnerContext
 from worker.endings import end_job
 from worker.job_start import start_job
 from worker.run_job import RunCheck, StartJob, take
-from worker.unit_run import UnitRun, UnitTicket
+from worker.unit_run import UnitTicket
 
 MODEL = chain_model(12, 7).SerializeToString()
 
@@ -67,11 +67,11 @@ def test_checks_cancelled_in_flight_leave_no_gap_in_iteration_numbers(
     in_flight = _claim_all(ctx)
     while len(in_flight) < 2:  # one check at a time until the session looks ahead
         assert len(in_flight) == 1, "the job ended before it ran two checks at once"
-        UnitRun(ctx, in_flight[0]).run()
+        RunCheck(in_flight[0]).run(ctx, follow=False)
         in_flight = _claim_all(ctx)
     recorded_before = len(client.get(f"/v1/jobs/{job_id}/iterations").json()["items"])
     last = max(in_flight, key=lambda t: t.request.number)  # type: ignore[union-attr]
-    UnitRun(ctx, last).run()  # the check queued last answers first
+    RunCheck(last).run(ctx, follow=False)  # the check queued last answers first
     assert end_job(ctx, job_id, JobStatus.CANCELLED, None, None)  # the others are cancelled in flight
 
     items = client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]

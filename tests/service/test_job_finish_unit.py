@@ -32,7 +32,7 @@ from worker.endings import end_overdue_finishing
 from worker.prepared import JobInput
 from worker.run_job import run_job, waiting_job
 from worker.settings import WorkerSettings
-from worker.unit_run import KnownJob, UnitRun, UnitTicket
+from worker.unit_run import KnownJob, RunCheck, UnitRun, UnitTicket
 
 LEASE_S = 3.0
 SELF_CHECK_S = 5.0  # longer than the lease: the end outlasts it
@@ -250,7 +250,7 @@ def _late_verdict(
 
     def run() -> None:
         try:
-            UnitRun(ctx, ticket, known).run()
+            RunCheck(ticket, known).run(ctx, follow=False)
         except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
             failures.append(exc)
 

@@ -3,7 +3,7 @@ that advanced it last applies only the new verdict; a worker whose kept version 
 (another worker advanced the job since: a takeover) rebuilds it from the stored state, or, when
 it kept one, catches up with the verdicts stored since, and the job ends with the same answer.
 Replays are counted by ``LIVE.stats``, not timed. ``run_job``'s own
-steps (``take``, ``start_job``, ``UnitRun``) run in this process against PostgreSQL; a
+steps (``take``, ``start_job``, ``RunCheck``) run in this process against PostgreSQL; a
 second worker is a second thread (each thread keeps its own prepared jobs and sessions)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from worker.finishing import FinishRun
 from worker.job_start import start_job
 from worker.live_session import LIVE
 from worker.run_job import FinishJob, RunCheck, StartJob, take
-from worker.unit_run import UnitRun, UnitTicket
+from worker.unit_run import UnitTicket
 
 MODEL = chain_model(12, 7).SerializeToString()
 
@@ -69,7 +69,7 @@ def _in_another_worker(ctx: RunnerContext, ticket: UnitTicket) -> None:
 
     def run() -> None:
         try:
-            UnitRun(ctx, ticket).run()
+            RunCheck(ticket).run(ctx, follow=False)
         except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
             failures.append(exc)
 
@@ -103,7 +103,7 @@ def test_the_worker_that_advanced_a_job_last_applies_only_the_new_verdict(
     assert LIVE.stats.replays == replays + 1  # the session is built once, at the start
     verdicts = 0
     while (ticket := _next_check(ctx)) is not None:
-        UnitRun(ctx, ticket).run()
+        RunCheck(ticket).run(ctx, follow=False)
         verdicts += 1
     assert verdicts > 5
     assert LIVE.stats.replays == replays + 1, "a verdict (or the end) rebuilt the session although it was live"
@@ -118,7 +118,7 @@ def test_a_takeover_by_another_worker_replays_and_ends_with_the_same_answer(
 ) -> None:
     alone = _start(client, ctx)
     while (ticket := _next_check(ctx)) is not None:
-        UnitRun(ctx, ticket).run()
+        RunCheck(ticket).run(ctx, follow=False)
     expected = _answer(client, alone)
     assert expected[0] == "succeeded"
 
@@ -126,7 +126,7 @@ def test_a_takeover_by_another_worker_replays_and_ends_with_the_same_answer(
     for _ in range(3):
         ticket = _next_check(ctx)
         assert ticket is not None
-        UnitRun(ctx, ticket).run()
+        RunCheck(ticket).run(ctx, follow=False)
     replays = LIVE.stats.replays
     ticket = _next_check(ctx)
     assert ticket is not None
@@ -135,11 +135,11 @@ def test_a_takeover_by_another_worker_replays_and_ends_with_the_same_answer(
     ticket = _next_check(ctx)
     assert ticket is not None
     caught_up = LIVE.stats.caught_up
-    UnitRun(ctx, ticket).run()  # back here: the kept version is stale, so it catches up (no replay)
+    RunCheck(ticket).run(ctx, follow=False)  # back here: the kept version is stale, so it catches up (no replay)
     assert LIVE.stats.replays == replays + 1 and LIVE.stats.caught_up == caught_up + 1
     reused = LIVE.stats.reused
     while (ticket := _next_check(ctx)) is not None:
-        UnitRun(ctx, ticket).run()
+        RunCheck(ticket).run(ctx, follow=False)
     assert LIVE.stats.replays == replays + 1 and LIVE.stats.reused > reused  # live again from then on
     assert _answer(client, job_id) == expected
     numbers = [int(item["number"]) for item in client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]]
@@ -162,14 +162,14 @@ def test_the_state_is_saved_without_its_verdicts_and_a_state_holding_them_resume
 ) -> None:
     alone = _start(client, ctx)
     while (ticket := _next_check(ctx)) is not None:
-        UnitRun(ctx, ticket).run()
+        RunCheck(ticket).run(ctx, follow=False)
     expected = _answer(client, alone)
 
     job_id = _start(client, ctx)
     for _ in range(3):
         ticket = _next_check(ctx)
         assert ticket is not None
-        UnitRun(ctx, ticket).run()
+        RunCheck(ticket).run(ctx, follow=False)
     state, rows = _stored(db_url, job_id)
     assert state["cache"]["verdicts"] == {} and len(rows) >= 3  # one row a verdict, none inline
     database = Database(db_url)  # as a state saved before the rows existed: the verdicts inline
@@ -181,7 +181,7 @@ def test_the_state_is_saved_without_its_verdicts_and_a_state_holding_them_resume
         session.execute(delete(SessionVerdict).where(SessionVerdict.job_id == job_id))
     database.dispose()
     while (ticket := _next_check(ctx)) is not None:
-        UnitRun(ctx, ticket).run()
+        RunCheck(ticket).run(ctx, follow=False)
     assert _answer(client, job_id) == expected
     checks = [client.get(f"/v1/jobs/{j}").json()["progress"]["checks_run"] for j in (alone, job_id)]
     assert checks[0] == checks[1], "the resumed session knew every verdict: no check ran twice"

@@ -45,7 +45,7 @@ def test_a_worker_with_work_in_hand_is_busy_to_a_poll_and_takes_the_next_wake_up
         done.wait(30)
         return ClaimResult.CLAIMED
 
-    process.run_job = run_job
+    process.run_elsewhere = run_job
     first = threading.Thread(target=process.work, args=("job-a",))
     first.start()
     try:
