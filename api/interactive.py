@@ -17,14 +17,13 @@ Each step is one transaction that locks the job's row first (as a cancel or a de
 service's one lock order, ``persistence.retry``), then takes the pending iteration (a conditional
 update), so of two posts for the same iteration one wins and the other answers 409, and a step that
 fails leaves the check pending for another answer; PostgreSQL aborting it as a conflict runs it
-again in place. The model work runs in a thread (at most
-``MAX_STEPS`` at once), never on the event loop."""
+again in place. The model work runs in a thread (at most ``Services.interactive_steps`` of an
+app at once), never on the event loop."""
 
 from __future__ import annotations
 
 import logging
 import shutil
-import threading
 from dataclasses import dataclass
 from datetime import UTC
 
@@ -55,14 +54,12 @@ from reducer_core.requests import CheckRequest
 from reducer_core.verdict import Verdict, VerdictKind
 
 log = logging.getLogger("onnx_reducer.api")
-MAX_STEPS = 2  # interactive steps (model loads and writes) running at once in this process
 VERDICTS = {"fail": VerdictKind.FAIL, "pass": VerdictKind.PASS}
 ITERATION_MODEL = "iteration.onnx"
 ORIGINAL_PASSED = (
     "You answered that the original model passes, so there is nothing to reduce. Start a new job and "
     "answer 'It fails' for the original when it shows the failure."
 )
-_steps = threading.BoundedSemaphore(MAX_STEPS)
 
 
 @dataclass(frozen=True)
@@ -97,7 +94,7 @@ def start_interactive(services: Services, job_id: str) -> list[int]:
         with _Step(services, session, job) as step:
             return step.advance()
 
-    with _steps:
+    with services.interactive_steps:
         return transaction(services.db, work, f"the first check of interactive job {job_id}")
 
 
@@ -119,7 +116,7 @@ def answer(services: Services, team_id: str, job_id: str, iteration: int, verdic
         with _Step(services, session, job) as step:
             return step.deliver(awaited, VERDICTS[verdict])
 
-    with _steps:
+    with services.interactive_steps:
         return transaction(services.db, work, f"a verdict on interactive job {job_id}")
 
 

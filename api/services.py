@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 
@@ -15,6 +16,8 @@ from persistence.contracts import Enqueue, Notifier
 from persistence.db import Database
 from persistence.layout import DataLayout
 from persistence.models import Event
+
+MAX_INTERACTIVE_STEPS = 2  # interactive steps (model loads and writes) running at once in one app
 
 
 @dataclass
@@ -29,3 +32,7 @@ class Services:
     tokens: TokenCache
     job_reads: JobReadCache
     event_reads: SharedReads[tuple[str, int], tuple[list[Event], bool]]
+    # the interactive steps this app runs at once (``api.interactive``): its own, not the process's
+    interactive_steps: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(MAX_INTERACTIVE_STEPS)
+    )
