@@ -12,10 +12,8 @@ Results go to ``bench/out/farm_cache-<label>.json`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,30 +22,21 @@ import httpx
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-import localize_bench  # noqa: E402
-import zoo  # noqa: E402
 from service_localize_bench import (  # noqa: E402
     Service,
-    _env,
-    add_service_options,
     planted_folder,
+    service_bench_args,
+    submit_planted,
+    wait_for_end,
     write_results,
 )
 
 
 def submit_and_wait(client: httpx.Client, folder: Path, golden: bool, timeout: float) -> dict[str, Any]:
-    files = {"model": ("planted.onnx", (folder / "planted.onnx").read_bytes())}
-    if golden:
-        files["golden"] = ("planted.golden", (folder / "planted.golden").read_bytes())
-    response = client.post("/v1/jobs", files=files, data={"check_spec": localize_bench.SPEC})
-    response.raise_for_status()
-    job_id = response.json()["id"]
-    started = time.monotonic()
-    while (job := client.get(f"/v1/jobs/{job_id}").json())["status"] not in ("succeeded", "failed", "cancelled"):
-        if time.monotonic() - started > timeout:
-            return {"status": "timeout"}
-        time.sleep(0.2)
-    wall = time.monotonic() - started
+    ended = wait_for_end(client, submit_planted(client, folder, golden), timeout, poll_s=0.2)
+    if ended is None:
+        return {"status": "timeout"}
+    job, wall = ended
     progress = job["progress"]
     return {
         "status": job["status"],
@@ -75,11 +64,7 @@ def markdown(rows: list[dict[str, Any]], label: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=["chain", "multi_io"], choices=zoo.ALL_MODELS)
-    add_service_options(parser)
-    args = parser.parse_args(argv)
-    env = _env(args.code.resolve() if args.code else None)
+    args, env = service_bench_args(__doc__, ["chain", "multi_io"], argv)
     rows = []
     with Service(env) as client:
         for name in args.models:

@@ -86,20 +86,34 @@ class Service:
         self.tmp.cleanup()
 
 
-def service_run(client: httpx.Client, folder: Path, timeout: float) -> dict[str, Any]:
-    files = {
-        "model": ("planted.onnx", (folder / "planted.onnx").read_bytes()),
-        "golden": ("planted.golden", (folder / "planted.golden").read_bytes()),
-    }
+def submit_planted(client: httpx.Client, folder: Path, golden: bool) -> str:
+    """Submit the folder's planted model (with its golden values when ``golden``); the job's id."""
+    files = {"model": ("planted.onnx", (folder / "planted.onnx").read_bytes())}
+    if golden:
+        files["golden"] = ("planted.golden", (folder / "planted.golden").read_bytes())
     response = client.post("/v1/jobs", files=files, data={"check_spec": localize_bench.SPEC})
     response.raise_for_status()
-    job_id = response.json()["id"]
+    return str(response.json()["id"])
+
+
+def wait_for_end(
+    client: httpx.Client, job_id: str, timeout: float, poll_s: float
+) -> tuple[dict[str, Any], float] | None:
+    """The job once it has ended and the seconds that took, or None past ``timeout``."""
     started = time.monotonic()
     while (job := client.get(f"/v1/jobs/{job_id}").json())["status"] not in ("succeeded", "failed", "cancelled"):
         if time.monotonic() - started > timeout:
-            return {"status": "timeout"}
-        time.sleep(0.3)
-    wall = time.monotonic() - started
+            return None
+        time.sleep(poll_s)
+    return job, time.monotonic() - started
+
+
+def service_run(client: httpx.Client, folder: Path, timeout: float) -> dict[str, Any]:
+    job_id = submit_planted(client, folder, golden=True)
+    ended = wait_for_end(client, job_id, timeout, poll_s=0.3)
+    if ended is None:
+        return {"status": "timeout"}
+    job, wall = ended
     if job["status"] != "succeeded":
         return {"status": job["status"], "error": job.get("error")}
     iterations = client.get(f"/v1/jobs/{job_id}/iterations", params={"limit": 1000}).json()["items"]
@@ -160,11 +174,18 @@ def markdown(rows: list[dict[str, Any]], label: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def add_service_options(parser: argparse.ArgumentParser) -> None:
-    """--code, --label and --timeout: what the benches that serve a checkout take."""
+def service_bench_args(
+    description: str | None, default_models: list[str], argv: list[str] | None
+) -> tuple[argparse.Namespace, dict[str, str]]:
+    """--models, --code, --label and --timeout (what the benches that serve a checkout take), and the
+    environment that serves --code."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=default_models, choices=zoo.ALL_MODELS)
     parser.add_argument("--code", type=Path, default=None, help="serve this checkout instead of this one")
     parser.add_argument("--label", default="this", help="names the output files")
     parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    return args, _env(args.code.resolve() if args.code else None)
 
 
 def write_results(bench: str, label: str, rows: list[dict[str, Any]], table: str) -> None:
@@ -184,11 +205,7 @@ def planted_folder(name: str, timeout: float) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=list(localize_bench.DEFAULT_MODELS), choices=zoo.ALL_MODELS)
-    add_service_options(parser)
-    args = parser.parse_args(argv)
-    env = _env(args.code.resolve() if args.code else None)
+    args, env = service_bench_args(__doc__, list(localize_bench.DEFAULT_MODELS), argv)
     rows = []
     with Service(env) as client:
         for name in args.models:
