@@ -82,6 +82,7 @@ class RunCheck:
         (``jobflow.advance.deliver_check``). With ``follow``, the job's next check is claimed in
         that transaction when nothing else waits (``worker.claims.claim_follow_up``): returned,
         the claim to run next."""
+        ctx.on_work(self.job_id)  # the farm view shows the job whose check this worker runs
         unit = UnitRun(ctx, self.unit, self.known)
         with bind_job(self.job_id), ending_errors(ctx, self.job_id):
             checked = unit.check()
