@@ -211,6 +211,13 @@ def quiet_client(quiet_api: str, tokens: dict[str, str]) -> Iterator[httpx.Clien
 
 
 @pytest.fixture
+def client(quiet_client: httpx.Client) -> httpx.Client:
+    """The tests that run the worker's steps themselves submit through ``quiet_client``; a module
+    whose tests need another api (``test_web_api``, ``test_embedded_flat``, ...) defines its own."""
+    return quiet_client
+
+
+@pytest.fixture
 def database(db_url: str) -> Iterator[Database]:
     database = Database(db_url)
     yield database

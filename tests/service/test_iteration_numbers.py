@@ -28,11 +28,6 @@ MODEL = chain_model(12, 7).SerializeToString()
 
 
 @pytest.fixture
-def client(quiet_client: httpx.Client) -> httpx.Client:
-    return quiet_client
-
-
-@pytest.fixture
 def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
     yield from in_process_context(db_url, data_dir, max_workers_per_job=3)
 

@@ -25,13 +25,12 @@ from persistence.repositories import ArtifactRepository, JobRepository
 from persistence.repositories.units import UnitRepository
 from tests.models import weighted_model
 from tests.service.helpers import OP_PRESENT_MUL, chain_model, read_sse, submit, wait_job
-from tests.service.in_process import start_here
+from tests.service.in_process import in_process_context, start_here
 from worker import final_checks
-from worker.context import RunnerContext, context_from_settings
+from worker.context import RunnerContext
 from worker.endings import end_overdue_finishing
 from worker.prepared import JobInput
 from worker.run_job import run_job, waiting_job
-from worker.settings import WorkerSettings
 from worker.unit_run import KnownJob, RunCheck, UnitRun, UnitTicket
 
 LEASE_S = 3.0
@@ -39,15 +38,8 @@ SELF_CHECK_S = 5.0  # longer than the lease: the end outlasts it
 
 
 @pytest.fixture
-def client(quiet_client: httpx.Client) -> httpx.Client:
-    return quiet_client
-
-
-@pytest.fixture
 def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
-    ctx = context_from_settings(WorkerSettings(database_url=db_url, data_dir=data_dir, job_lease_s=LEASE_S))
-    yield ctx
-    ctx.db.dispose()
+    yield from in_process_context(db_url, data_dir, job_lease_s=LEASE_S)
 
 
 def _second_worker(ctx: RunnerContext) -> RunnerContext:

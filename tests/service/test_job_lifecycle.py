@@ -30,11 +30,6 @@ EXAMPLE = build_example_model().SerializeToString()
 SLEEP_CHECK = "kind: command\ncommand: [sleep, '300']\ntimeout: 600\n"
 
 
-@pytest.fixture
-def client(quiet_client: httpx.Client) -> httpx.Client:
-    return quiet_client
-
-
 def _context(db_url: str, data_dir: Path, **settings: Any) -> RunnerContext:
     values: dict[str, Any] = {"job_lease_s": 60.0, "allow_command_checks": True} | settings
     return context_from_settings(WorkerSettings(database_url=db_url, data_dir=data_dir, **values))

@@ -16,8 +16,8 @@ import pytest
 from persistence.db import Database
 from persistence.repositories import ClaimResult, JobRepository
 from tests.service.helpers import chain_model, submit
-from worker.context import RunnerContext, context_from_settings
-from worker.settings import WorkerSettings
+from tests.service.in_process import in_process_context
+from worker.context import RunnerContext
 from worker.unit_lease import LEASES
 
 LEASE_S = 0.6  # renewed every 0.2 s
@@ -25,15 +25,8 @@ WAIT_S = 60.0
 
 
 @pytest.fixture
-def client(quiet_client: httpx.Client) -> httpx.Client:
-    return quiet_client
-
-
-@pytest.fixture
 def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
-    ctx = context_from_settings(WorkerSettings(database_url=db_url, data_dir=data_dir, job_lease_s=LEASE_S))
-    yield ctx
-    ctx.db.dispose()
+    yield from in_process_context(db_url, data_dir, job_lease_s=LEASE_S)
 
 
 def _lease(database: Database, job_id: str) -> datetime:

@@ -34,11 +34,6 @@ MODEL = chain_model(12, 7).SerializeToString()
 
 
 @pytest.fixture
-def client(quiet_client: httpx.Client) -> httpx.Client:
-    return quiet_client
-
-
-@pytest.fixture
 def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
     yield from one_check_context(db_url, data_dir)
 

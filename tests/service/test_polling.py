@@ -29,11 +29,6 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 @pytest.fixture
-def client(quiet_client: httpx.Client) -> httpx.Client:
-    return quiet_client
-
-
-@pytest.fixture
 def nodes(db_url: str, data_dir: Path) -> Iterator[Callable[[str], WorkerProcess]]:
     """Worker nodes offering the given GPUs ("none": no GPU), polling every 0.2 s once started."""
     built: list[WorkerProcess] = []

@@ -32,11 +32,6 @@ from worker.settings import WorkerSettings
 
 
 @pytest.fixture
-def client(quiet_client: httpx.Client) -> httpx.Client:
-    return quiet_client
-
-
-@pytest.fixture
 def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
     settings = WorkerSettings(database_url=db_url, data_dir=data_dir, allow_command_checks=True, job_lease_s=60.0)
     ctx = context_from_settings(settings)
