@@ -15,6 +15,7 @@ from reducer_core.machine import ReductionMachine
 from reducer_core.requests import Answer, Request
 from reducer_core.strategies import MODES
 from reducer_core.verdict import Verdict, VerdictKind
+from tests.checks.processes import running
 from tests.core.test_session import Answerer, answers, fresh, run
 from tests.core.test_session_parallel import chain
 from tests.models import branchy_model, index_of
@@ -69,14 +70,6 @@ def sleeping_check(pid_dir: Path) -> CommandCheck:
     return CommandCheck(["sh", "-c", f"{record}; exec sleep 120"])
 
 
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 class HangingHooks(Hooks):
     """The original answers at once (it fails); every other request runs a hanging process."""
 
@@ -102,7 +95,7 @@ def test_stopping_early_kills_every_running_check(tmp_path: Path) -> None:
     assert drive_parallel(machine, 4, hooks) is True
     pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
     assert pids, "checks were running when the run stopped"
-    assert not any(alive(pid) for pid in pids)
+    assert not any(running(pid) for pid in pids)
     assert not machine.done
 
 
@@ -126,4 +119,4 @@ def test_an_error_in_a_slot_stops_the_run_and_kills_the_others(tmp_path: Path) -
         drive_parallel(machine, 4, Failing(machine, tmp_path, stop_after=None))
     pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
     assert len(pids) >= 2
-    assert not any(alive(pid) for pid in pids)
+    assert not any(running(pid) for pid in pids)

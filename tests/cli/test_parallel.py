@@ -20,6 +20,7 @@ import pytest
 from reducer_cli.main import run
 from reducer_cli.slots import SLOTS_DIR
 from reducer_core.strategies import MODES
+from tests.checks.processes import running
 from tests.cli.helpers import ALL_NODES, ITER, node, node_names, reduce, save_branchy
 from tests.cli.test_polygraphy_compat import weighted_mul_model
 
@@ -146,15 +147,6 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 300.0) -> None:
         time.sleep(0.05)
 
 
-def alive(pid: int) -> bool:
-    """Running (a zombie, killed but not reaped yet, counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def test_an_interrupted_parallel_run_kills_its_checks_and_resumes(check_log: Path) -> None:
     """Ctrl-C (SIGINT) while checks run: every running check is killed, the verdicts so far
     (speculative ones included) are in the replay, and the resumed run ends as a clean one."""
@@ -175,7 +167,7 @@ def test_an_interrupted_parallel_run_kills_its_checks_and_resumes(check_log: Pat
             first.communicate()
     assert first.returncode == 130, stderr
     assert b"--load-debug-replay" in stderr
-    assert not any(alive(int(str(run["pid"]))) for run in runs(check_log)), "no check outlives the tool"
+    assert not any(running(int(str(run["pid"]))) for run in runs(check_log)), "no check outlives the tool"
     assert len(json.loads(Path(replay).read_text())["verdicts"]) == 4
     assert not Path("r.onnx").exists()
 
@@ -198,7 +190,7 @@ def test_checks_still_running_when_the_original_passes_are_killed(
     assert code == 3
     started = runs(check_log)
     assert len(started) >= 2, "speculative checks ran beside the original"
-    assert not any(alive(int(str(run["pid"]))) for run in started)
+    assert not any(running(int(str(run["pid"]))) for run in started)
 
 
 @pytest.mark.parametrize(

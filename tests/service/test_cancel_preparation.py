@@ -8,16 +8,10 @@ import time
 from pathlib import Path
 
 from examples.build_example_model import build_example_model
+from tests.checks.processes import running
 from tests.service.conftest import Processes, client_for, start_api
 from tests.service.embedded import embedded_server
 from tests.service.helpers import chain_model, submit, wait_job
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_cancel_reaches_a_job_in_preparation_within_2_s(tmp_path: Path) -> None:
@@ -47,9 +41,9 @@ def test_cancel_reaches_a_job_in_preparation_within_2_s(tmp_path: Path) -> None:
         assert elapsed < 2.0, f"cancel took {elapsed:.1f} s"
         assert iterations == []  # it was still preparing: no check ran
         deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
+        while running(child) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(child), "the job process (holding the model) did not exit"
+        assert not running(child), "the job process (holding the model) did not exit"
 
 
 def test_cancel_reaches_a_celery_workers_preparation_within_2_s(

@@ -5,28 +5,16 @@ stopped (``worker.preparing``): the worker takes its next job within 5 s and no 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from examples.build_example_model import build_example_model
 from tests.service.conftest import Processes, client_for, start_api
 from tests.service.helpers import chain_model, submit, wait_job
+from tests.service.stopping import stop_then_take_next, wait_status
 
 NODES = 120_000  # about 15 s of preparation on a 2-core machine
-
-
-def _wait_status(client: httpx.Client, job_id: str, wanted: set[str], timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    status = ""
-    while time.monotonic() < deadline:
-        status = client.get(f"/v1/jobs/{job_id}").json()["status"]
-        if status in wanted:
-            return status
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} is {status}, not {sorted(wanted)}, after {timeout:.0f} s")
 
 
 @pytest.mark.parametrize("how", ["cancel", "delete"])
@@ -41,21 +29,10 @@ def test_a_stopped_preparation_frees_the_worker_within_5_s_and_leaves_no_folder(
         response = submit(client, big)
         assert response.status_code == 202, response.text
         job_id = response.json()["id"]
-        _wait_status(client, job_id, {"running"}, timeout=120)  # claimed: its preparation has begun
+        wait_status(client, job_id, {"running"}, timeout=120)  # claimed: its preparation has begun
         assert not client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]  # still preparing
 
-        started = time.monotonic()
-        if how == "cancel":
-            assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
-            _wait_status(client, job_id, {"cancelled"}, timeout=30)
-        else:
-            assert client.delete(f"/v1/jobs/{job_id}").status_code == 204
-            assert client.get(f"/v1/jobs/{job_id}").status_code == 404
-        after = submit(client, small)
-        assert after.status_code == 202, after.text
-        next_id = after.json()["id"]
-        _wait_status(client, next_id, {"running", "succeeded"}, timeout=120)
-        freed = time.monotonic() - started
+        next_id, freed = stop_then_take_next(client, job_id, how, small, cancel_timeout=30, take_timeout=120)
         # the only worker took the next job: it has finished with the stopped one
         work = data_dir / "jobs" / job_id / "work"
         left = sorted(p.name for p in work.iterdir()) if work.is_dir() else []

@@ -8,11 +8,9 @@ the ``freed_s`` property (the report's number), and nothing of the stopped job's
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -20,6 +18,7 @@ from onnx import TensorProto, helper
 from examples.build_example_model import build_example_model
 from tests.service.conftest import Processes, client_for, start_api
 from tests.service.helpers import submit, wait_job
+from tests.service.stopping import stop_then_take_next, wait_status
 
 NODES = 450_000
 GENEROUS_S = 120.0  # a wait, not a measure: the measured time is recorded and reported
@@ -46,17 +45,6 @@ def huge_chain_model(length: int = NODES) -> bytes:
     return data
 
 
-def _wait_status(client: httpx.Client, job_id: str, wanted: set[str], timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    status = ""
-    while time.monotonic() < deadline:
-        status = str(client.get(f"/v1/jobs/{job_id}").json()["status"])
-        if status in wanted:
-            return status
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} is {status}, not {sorted(wanted)}, after {timeout:.0f} s")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["cancel", "delete"])
 def test_a_stopped_450k_node_preparation_frees_the_worker_and_leaves_no_folder(
@@ -74,21 +62,12 @@ def test_a_stopped_450k_node_preparation_frees_the_worker_and_leaves_no_folder(
         response = submit(client, big)
         assert response.status_code == 202, response.text
         job_id = response.json()["id"]
-        _wait_status(client, job_id, {"running"}, timeout=GENEROUS_S)  # claimed: its preparation has begun
+        wait_status(client, job_id, {"running"}, timeout=GENEROUS_S)  # claimed: its preparation has begun
         assert not client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]  # still preparing
 
-        started = time.monotonic()
-        if how == "cancel":
-            assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
-            _wait_status(client, job_id, {"cancelled"}, timeout=GENEROUS_S)
-        else:
-            assert client.delete(f"/v1/jobs/{job_id}").status_code == 204
-            assert client.get(f"/v1/jobs/{job_id}").status_code == 404
-        after = submit(client, small)
-        assert after.status_code == 202, after.text
-        next_id = after.json()["id"]
-        _wait_status(client, next_id, {"running", "succeeded"}, timeout=GENEROUS_S)  # the only worker took it
-        freed = time.monotonic() - started
+        next_id, freed = stop_then_take_next(
+            client, job_id, how, small, cancel_timeout=GENEROUS_S, take_timeout=GENEROUS_S
+        )
         record_property("freed_s", f"{freed:.2f}")
         print(f"\n450k-node preparation, {how}: the worker took its next job {freed:.2f} s after it")
         work = data_dir / "jobs" / job_id / "work"
