@@ -15,6 +15,12 @@ from tests.cli.helpers import checks_logged, node, node_names, reduce, save_bran
 SCRIPT = "check.sh"
 
 
+def _kept(body: str, *options: str) -> list[str]:
+    """Reduce the branchy model with a check script running ``body`` and ``options``: the nodes kept."""
+    assert reduce(save_branchy(), "-o", "r.onnx", *options, check=write_script(SCRIPT, body)) == 0
+    return node_names("r.onnx")
+
+
 @pytest.mark.parametrize("mode", ["auto", "bisect"])
 def test_non_zero_exit_fails_by_default(in_tmp: Path, mode: str) -> None:
     check = write_script(SCRIPT, f'grep -q "{node("H")}" "$1" && exit 1\nexit 0')
@@ -43,25 +49,19 @@ def test_fail_code_with_a_regex_needs_both(in_tmp: Path) -> None:
             "exit 0",
         ]
     )
-    check = write_script(SCRIPT, body)
-    assert reduce(save_branchy(), "-o", "r.onnx", "--fail-code", "5", "--fail-regex", "BOOM", check=check) == 0
-    assert node_names("r.onnx") == [node("F")]
+    assert _kept(body, "--fail-code", "5", "--fail-regex", "BOOM") == [node("F")]
 
 
 def test_ignored_fail_code_counts_as_a_pass(in_tmp: Path) -> None:
     # F exits 7; B exits 3 (ignored). With --any-failure, any other non-zero exit would count.
     body = f'grep -q "{node("F")}" "$1" && exit 7\ngrep -q "{node("B")}" "$1" && exit 3\nexit 0'
-    check = write_script(SCRIPT, body)
-    assert reduce(save_branchy(), "-o", "r.onnx", "--any-failure", "--ignore-fail-code", "3", check=check) == 0
-    assert node_names("r.onnx") == [node("F")]
+    assert _kept(body, "--any-failure", "--ignore-fail-code", "3") == [node("F")]
 
 
 def test_without_ignore_the_other_code_is_a_failure_under_any_failure(in_tmp: Path) -> None:
     """The counterpart of the test above: it is --ignore-fail-code that makes exit 3 a pass."""
     body = f'grep -q "{node("B")}" "$1" && exit 3\ngrep -q "{node("F")}" "$1" && exit 7\nexit 0'
-    check = write_script(SCRIPT, body)
-    assert reduce(save_branchy(), "-o", "r.onnx", "--any-failure", check=check) == 0
-    assert node_names("r.onnx") == [node("B")]
+    assert _kept(body, "--any-failure") == [node("B")]
 
 
 def test_original_failing_only_with_an_ignored_code_is_not_a_failure(in_tmp: Path) -> None:
@@ -75,24 +75,18 @@ def test_original_failing_only_with_an_ignored_code_is_not_a_failure(in_tmp: Pat
 def test_fail_regex_matches_stdout_or_stderr_even_with_exit_zero(in_tmp: Path, stream: str) -> None:
     redirect = " >&2" if stream == "stderr" else ""
     body = f'if grep -q "{node("E")}" "$1"; then echo "found Op: Mul here"{redirect}; fi\necho "all fine"\nexit 0'
-    check = write_script(SCRIPT, body)
-    assert reduce(save_branchy(), "-o", "r.onnx", "--fail-regex", r"Op: Mu.", check=check) == 0
-    assert node_names("r.onnx") == [node("E")]
+    assert _kept(body, "--fail-regex", r"Op: Mu.") == [node("E")]
 
 
 def test_fail_regex_without_a_match_passes_even_with_a_non_zero_exit(in_tmp: Path) -> None:
     # Everything exits 1, only D prints the message: the exit code alone is not a failure.
     body = f'grep -q "{node("D")}" "$1" && echo "ERROR: D"\nexit 1'
-    check = write_script(SCRIPT, body)
-    assert reduce(save_branchy(), "-o", "r.onnx", "--fail-regex", "ERROR", "--mode", "minimize", check=check) == 0
-    assert node_names("r.onnx") == [node("D")]
+    assert _kept(body, "--fail-regex", "ERROR", "--mode", "minimize") == [node("D")]
 
 
 def test_any_of_several_regexes_fails(in_tmp: Path) -> None:
     body = f'grep -q "{node("G")}" "$1" && echo "second pattern"\nexit 0'
-    check = write_script(SCRIPT, body)
-    assert reduce(save_branchy(), "-o", "r.onnx", "--fail-regex", "first", "second", check=check) == 0
-    assert node_names("r.onnx") == [node("G")]
+    assert _kept(body, "--fail-regex", "first", "second") == [node("G")]
 
 
 def test_check_timeout_is_its_own_verdict(in_tmp: Path) -> None:
@@ -145,9 +139,7 @@ def test_strict_pinning_keeps_the_original_exit_code(in_tmp: Path) -> None:
     """F fails with exit 2 on the original; candidates without F but with B fail with exit 9.
     Only with --pin-signature strict is exit 9 another failure, so the result is F."""
     body = f'grep -q "{node("F")}" "$1" && exit 2\ngrep -q "{node("B")}" "$1" && exit 9\nexit 0'
-    check = write_script(SCRIPT, body)
-    assert reduce(save_branchy(), "-o", "r.onnx", "--pin-signature", "strict", check=check) == 0
-    assert node_names("r.onnx") == [node("F")]
+    assert _kept(body, "--pin-signature", "strict") == [node("F")]
 
 
 def test_by_default_another_exit_code_is_the_same_failure(in_tmp: Path) -> None:
