@@ -121,8 +121,7 @@ def _resumed_at_each_stop_ends_like_one_run(
 def test_the_sequence_shrinks_to_the_smallest_failing_size_in_few_checks(threshold: int) -> None:
     index = index_of(seq_model())
     machine = session(index)
-    oracle = SizeOracle(index, threshold)
-    run(machine, oracle)
+    run(machine, SizeOracle(index, threshold))
     best = machine.result.min_bad
     assert {index.nodes[n].name for n in best.nodes} == {"culprit"}
     model = extract(index, best)
@@ -256,8 +255,7 @@ def test_the_weights_shrink_to_the_rows_and_sizes_that_still_fail(limit: float) 
     shrink to the fewest that reach it, the hidden size to 1, and the table to the rows read."""
     index = index_of(position_model())
     machine = session(index)
-    oracle = LargeValueOracle(index, limit)
-    run(machine, oracle)
+    run(machine, LargeValueOracle(index, limit))
     best = machine.result.min_bad
     assert {index.nodes[n].name for n in best.nodes} == {"gather"}
     needed = int(limit // 10) + 1  # positions 0..needed-1: the last one is 10*(needed-1) >= limit
