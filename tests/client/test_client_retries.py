@@ -160,14 +160,20 @@ def _form_fields(body: bytes) -> dict[str, str]:
     return {name.decode(): value.decode() for name, value in found}
 
 
+def _model_and_spec(folder: Path, spec_text: str) -> tuple[Path, Path]:
+    """A model file (its bytes do not matter to the client) and a check spec with ``spec_text``."""
+    model, spec = folder / "m.onnx", folder / "s.yaml"
+    model.write_bytes(b"x")
+    spec.write_text(spec_text)
+    return model, spec
+
+
 def test_submit_sends_confirm_flaky_only_when_asked(
     scripted: tuple[Scripted, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     script, url = scripted
     script.answers = [(202, {}, {"id": JOB_ID, "status": "queued"})]
-    model, spec = tmp_path / "m.onnx", tmp_path / "s.yaml"
-    model.write_bytes(b"x")
-    spec.write_text("kind: op-present\nops: [Mul]\n")
+    model, spec = _model_and_spec(tmp_path, "kind: op-present\nops: [Mul]\n")
     base = ["submit", str(model), "--check-spec", str(spec), "--server", url, "--token", "t"]
     assert run([*base, "--confirm-flaky"]) == 0
     assert run(base) == 0
@@ -188,9 +194,7 @@ def test_submit_sends_the_source_job_and_what_to_bisect_only_when_given(
 ) -> None:
     script, url = scripted
     script.answers = [(202, {}, {"id": JOB_ID, "status": "queued"})]
-    model, spec = tmp_path / "m.onnx", tmp_path / "s.yaml"
-    model.write_bytes(b"x")
-    spec.write_text("kind: op-present\nops: [Gelu]\ntarget: {runtime: onnxruntime}\n")
+    model, spec = _model_and_spec(tmp_path, "kind: op-present\nops: [Gelu]\ntarget: {runtime: onnxruntime}\n")
     base = ["submit", str(model), "--check-spec", str(spec), "--server", url, "--token", "t", "--task", "bisect-passes"]
     assert run([*base, "--source-job", "abc123", "--on", "original"]) == 0
     assert run(base) == 0
