@@ -167,6 +167,7 @@ class ReductionSession:
         self.check = check
         self.machine = machine
         self._relay = relay
+        self.saved_mark: int | None = None  # the cache's mark at the state's last save (jobflow.stored_state)
 
     @classmethod
     def start(

@@ -4,8 +4,8 @@
 session learnt since its last save, so a save costs the same at check 2,000 as at check 10;
 loading puts the entries back, so the state read is the one the session saved.
 
-Which entries a session object has saved is remembered with the object (a session rebuilt after
-a rollback or a takeover is a new object: its first save reads what is stored).
+Which entries a session object has saved is remembered with the object (``saved_mark``; a session
+rebuilt after a rollback or a takeover is a new object: its first save reads what is stored).
 
 A session kept live by a process that did not record the job's last verdicts (the embedded
 server's two slots are two processes taking a job's checks in turn) catches up (``catch_up``):
@@ -16,7 +16,6 @@ all)."""
 from __future__ import annotations
 
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from sqlalchemy.orm import Session
 
@@ -25,14 +24,12 @@ from persistence.models import Job
 from persistence.repositories.session_verdicts import SessionVerdictRepository
 from reducer_core.machine import ReductionMachine
 
-_SAVED: WeakKeyDictionary[ReductionSession, int] = WeakKeyDictionary()  # the cache's mark at its last save
-
 
 def save_state(db: Session, job: Job, reduction: ReductionSession) -> None:
     """``reduction``'s state with the job (its row locked by the caller); the verdict entries
     added or changed since its last save as rows (after a rebuild: those the rows lack)."""
     cache = reduction.machine.cache
-    mark = _SAVED.get(reduction)
+    mark = reduction.saved_mark
     verdicts = SessionVerdictRepository(db)
     if mark is None:
         stored = verdicts.of_job(job.id)
@@ -41,7 +38,7 @@ def save_state(db: Session, job: Job, reduction: ReductionSession) -> None:
     else:
         new = cache.changed_since(mark)
     verdicts.put(job.id, new)
-    _SAVED[reduction] = cache.mark
+    reduction.saved_mark = cache.mark
     job.session_state = reduction.state(verdicts=False)
 
 
