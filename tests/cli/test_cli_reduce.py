@@ -49,10 +49,15 @@ def run_script(check: list[str], model: str) -> int:
     return subprocess.run(check, check=False).returncode
 
 
+def _reduce_branchy_until(culprit: str, *options: str) -> None:
+    """Reduce the branchy model to r.onnx with a check that fails while ``culprit`` is in it."""
+    check = write_script(SCRIPT, fails_when_present(culprit))
+    assert reduce(save_branchy(), "-o", "r.onnx", *options, check=check) == 0
+
+
 @pytest.mark.parametrize("mode", ["auto", "bisect", "linear", "minimize"])
 def test_no_reduce_inputs_keeps_the_original_graph_inputs(in_tmp: Path, mode: str) -> None:
-    check = write_script(SCRIPT, fails_when_present(node("H")))
-    assert reduce(save_branchy(), "-o", "r.onnx", "--no-reduce-inputs", "--mode", mode, check=check) == 0
+    _reduce_branchy_until(node("H"), "--no-reduce-inputs", "--mode", mode)
     # H's upstream cone: B, E (b and e), G (g); everything reads only graph inputs.
     assert sorted(node_names("r.onnx")) == sorted(node(x) for x in "BEGH")
     inputs, _ = io_names("r.onnx")
@@ -62,8 +67,7 @@ def test_no_reduce_inputs_keeps_the_original_graph_inputs(in_tmp: Path, mode: st
 
 @pytest.mark.parametrize("mode", ["auto", "bisect", "linear", "minimize"])
 def test_no_reduce_outputs_keeps_the_original_graph_outputs(in_tmp: Path, mode: str) -> None:
-    check = write_script(SCRIPT, fails_when_present(node("E")))
-    assert reduce(save_branchy(), "-o", "r.onnx", "--no-reduce-outputs", "--mode", mode, check=check) == 0
+    _reduce_branchy_until(node("E"), "--no-reduce-outputs", "--mode", mode)
     # E's downstream cone: H and F; its only output is out1, an original output.
     assert sorted(node_names("r.onnx")) == sorted(node(x) for x in "EFH")
     _, outputs = io_names("r.onnx")
@@ -73,8 +77,7 @@ def test_no_reduce_outputs_keeps_the_original_graph_outputs(in_tmp: Path, mode: 
 
 def test_without_constraints_a_middle_node_gets_new_inputs_and_outputs(in_tmp: Path) -> None:
     """The counterpart of the two tests above (same culprit): the default does cut both sides."""
-    check = write_script(SCRIPT, fails_when_present(node("H")))
-    assert reduce(save_branchy(), "-o", "r.onnx", check=check) == 0
+    _reduce_branchy_until(node("H"))
     assert node_names("r.onnx") == [node("H")]
     assert io_names("r.onnx") == (["e", "g"], ["h"])
     assert_runs("r.onnx")
@@ -252,8 +255,7 @@ def test_an_interrupted_reduction_resumes_from_its_replay(in_tmp: Path) -> None:
 
 
 def test_replay_of_another_check_is_refused(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    check = write_script(SCRIPT, fails_when_present(node("A")))
-    assert reduce(save_branchy(), "-o", "r.onnx", check=check) == 0
+    _reduce_branchy_until(node("A"))
     other = write_script("other.sh", fails_when_present(node("B")))
     code = reduce("model.onnx", "-o", "r.onnx", "--load-debug-replay", "onnx_reducer_debug_replay.json", check=other)
     assert code == 1
@@ -288,8 +290,7 @@ def test_a_missing_model_file_is_an_error_not_a_traceback(in_tmp: Path, capsys: 
 
 
 def test_summary_line_reports_nodes_checks_and_cache_hits(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    check = write_script(SCRIPT, fails_when_present(node("G")))
-    assert reduce(save_branchy(), "-o", "r.onnx", "--summary-json", "s.json", check=check) == 0
+    _reduce_branchy_until(node("G"), "--summary-json", "s.json")
     err = capsys.readouterr().err
     summary = json.loads(Path("s.json").read_text())
     assert summary["nodes_before"] == 8 and summary["nodes_after"] == 1
