@@ -47,6 +47,12 @@ def test_failing_op_type_is_isolated(branchy: GraphIndex, mode: str, op_type: st
     assert [branchy.nodes[n].op_type for n in result.min_bad.nodes] == [op_type]
 
 
+def kept_nodes(index: GraphIndex, fails: Callable[[set[str]], bool], mode: str) -> set[str]:
+    """The names of the nodes a reduction in ``mode`` keeps when ``fails`` says which sets fail."""
+    result, _, _ = reduce_with(index, fails, mode)
+    return names_in(index, result.min_bad)
+
+
 # Pairs on different branches, on one path, and across the two outputs.
 PAIRS = [("A", "B"), ("C", "E"), ("A", "H"), ("D", "F"), ("B", "G"), ("G", "D")]
 
@@ -56,8 +62,7 @@ PAIRS = [("A", "B"), ("C", "E"), ("A", "H"), ("D", "F"), ("B", "G"), ("G", "D")]
 def test_two_interacting_nodes_are_both_kept_and_nothing_else(
     branchy: GraphIndex, mode: str, pair: tuple[str, str]
 ) -> None:
-    result, _, _ = reduce_with(branchy, fails_with_all(pair), mode)
-    assert names_in(branchy, result.min_bad) == set(pair)
+    assert kept_nodes(branchy, fails_with_all(pair), mode) == set(pair)
 
 
 @pytest.mark.parametrize("mode", ["bisect", "linear"])
@@ -65,8 +70,7 @@ def test_two_interacting_nodes_are_both_kept_and_nothing_else(
 def test_bisect_and_linear_keep_both_needed_nodes_and_drop_unrelated_branches(
     branchy: GraphIndex, mode: str, pair: tuple[str, str]
 ) -> None:
-    result, _, _ = reduce_with(branchy, fails_with_all(pair), mode)
-    kept = names_in(branchy, result.min_bad)
+    kept = kept_nodes(branchy, fails_with_all(pair), mode)
     assert set(pair) <= kept
     # Bisect/linear keep at most what lies between the two nodes (the smallest connected cover):
     # never a node that is neither an ancestor nor a descendant of one of the pair.
