@@ -49,18 +49,18 @@ def submit_and_wait(client: httpx.Client, folder: Path, golden: bool, timeout: f
 
 
 def markdown(rows: list[dict[str, Any]], label: str) -> str:
-    lines = [
-        f"| model ({label}) | golden | 1st job: checks / wall s | 2nd job: checks / farm hits / wall s | same result |",
-        "|---|:---:|---:|---:|:---:|",
-    ]
-    for row in rows:
-        first, second = row["first"], row["second"]
-        lines.append(
-            f"| {row['model']} | {'yes' if row['golden'] else 'no'} | {first.get('checks')} / {first.get('wall_s')} "
-            f"| {second.get('checks')} / {second.get('farm_cache_hits')} / {second.get('wall_s')} "
-            f"| {'yes' if first.get('nodes_after') == second.get('nodes_after') else 'NO'} |"
-        )
+    header = f"| model ({label}) | golden | 1st job: checks / wall s | 2nd job: checks / farm hits / wall s "
+    lines = [header + "| same result |", "|---|:---:|---:|---:|:---:|", *(_table_row(row) for row in rows)]
     return "\n".join(lines) + "\n"
+
+
+def _table_row(row: dict[str, Any]) -> str:
+    first, second = row["first"], row["second"]
+    return (
+        f"| {row['model']} | {'yes' if row['golden'] else 'no'} | {first.get('checks')} / {first.get('wall_s')} "
+        f"| {second.get('checks')} / {second.get('farm_cache_hits')} / {second.get('wall_s')} "
+        f"| {'yes' if first.get('nodes_after') == second.get('nodes_after') else 'NO'} |"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
