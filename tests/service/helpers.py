@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
@@ -154,6 +154,8 @@ def tar_bundle(files: dict[str, bytes], links: dict[str, tuple[str, bytes]] | No
     return buffer.getvalue()
 
 
+T = TypeVar("T")
+
 _ports = itertools.count()
 
 
@@ -277,3 +279,22 @@ def submit(
     client: httpx.Client, model: bytes, spec: str = OP_PRESENT_MUL, filename: str = "model.onnx", **fields: str
 ) -> httpx.Response:
     return client.post("/v1/jobs", files={"model": (filename, model)}, data={"check_spec": spec, **fields})
+
+
+def run_captured(
+    command: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` to its end (at most ``timeout`` s), its output captured as text; the caller
+    reads the exit code."""
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def eventually(condition: Callable[[], T], timeout: float, what: str) -> T:
+    """``condition()``'s first true value, asked every 0.1 s for at most ``timeout`` s (a bound for
+    a loaded machine, not a measure)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout:.0f} s: {what}")

@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from sqlalchemy import create_engine, text
 from persistence.db import normalize_url
 from tests.service.conftest import Processes, client_for
 from tests.service.embedded import embedded_server
-from tests.service.helpers import chain_model, read_sse, submit, wait_job
+from tests.service.helpers import chain_model, eventually, read_sse, submit, wait_job
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "reducer_cli.main"]
@@ -35,16 +34,6 @@ SLEEPY_MUL = (
 CHECK = SLEEPY_MUL.format(s="0.6")
 LONG_SLEEP = "31.4159"  # a check that runs until cancelled, found by its command line
 LONG_CHECK = f"kind: command\ncommand: [sleep, '{LONG_SLEEP}']\ntimeout: 120\n"
-
-
-def _eventually(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _watch(client: httpx.Client, job_id: str) -> tuple[dict[str, Any], int, set[str]]:
@@ -136,7 +125,7 @@ def test_a_worker_killed_mid_check_loses_and_duplicates_nothing(
             named = [c["worker"] for c in flight if c["worker"] in by_name and c["iteration"] > 1]
             return named[0] if named else None
 
-        victim = _eventually(running_on_a_worker, 120, "a check in flight past the original")
+        victim = eventually(running_on_a_worker, 120, "a check in flight past the original")
         by_name[victim].kill()
         job = wait_job(client, job_id, timeout=300)
         assert job["status"] == "succeeded", job
@@ -165,13 +154,13 @@ def test_cancel_stops_every_running_check_of_the_job_within_seconds(
         processes.worker()
     with client_for(command_api_url, tokens["team-a"]) as client:
         job_id = submit(client, MODEL, LONG_CHECK).json()["id"]
-        _eventually(lambda: len(client.get(f"/v1/jobs/{job_id}").json()["checks_in_flight"]) >= 2, 120, "2 checks")
-        _eventually(lambda: _sleeping_checks() >= 2, 30, "2 check processes")
+        eventually(lambda: len(client.get(f"/v1/jobs/{job_id}").json()["checks_in_flight"]) >= 2, 120, "2 checks")
+        eventually(lambda: _sleeping_checks() >= 2, 30, "2 check processes")
         client.post(f"/v1/jobs/{job_id}/cancel")
         started = time.monotonic()
         job = wait_job(client, job_id, timeout=30)
         assert job["status"] == "cancelled"
-        _eventually(lambda: _sleeping_checks() == 0, 15, "the checks to die")
+        eventually(lambda: _sleeping_checks() == 0, 15, "the checks to die")
         assert time.monotonic() - started < 20
         assert client.get(f"/v1/jobs/{job_id}").json()["checks_in_flight"] == []
 

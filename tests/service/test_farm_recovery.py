@@ -12,7 +12,6 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -26,7 +25,7 @@ from persistence.models import Artifact
 from persistence.repositories import ArtifactRepository, TeamRepository
 from persistence.store import ArtifactStore
 from tests.service.conftest import Processes, client_for
-from tests.service.helpers import OP_PRESENT_MUL, Proc, chain_model, stored_job, submit, wait_job
+from tests.service.helpers import OP_PRESENT_MUL, Proc, chain_model, eventually, stored_job, submit, wait_job
 from tests.service.tcp_proxy import TcpProxy
 from worker.maintenance import sweep_unreferenced_blobs
 
@@ -43,15 +42,6 @@ def via_proxy(url: str, proxy: TcpProxy) -> str:
 def database_proxy(db_url: str) -> TcpProxy:
     parts = urlsplit(db_url)
     return TcpProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
-
-
-def eventually(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 def log_messages(proc: Proc) -> list[str]:

@@ -10,23 +10,13 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from tests.service.commands import GPU_WORKER_COMMAND
 from tests.service.conftest import Processes, client_for, scrape, start_api
-from tests.service.helpers import OP_PRESENT_MUL, chain_model, submit, wait_job
+from tests.service.helpers import OP_PRESENT_MUL, chain_model, eventually, submit, wait_job
 
 MODEL = chain_model(6, 3).SerializeToString()
-
-
-def eventually(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := condition():
-            return result
-        time.sleep(0.25)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 def metric(text: str, name: str, **labels: str) -> float | None:

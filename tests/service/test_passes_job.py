@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from tests.pass_models import FUSED_MATMUL_FUSION, fusion_model, optimized_op_spec
 from tests.service.conftest import client_for
 from tests.service.embedded import embedded_server
-from tests.service.helpers import submit, wait_job
+from tests.service.helpers import run_captured, submit, wait_job
 
 pytest.importorskip("onnxruntime")
 MODEL = fusion_model().SerializeToString()
@@ -34,15 +33,7 @@ def test_a_bisect_passes_job_names_the_fusion_verified_both_ways(tmp_path: Path)
             refused = submit(client, MODEL, "kind: op-present\nops: [MatMul]\n", task="bisect-passes")
         command = ["onnx-reducer", "submit", "fusions.onnx", "--check-spec", "matmul.yaml", "--task", "bisect-passes"]
         env = {**server.env, "ONNX_REDUCER_SERVER": server.url, "ONNX_REDUCER_TOKEN": server.token}
-        done = subprocess.run(
-            [*command, "--wait", "--json"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        done = run_captured([*command, "--wait", "--json"], env, cwd=tmp_path)
 
     assert job["status"] == "succeeded", job
     assert job["task"] == "bisect-passes"

@@ -7,8 +7,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.service.conftest import Processes, client_for, start_api
-from tests.service.helpers import submit
+from tests.service.helpers import eventually, submit
 
 
 def _slow_model(trips: int = 60_000_000) -> bytes:
@@ -55,16 +53,6 @@ def _dead_pid() -> int:
     return child.pid
 
 
-def _wait_for(found: Callable[[], list[Path]], timeout: float, what: str) -> list[Path]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = found()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what} after {timeout:.0f} s")
-
-
 def test_a_killed_workers_check_folder_is_under_data_dir_and_swept_at_the_next_start(
     processes: Processes, tokens: dict[str, str], data_dir: Path
 ) -> None:
@@ -82,7 +70,7 @@ def test_a_killed_workers_check_folder_is_under_data_dir_and_swept_at_the_next_s
     with client_for(url, tokens["team-a"]) as client:
         response = submit(client, _slow_model(), "kind: error\n")
         assert response.status_code == 202, response.text
-    check_dirs = _wait_for(lambda: list(mine[0].glob("onnx-reducer-check-*")), 120, "no check folder in the scratch")
+    check_dirs = eventually(lambda: list(mine[0].glob("onnx-reducer-check-*")), 120, "no check folder in the scratch")
     worker.kill()  # SIGKILL while the check runs: nothing removes its folder
     assert all(path.exists() for path in check_dirs)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +18,7 @@ from examples.build_example_model import build_example_model
 from persistence.tracing import job_trace
 from reducer_client.ci_context import PROVIDER_VARIABLES
 from tests.service.conftest import Processes, start_api
-from tests.service.helpers import OP_PRESENT_MUL, free_port
+from tests.service.helpers import OP_PRESENT_MUL, free_port, run_captured
 from tests.service.otlp_receiver import ReceivedSpan, otlp_receiver
 
 pytestmark = pytest.mark.slow
@@ -57,15 +56,8 @@ def test_a_jobs_spans_reach_the_collector_parented_on_the_traceparent(
         (tmp_path / "spec.yaml").write_text(OP_PRESENT_MUL)
         env = {k: v for k, v in os.environ.items() if k not in PROVIDER_VARIABLES}
         env |= {"ONNX_REDUCER_SERVER": api_url, "ONNX_REDUCER_TOKEN": token, "TRACEPARENT": TRACEPARENT}
-        done = subprocess.run(
-            ["onnx-reducer", "submit", "model.onnx", "--check-spec", "spec.yaml", "--wait", "--json", "-o", "out"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        submit = ["onnx-reducer", "submit", "model.onnx", "--check-spec", "spec.yaml", "--wait", "--json", "-o", "out"]
+        done = run_captured(submit, env, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         summary = json.loads(done.stdout)
         job_id, checks = summary["job_id"], summary["checks_run"]
@@ -96,14 +88,7 @@ def test_without_an_endpoint_no_tracing_code_is_imported(endpoint: bool, tmp_pat
     if endpoint:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{free_port()}"
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.service.tracing_probe", TRACEPARENT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_captured([sys.executable, "-m", "tests.service.tracing_probe", TRACEPARENT], env)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] == "succeeded" and result["checks"] >= 1
