@@ -67,13 +67,15 @@ def wait_idle(server: Embedded, workers: int, used: dict[int, int]) -> dict[int,
     gone and each slot has a spare holding the database open; returns the spares then."""
     database = server.home / "onnx-reducer.db"
     deadline = time.monotonic() + SETTLE_S
+    seen: list[str] = []
     while time.monotonic() < deadline:
         now = job_processes(server.proc.pid)
         ran = [pid for pid, ticks in now.items() if pid in used and ticks != used[pid]]
         if not ran and len(now) == workers and all(holds_open(pid, database) for pid in now):
             return now
+        seen = [f"{pid} (ran: {pid in ran}, database open: {holds_open(pid, database)})" for pid in now]
         time.sleep(0.1)
-    raise RuntimeError("the embedded server did not settle: a job process lingers or a spare is not set up")
+    raise RuntimeError(f"the embedded server did not settle; its job processes: {', '.join(seen) or 'none'}")
 
 
 def _when(value: str) -> datetime:
