@@ -138,38 +138,20 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         default=None,
         help="Count any failure, not only one like the original's (as for reduce).",
     )
-    data = submit.add_mutually_exclusive_group()
-    data.add_argument(
-        "--reduce-data",
-        dest="reduce_data",
-        action="store_true",
-        default=None,
-        help="Shrink the min-bad model's input sizes and weights once the graph is minimal (as for "
+    _add_on_off(
+        submit,
+        "reduce_data",
+        on_help="Shrink the min-bad model's input sizes and weights once the graph is minimal (as for "
         "reduce; sends reduce_data=true; the server keeps them by default).",
-    )
-    data.add_argument(
-        "--no-reduce-data",
-        dest="reduce_data",
-        action="store_false",
-        default=None,
-        help="Keep the min-bad model's input sizes and weights as they are (the server's default; "
+        off_help="Keep the min-bad model's input sizes and weights as they are (the server's default; "
         "sends reduce_data=false).",
     )
-    confirm = submit.add_mutually_exclusive_group()
-    confirm.add_argument(
-        "--confirm-flaky",
-        dest="confirm_flaky",
-        action="store_true",
-        default=None,
-        help="Re-check what makes an answer of 2 to 3 nodes look minimal, up to 3 checks (the server's "
+    _add_on_off(
+        submit,
+        "confirm_flaky",
+        on_help="Re-check what makes an answer of 2 to 3 nodes look minimal, up to 3 checks (the server's "
         "default, as for reduce; the form field confirm_flaky).",
-    )
-    confirm.add_argument(
-        "--no-confirm-flaky",
-        dest="confirm_flaky",
-        action="store_false",
-        default=None,
-        help="Take a 2-3-node answer as it is (as for reduce; sends confirm_flaky=false).",
+        off_help="Take a 2-3-node answer as it is (as for reduce; sends confirm_flaky=false).",
     )
     submit.add_argument(
         "--allow-nonfinite",
@@ -239,3 +221,12 @@ def add_client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="KEY=VALUE",
         help="Only jobs carrying this label, e.g. --label repo=org/app (repeatable: every one must match).",
     )
+
+
+def _add_on_off(parser: argparse.ArgumentParser, dest: str, *, on_help: str, off_help: str) -> None:
+    """``--NAME`` and ``--no-NAME`` (``dest`` with dashes), one or the other: True, False, or None
+    when neither is given (the form field is then not sent and the server decides)."""
+    switch = parser.add_mutually_exclusive_group()
+    flag = dest.replace("_", "-")
+    switch.add_argument(f"--{flag}", dest=dest, action="store_true", default=None, help=on_help)
+    switch.add_argument(f"--no-{flag}", dest=dest, action="store_false", default=None, help=off_help)
