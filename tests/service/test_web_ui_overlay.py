@@ -184,6 +184,21 @@ def test_the_overlay_speaks_chinese(service: Service, browser: Browser, jobs: di
         assert browser.js("return document.documentElement.lang") == "en"
 
 
+def _softmax_entry(
+    node: dict[str, Any], max_abs: float | None, max_rel: float | None, *, nonfinite: bool, beyond: bool
+) -> dict[str, Any]:
+    """The overlay document's entry for a Softmax node's output."""
+    return {
+        "tensor": node["outputs"][0],
+        "node": node["id"],
+        "op": "Softmax",
+        "max_abs": max_abs,
+        "max_rel": max_rel,
+        "nonfinite": nonfinite,
+        "beyond": beyond,
+    }
+
+
 def test_a_closed_name_scope_takes_the_colour_of_its_worst_node(
     service: Service, browser: Browser, jobs: dict[str, Any]
 ) -> None:
@@ -194,33 +209,9 @@ def test_a_closed_name_scope_takes_the_colour_of_its_worst_node(
     softmax = [n for n in graph["nodes"] if n["op"] == "Softmax"]
     layer = lambda node: node["id"].split("/")[3]  # noqa: E731 - /m/encoder/layer.N/...
     entries = [
-        {
-            "tensor": softmax[5]["outputs"][0],
-            "node": softmax[5]["id"],
-            "op": "Softmax",
-            "max_abs": None,
-            "max_rel": None,
-            "nonfinite": True,
-            "beyond": True,
-        },
-        {
-            "tensor": softmax[4]["outputs"][0],
-            "node": softmax[4]["id"],
-            "op": "Softmax",
-            "max_abs": 0.002,
-            "max_rel": 0.001,
-            "nonfinite": False,
-            "beyond": False,
-        },
-        {
-            "tensor": softmax[3]["outputs"][0],
-            "node": softmax[3]["id"],
-            "op": "Softmax",
-            "max_abs": 0.5,
-            "max_rel": 0.1,
-            "nonfinite": False,
-            "beyond": True,
-        },
+        _softmax_entry(softmax[5], None, None, nonfinite=True, beyond=True),
+        _softmax_entry(softmax[4], 0.002, 0.001, nonfinite=False, beyond=False),
+        _softmax_entry(softmax[3], 0.5, 0.1, nonfinite=False, beyond=True),
     ]
     document = {"sample": 0, "total": 3, "truncated": False, "tensors": entries}
     browser.open(service.url + "/#/jobs")
