@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from persistence.migration_columns import cascade_from, create_numbered_table, created_at, row_id, serial_id, text
+from persistence.migration_columns import cascade_from, create_numbered_table, created_at, row_id, text
 
 revision: str = "farm_verdicts"
 down_revision: str | None = "check_units"

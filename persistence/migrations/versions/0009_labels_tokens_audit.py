@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from persistence.migration_columns import cascade_from, create_numbered_table, created_at, row_id, serial_id, text
+from persistence.migration_columns import cascade_from, create_numbered_table, created_at, row_id, text
 
 revision: str = "labels_tokens_audit"
 down_revision: str | None = "session_verdicts"
