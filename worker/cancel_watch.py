@@ -1,4 +1,4 @@
-"""A cancel reaches a job while this process prepares it (``worker.prepared.PREPARING``): loading a
+"""A cancel reaches a job while this process prepares it (``RunnerContext.preparing``): loading a
 big model takes many seconds and checks no cancel flag, so the process's scheduler looks every
 ``CANCEL_LOOK_S`` (a query only while something is being prepared) and ends a cancelled one at
 once (cancelled, its checks cancelled); a job ended or deleted meanwhile is seen too. Each such
@@ -17,7 +17,6 @@ from persistence.enums import JobStatus
 from persistence.models import Job
 from worker.context import RunnerContext
 from worker.endings import end_job
-from worker.preparing import PREPARING
 
 log = logging.getLogger("onnx_reducer.worker")
 CANCEL_LOOK_S = 0.25
@@ -26,7 +25,7 @@ CANCEL_LOOK_S = 0.25
 def end_cancelled_preparations(ctx: RunnerContext) -> list[str]:
     """Stop the preparations of jobs that were cancelled, ended or deleted meanwhile
     (``worker.preparing``), and end the cancelled ones; the ids of those it ended."""
-    preparing = PREPARING.jobs()
+    preparing = ctx.preparing.jobs()
     if not preparing:
         return []
     with ctx.db.session() as session:
@@ -39,7 +38,7 @@ def end_cancelled_preparations(ctx: RunnerContext) -> list[str]:
             continue  # still wanted
         # stopped before it is ended: once it has ended (and maybe been deleted), its preparation
         # makes no folder again
-        PREPARING.stop(job_id)
+        ctx.preparing.stop(job_id)
         if status is None:
             log.info("job %s deleted while it was being prepared; its preparation stops", job_id)
         elif cancel and status is JobStatus.RUNNING and end_job(ctx, job_id, JobStatus.CANCELLED, None, None):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -14,6 +15,7 @@ from persistence.contracts import QUEUES, Enqueue, Notifier, no_notify
 from persistence.db import Database
 from persistence.fairshare import parse_shares
 from persistence.layout import DataLayout
+from worker.preparing import Preparing
 from worker.settings import WorkerSettings
 
 
@@ -69,6 +71,15 @@ class RunnerContext:
     runtime: Capabilities | None = None
     farm_verdict_cache: bool = True
     share_verdicts_across_teams: bool = False
+    # what this process (an embedded slot: this slot) owns, one of each per context (``slot_context``)
+    preparing: Preparing = field(default_factory=Preparing)  # the jobs it prepares now (``worker.cancel_watch``)
+
+
+def slot_context(ctx: RunnerContext, worker: str) -> RunnerContext:
+    """A copy of ``ctx`` for another worker in this Python process (an embedded slot): its own name
+    and its own process state (what the defaults of ``RunnerContext`` make fresh); the database,
+    the settings and the wake-up shared."""
+    return dataclasses.replace(ctx, worker=worker, preparing=Preparing())
 
 
 def context_from_settings(settings: WorkerSettings, notify: Notifier = no_notify) -> RunnerContext:

@@ -13,7 +13,6 @@ after a fresh interpreter's seconds of imports."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import queue
@@ -25,7 +24,7 @@ import time
 from checks.lifeline import kill_orphaned_checks, mark_owner
 from persistence.contracts import QUEUES
 from persistence.repositories import ClaimResult
-from worker.context import RunnerContext, worker_name
+from worker.context import RunnerContext, slot_context, worker_name
 from worker.local_child import READY
 from worker.process import WorkerProcess
 from worker.settings import WorkerSettings
@@ -45,12 +44,11 @@ class LocalRunner:
         ctx.wake = self
         # Each slot claims checks under its own name (the worker row the farm shows), from its own
         # copy of the context: with one shared name, GET /v1/workers and a job's checks_in_flight
-        # named a worker that matched neither slot, and each slot showed the job's first check.
+        # named a worker that matched neither slot, and each slot showed the job's first check. The
+        # copy owns its own process state (``slot_context``): one slot's preparations are not another's.
         names = [_slot_name(i, slots) for i in range(slots)]
         self.nodes = [
-            WorkerProcess(
-                self.settings, dataclasses.replace(ctx, worker=name), QUEUES, name=name, gpu_queue_needs_gpu=True
-            )
+            WorkerProcess(self.settings, slot_context(ctx, name), QUEUES, name=name, gpu_queue_needs_gpu=True)
             for name in names
         ]
         self.node = self.nodes[0]

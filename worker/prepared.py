@@ -43,7 +43,7 @@ from worker.checking import job_check
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError
 from worker.precision_job import precision_plan, start_precision
-from worker.preparing import PREPARING, PreparationStopped
+from worker.preparing import PreparationStopped
 from worker.release_envs import job_env
 
 log = logging.getLogger("onnx_reducer.worker")
@@ -299,7 +299,7 @@ class PreparedJobs:
         self.drop(job.job_id)
         began = time.monotonic()
         try:
-            with PREPARING.of(job.job_id):
+            with ctx.preparing.of(job.job_id):
                 prepared = prepare(job, ctx)
         except PreparationStopped:
             log.info(

@@ -90,6 +90,3 @@ class Preparing:
             finally:
                 region.lock.release()
         return stopped
-
-
-PREPARING = Preparing()

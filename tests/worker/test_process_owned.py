@@ -1,0 +1,38 @@
+"""What one worker process owns (issue 27): each context, the one a ``WorkerProcess`` or an
+embedded slot runs with, carries its own preparations, and two of them in one Python process
+(the embedded server's slots) share none of it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from persistence.db import Database
+from persistence.layout import DataLayout
+from worker.context import RunnerContext
+from worker.local import LocalRunner
+from worker.process import WorkerProcess
+from worker.settings import WorkerSettings
+
+
+@pytest.fixture
+def two_slots(tmp_path: Path) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
+    """The embedded server's two slots (two ``WorkerProcess`` objects in this Python process)."""
+    db = Database(f"sqlite:///{tmp_path / 'unused.db'}")
+    ctx = RunnerContext(
+        db=db, layout=DataLayout(tmp_path), lease_s=60, max_attempts=3, time_limit_s=60, allow_command=False
+    )
+    runner = LocalRunner(ctx, WorkerSettings(worker_gpus="", local_workers=2))
+    yield runner.nodes[0], runner.nodes[1]
+    db.dispose()
+
+
+def test_a_preparation_belongs_to_the_slot_preparing_it(two_slots: tuple[WorkerProcess, WorkerProcess]) -> None:
+    first, second = two_slots
+    with first.ctx.preparing.of("job-1"):
+        assert first.ctx.preparing.jobs() == ["job-1"]
+        assert second.ctx.preparing.jobs() == []  # the other slot's cancel watch stops none of it
+        assert second.ctx.preparing.stop("job-1") == 0
+    assert first.ctx.preparing.jobs() == []
