@@ -35,6 +35,7 @@ from service_parallel_bench import OUT, chain_model  # noqa: E402
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 SETTLE_S = 120.0  # how long a loaded machine may take to set a spare up (a bound, not a pause)
+STILL_S = 0.5  # a set-up spare, blocked on its stdin, uses no CPU tick over this
 
 
 def job_processes(server_pid: int) -> dict[int, int]:
@@ -64,17 +65,22 @@ def holds_open(pid: int, path: Path) -> bool:
 
 def wait_idle(server: Embedded, workers: int, used: dict[int, int]) -> dict[int, int]:
     """Waits until the job processes that ran since ``used`` was taken (their CPU ticks moved) are
-    gone and each slot has a spare holding the database open; returns the spares then."""
+    gone and each slot has a spare that holds the database open and uses no CPU over ``STILL_S``
+    (set up and waiting on its stdin: a spare still compiling its warm-up would otherwise count as
+    having run); returns the spares then."""
     database = server.home / "onnx-reducer.db"
     deadline = time.monotonic() + SETTLE_S
+    before: dict[int, int] = {}
     seen: list[str] = []
     while time.monotonic() < deadline:
         now = job_processes(server.proc.pid)
         ran = [pid for pid, ticks in now.items() if pid in used and ticks != used[pid]]
-        if not ran and len(now) == workers and all(holds_open(pid, database) for pid in now):
+        ready = len(now) == workers and all(holds_open(pid, database) for pid in now)
+        if not ran and ready and now == before:
             return now
         seen = [f"{pid} (ran: {pid in ran}, database open: {holds_open(pid, database)})" for pid in now]
-        time.sleep(0.1)
+        before = now
+        time.sleep(STILL_S)
     raise RuntimeError(f"the embedded server did not settle; its job processes: {', '.join(seen) or 'none'}")
 
 
