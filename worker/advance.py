@@ -39,7 +39,6 @@ from worker.claims import claim_follow_up, may_follow_up
 from worker.context import RunnerContext
 from worker.endings import JobTimedOutError, ending_of
 from worker.farm_cache import FarmLink
-from worker.live_session import LIVE
 from worker.prepared import PREPARED, PreparedJob
 
 log = logging.getLogger("onnx_reducer.worker")
@@ -62,7 +61,7 @@ class WorkerSite:
     def open(self, db: Session, job: Job, collector: Collector) -> ReductionSession:
         if self.deadline is not None and utcnow() > self.deadline:
             raise JobTimedOutError()  # (the unit's finish is rolled back with the transaction)
-        reduction = LIVE.take(db, self.prepared, job, collector)
+        reduction = self.ctx.live.take(db, self.prepared, job, collector)
         self.farm = FarmLink.open(self.ctx, db, job, reduction)
         return reduction
 
@@ -82,7 +81,7 @@ class WorkerSite:
         return _queue_next(self.ctx, db, job, reduction, self.follow and may_follow_up(self.ctx, job))
 
     def keep(self, db: Session, job: Job, reduction: ReductionSession) -> None:
-        LIVE.keep_after_commit(db, self.prepared, job, reduction)
+        self.ctx.live.keep_after_commit(db, self.prepared, job, reduction)
 
     def ending_of(self, job: Job, failure: Exception) -> tuple[JobStatus, ErrorCode | None, str | None]:
         return ending_of(failure, self.ctx, job.id)

@@ -36,7 +36,6 @@ from persistence.store import StoredBlob
 from worker.context import RunnerContext
 from worker.endings import StopPoll, deadline_of, end_if_stopped, ending_errors
 from worker.final_checks import Evidence, Finals, check_finals, plan_finals, succeed_verified
-from worker.live_session import LIVE
 from worker.precision_job import precision_payload, store_precision_results, written_fp32_nodes
 from worker.prepared import PREPARED, JobInput, PreparedJob
 from worker.unit_lease import LEASES, HeldUnit
@@ -118,7 +117,7 @@ class FinishRun:
             job = JobRepository(db).get(self.job_id)
             if job is None:
                 raise CheckStoppedError()
-            reduction = LIVE.take(db, prepared, job, Collector(self.job_id))
+            reduction = self.ctx.live.take(db, prepared, job, Collector(self.job_id))
             result = reduction.result
             evidence = None
             if prepared.task is not JobTask.PRECISION:

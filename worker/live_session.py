@@ -18,6 +18,7 @@ database gone) leaves nothing live, and the next verdict replays."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import event
@@ -27,7 +28,25 @@ from engine.session import ReductionSession
 from jobflow.stored_state import catch_up, load_state_seen
 from persistence.models import Job
 from reducer_core.requests import SessionListener
-from worker.prepared import LiveSession, PreparedJob
+
+
+@dataclass(frozen=True)
+class LiveSession:
+    """The job's session as version ``version`` of its row's state left it."""
+
+    version: int
+    session: ReductionSession
+    seen: int = 0  # the last verdict row (``session_verdicts.id``) the session has read (0: none)
+
+
+class SessionOwner(Protocol):
+    """What a live session is kept on: the prepared job it was built on (``worker.prepared.PreparedJob``)."""
+
+    live: LiveSession | None
+
+    def session(self, state: dict[str, Any] | None, listener: SessionListener | None = None) -> ReductionSession:
+        """The job's session rebuilt from ``state``."""
+        ...
 
 
 @dataclass
@@ -40,14 +59,15 @@ class SessionStats:
 
 
 class LiveSessions:
-    """Takes and keeps the live sessions of this process. Each is kept on the prepared job it was
-    built on (``PreparedJob.live``: it holds that prepared model; one per thread), so it goes with it."""
+    """Takes and keeps the live sessions of this process (``RunnerContext.live``: one per context).
+    Each is kept on the prepared job it was built on (``PreparedJob.live``: it holds that prepared
+    model; one per thread), so it goes with it."""
 
     def __init__(self) -> None:
         self.stats = SessionStats()
         self._seen: WeakKeyDictionary[ReductionSession, int] = WeakKeyDictionary()  # its last verdict row read
 
-    def take(self, db: Session, owner: PreparedJob, job: Job, listener: SessionListener) -> ReductionSession:
+    def take(self, db: Session, owner: SessionOwner, job: Job, listener: SessionListener) -> ReductionSession:
         """The session of ``job`` (row-locked by the caller) as its stored state is: the kept
         one when its version is the row's, the kept one caught up when the row's is later, else
         rebuilt from the state (``jobflow.stored_state``)."""
@@ -69,7 +89,7 @@ class LiveSessions:
         self._seen[reduction] = seen
         return reduction
 
-    def keep_after_commit(self, db: Session, owner: PreparedJob, job: Job, reduction: ReductionSession) -> None:
+    def keep_after_commit(self, db: Session, owner: SessionOwner, job: Job, reduction: ReductionSession) -> None:
         """Keep ``reduction`` as the state of version ``job.state_version`` once ``db`` commits."""
         kept = LiveSession(job.state_version, reduction, self._seen.get(reduction, 0))
 
@@ -77,6 +97,3 @@ class LiveSessions:
             owner.live = kept
 
         event.listen(db, "after_commit", keep, once=True)
-
-
-LIVE = LiveSessions()

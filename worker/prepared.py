@@ -42,6 +42,7 @@ from reducer_core.requests import SessionListener
 from worker.checking import job_check
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError
+from worker.live_session import LiveSession
 from worker.precision_job import precision_plan, start_precision
 from worker.preparing import PreparationStopped
 from worker.release_envs import job_env
@@ -103,15 +104,6 @@ class _Log:
 
     def warning(self, message: str) -> None:
         log.warning(message)
-
-
-@dataclass(frozen=True)
-class LiveSession:
-    """The job's session as version ``version`` of its row's state left it (``worker.live_session``)."""
-
-    version: int
-    session: ReductionSession
-    seen: int = 0  # the last verdict row (``session_verdicts.id``) the session has read (0: none)
 
 
 @dataclass

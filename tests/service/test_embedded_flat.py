@@ -42,7 +42,6 @@ from tests.service.in_process import in_process_context
 from worker import unit_run
 from worker.context import RunnerContext
 from worker.job_start import start_job
-from worker.live_session import LIVE
 from worker.run_job import RunCheck, StartJob, take
 
 NODES, CULPRIT = 320, 213  # a linear job of 500+ checks
@@ -119,7 +118,7 @@ def test_a_verdict_costs_the_same_at_check_500_as_at_check_10_when_two_slots_tak
         taken = slots[0].submit(take, ctx).result()
         assert isinstance(taken, StartJob) and taken.job_id == job_id
         slots[0].submit(start_job, ctx, job_id).result()
-        replays = LIVE.stats.replays
+        replays = ctx.live.stats.replays
         for verdict in range(1, max(MEASURED) + 1):
             slot = slots[verdict % 2]  # the slot that did not record the verdict before
             taken = slot.submit(take, ctx).result()
@@ -129,7 +128,7 @@ def test_a_verdict_costs_the_same_at_check_500_as_at_check_10_when_two_slots_tak
             if verdict in MEASURED:
                 measured[verdict] = (len(counter.statements), counter.verdict_rows)
                 counter.reset(0)
-        replayed = LIVE.stats.replays - replays
+        replayed = ctx.live.stats.replays - replays
     finally:
         event.remove(Session, "do_orm_execute", counter.rows)
         event.remove(ctx.db.engine, "before_cursor_execute", counter.statement)

@@ -2,7 +2,7 @@
 that advanced it last applies only the new verdict; a worker whose kept version is not the row's
 (another worker advanced the job since: a takeover) rebuilds it from the stored state, or, when
 it kept one, catches up with the verdicts stored since, and the job ends with the same answer.
-Replays are counted by ``LIVE.stats``, not timed. ``run_job``'s own
+Replays are counted by ``ctx.live.stats``, not timed. ``run_job``'s own
 steps (``take``, ``start_job``, ``RunCheck``) run in this process against PostgreSQL; a
 second worker is a second thread (each thread keeps its own prepared jobs and sessions)."""
 
@@ -26,7 +26,6 @@ from tests.service.in_process import one_check_context
 from worker.context import RunnerContext
 from worker.finishing import FinishRun
 from worker.job_start import start_job
-from worker.live_session import LIVE
 from worker.run_job import FinishJob, RunCheck, StartJob, take
 from worker.unit_run import UnitTicket
 
@@ -93,16 +92,16 @@ def _state_version(db_url: str, job_id: str) -> int:
 def test_the_worker_that_advanced_a_job_last_applies_only_the_new_verdict(
     client: httpx.Client, db_url: str, ctx: RunnerContext
 ) -> None:
-    replays, reused = LIVE.stats.replays, LIVE.stats.reused
+    replays, reused = ctx.live.stats.replays, ctx.live.stats.reused
     job_id = _start(client, ctx)
-    assert LIVE.stats.replays == replays + 1  # the session is built once, at the start
+    assert ctx.live.stats.replays == replays + 1  # the session is built once, at the start
     verdicts = 0
     while (ticket := _next_check(ctx)) is not None:
         RunCheck(ticket).run(ctx, follow=False)
         verdicts += 1
     assert verdicts > 5
-    assert LIVE.stats.replays == replays + 1, "a verdict (or the end) rebuilt the session although it was live"
-    assert LIVE.stats.reused == reused + verdicts + 1  # and the finish unit's, which reads the answer
+    assert ctx.live.stats.replays == replays + 1, "a verdict (or the end) rebuilt the session although it was live"
+    assert ctx.live.stats.reused == reused + verdicts + 1  # and the finish unit's, which reads the answer
     assert _state_version(db_url, job_id) == verdicts + 1  # one state write per verdict, and the start
     status, nodes, min_bad = _answer(client, job_id)
     assert status == "succeeded" and nodes == 1 and min_bad
@@ -122,20 +121,20 @@ def test_a_takeover_by_another_worker_replays_and_ends_with_the_same_answer(
         ticket = _next_check(ctx)
         assert ticket is not None
         RunCheck(ticket).run(ctx, follow=False)
-    replays = LIVE.stats.replays
+    replays = ctx.live.stats.replays
     ticket = _next_check(ctx)
     assert ticket is not None
     _in_another_worker(ctx, ticket)  # its own prepared job: it rebuilds the session
-    assert LIVE.stats.replays == replays + 1
+    assert ctx.live.stats.replays == replays + 1
     ticket = _next_check(ctx)
     assert ticket is not None
-    caught_up = LIVE.stats.caught_up
+    caught_up = ctx.live.stats.caught_up
     RunCheck(ticket).run(ctx, follow=False)  # back here: the kept version is stale, so it catches up (no replay)
-    assert LIVE.stats.replays == replays + 1 and LIVE.stats.caught_up == caught_up + 1
-    reused = LIVE.stats.reused
+    assert ctx.live.stats.replays == replays + 1 and ctx.live.stats.caught_up == caught_up + 1
+    reused = ctx.live.stats.reused
     while (ticket := _next_check(ctx)) is not None:
         RunCheck(ticket).run(ctx, follow=False)
-    assert LIVE.stats.replays == replays + 1 and LIVE.stats.reused > reused  # live again from then on
+    assert ctx.live.stats.replays == replays + 1 and ctx.live.stats.reused > reused  # live again from then on
     assert _answer(client, job_id) == expected
     numbers = [int(item["number"]) for item in client.get(f"/v1/jobs/{job_id}/iterations").json()["items"]]
     assert numbers == list(range(1, len(numbers) + 1))

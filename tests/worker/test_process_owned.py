@@ -1,17 +1,23 @@
 """What one worker process owns (issue 27): each context, the one a ``WorkerProcess`` or an
-embedded slot runs with, carries its own preparations, and two of them in one Python process
-(the embedded server's slots) share none of it."""
+embedded slot runs with, carries its own preparations and live sessions' counts, and two of them
+in one Python process (the embedded server's slots) share none of it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
+from sqlalchemy.orm import Session
 
+from engine.session import ReductionSession
 from persistence.db import Database
 from persistence.layout import DataLayout
+from persistence.models import Job
+from reducer_core.requests import SessionListener
 from worker.context import RunnerContext
+from worker.live_session import LiveSession
 from worker.local import LocalRunner
 from worker.process import WorkerProcess
 from worker.settings import WorkerSettings
@@ -36,3 +42,32 @@ def test_a_preparation_belongs_to_the_slot_preparing_it(two_slots: tuple[WorkerP
         assert second.ctx.preparing.jobs() == []  # the other slot's cancel watch stops none of it
         assert second.ctx.preparing.stop("job-1") == 0
     assert first.ctx.preparing.jobs() == []
+
+
+class _Kept:
+    """A session kept live (the part ``LiveSessions.take`` touches when the version matches)."""
+
+    def __init__(self) -> None:
+        self.listeners: list[SessionListener] = []
+
+    def listen(self, listener: SessionListener) -> None:
+        self.listeners.append(listener)
+
+
+class _Owner:
+    """A prepared job holding a live session of state version 2."""
+
+    def __init__(self) -> None:
+        self.live: LiveSession | None = LiveSession(2, cast(ReductionSession, _Kept()))
+
+    def session(self, state: object, listener: SessionListener | None = None) -> ReductionSession:
+        raise AssertionError("the live session is reused, not rebuilt")
+
+
+def test_a_slot_counts_only_the_sessions_it_took(two_slots: tuple[WorkerProcess, WorkerProcess]) -> None:
+    first, second = two_slots
+    taken = first.ctx.live.take(
+        cast(Session, None), _Owner(), Job(id="job-1", state_version=2), cast(SessionListener, object())
+    )
+    assert isinstance(taken, _Kept) and taken.listeners
+    assert (first.ctx.live.stats.reused, second.ctx.live.stats.reused) == (1, 0)
