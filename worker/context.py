@@ -18,6 +18,7 @@ from persistence.layout import DataLayout
 from worker.live_session import LiveSessions
 from worker.preparing import Preparing
 from worker.settings import WorkerSettings
+from worker.unit_lease import LeaseKeeper
 
 
 def no_wake(job_id: str, queue: str) -> None:
@@ -75,13 +76,14 @@ class RunnerContext:
     # what this process (an embedded slot: this slot) owns, one of each per context (``slot_context``)
     preparing: Preparing = field(default_factory=Preparing)  # the jobs it prepares now (``worker.cancel_watch``)
     live: LiveSessions = field(default_factory=LiveSessions)  # how its sessions were obtained (``worker.live_session``)
+    leases: LeaseKeeper = field(default_factory=LeaseKeeper)  # the leases it renews (``worker.unit_lease``)
 
 
 def slot_context(ctx: RunnerContext, worker: str) -> RunnerContext:
     """A copy of ``ctx`` for another worker in this Python process (an embedded slot): its own name
     and its own process state (what the defaults of ``RunnerContext`` make fresh); the database,
     the settings and the wake-up shared."""
-    return dataclasses.replace(ctx, worker=worker, preparing=Preparing(), live=LiveSessions())
+    return dataclasses.replace(ctx, worker=worker, preparing=Preparing(), live=LiveSessions(), leases=LeaseKeeper())
 
 
 def context_from_settings(settings: WorkerSettings, notify: Notifier = no_notify) -> RunnerContext:

@@ -38,7 +38,7 @@ from worker.endings import StopPoll, deadline_of, end_if_stopped, ending_errors
 from worker.final_checks import Evidence, Finals, check_finals, plan_finals, succeed_verified
 from worker.precision_job import precision_payload, store_precision_results, written_fp32_nodes
 from worker.prepared import PREPARED, JobInput, PreparedJob
-from worker.unit_lease import LEASES, HeldUnit
+from worker.unit_lease import HeldUnit
 
 log = logging.getLogger("onnx_reducer.worker")
 CANCEL_POLL_S = 1.0
@@ -83,7 +83,7 @@ class FinishRun:
                 return 0
             began = time.monotonic()
             prepared = PREPARED.get(read.job, self.ctx)
-            self.lease = LEASES.hold(self.ctx, self.ticket.id, self.job_id)
+            self.lease = self.ctx.leases.hold(self.ctx, self.ticket.id, self.job_id)
             poll = StopPoll(self.ctx, self.job_id, JobStatus.FINISHING, read.deadline, CANCEL_POLL_S)
             poll.lost = self.lease.lost  # another worker took the unit
             try:
@@ -93,7 +93,7 @@ class FinishRun:
                 end_if_stopped(self.ctx, self.job_id, read.deadline)
                 return 0
             finally:
-                LEASES.release(self.lease)
+                self.ctx.leases.release(self.lease)
             seq = transaction(
                 self.ctx.db, lambda db: self._end(db, answer, time.monotonic() - began), f"job {self.job_id}: ending it"
             )

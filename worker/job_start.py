@@ -26,7 +26,6 @@ from worker.endings import JobCancelledError, JobTimedOutError, deadline_of, end
 from worker.passes_job import run_passes_job
 from worker.prepared import PREPARED, JobInput
 from worker.release_job import run_release_job
-from worker.unit_lease import LEASES
 
 
 def start_job(ctx: RunnerContext, job_id: str) -> None:
@@ -36,12 +35,12 @@ def start_job(ctx: RunnerContext, job_id: str) -> None:
         if job is None:
             return
         attempt = job.attempts
-    lease = LEASES.hold_start(ctx, job_id, attempt)  # renewed while a big model loads
+    lease = ctx.leases.hold_start(ctx, job_id, attempt)  # renewed while a big model loads
     try:
         with bind_job(job_id), ending_errors(ctx, job_id):
             _start(ctx, job_id, attempt)
     finally:
-        LEASES.release(lease)
+        ctx.leases.release(lease)
     with ctx.db.session() as session:
         deleted = JobRepository(session).get(job_id) is None
     if deleted:  # deleted while this worker prepared it: no folder is left of it

@@ -22,19 +22,29 @@ import math
 import os
 import threading
 import time
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sqlalchemy.orm import Session
 
+from persistence.db import Database
 from persistence.repositories import JobRepository
 from persistence.repositories.units import UnitRepository
 from persistence.retry import sqlstate_of
-from worker.context import RunnerContext
 
 log = logging.getLogger("onnx_reducer.worker")
 MIN_INTERVAL_S = 0.05
 RENEWERS = 4  # renewals run at once (one blocked leaves the others going)
+
+
+class LeaseTerms(Protocol):
+    """What renewing a lease reads of the worker's context (``worker.context.RunnerContext``)."""
+
+    db: Database
+    lease_s: float
+    worker: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,7 +52,7 @@ class HeldUnit:
     """One hold of a unit (a process may hold the same unit twice: two slots, after its first
     lease ran out and it was queued again; each releases its own)."""
 
-    ctx: RunnerContext
+    ctx: LeaseTerms
     unit_id: int | None  # None: a job's start, its attempt's lease (``LeaseKeeper.hold_start``)
     job_id: str
     lost: threading.Event
@@ -51,10 +61,12 @@ class HeldUnit:
 
 
 class LeaseKeeper:
-    """The process's held units and the thread renewing their leases (module doc)."""
+    """The process's held units and the thread renewing their leases (module doc): one per
+    context (``RunnerContext.leases``; an embedded slot has its own)."""
 
     def __init__(self) -> None:
         self.start_afresh()
+        _KEEPERS.add(self)
 
     def start_afresh(self) -> None:
         """No unit held, no thread (also what a forked child does: it has none of its parent's
@@ -65,11 +77,11 @@ class LeaseKeeper:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
 
-    def hold(self, ctx: RunnerContext, unit_id: int, job_id: str) -> HeldUnit:
+    def hold(self, ctx: LeaseTerms, unit_id: int, job_id: str) -> HeldUnit:
         """Renew the unit's lease until ``release``; its ``lost`` event is set if it is lost."""
         return self._hold(HeldUnit(ctx, unit_id, job_id, threading.Event()))
 
-    def hold_start(self, ctx: RunnerContext, job_id: str, attempt: int) -> HeldUnit:
+    def hold_start(self, ctx: LeaseTerms, job_id: str, attempt: int) -> HeldUnit:
         """Renew the lease of ``attempt`` at ``job_id`` (a job being started) until ``release``."""
         return self._hold(HeldUnit(ctx, None, job_id, threading.Event(), attempt))
 
@@ -177,7 +189,11 @@ def _renew_start(session: Session, held: HeldUnit) -> bool:
     return False
 
 
-LEASES = LeaseKeeper()
+def _start_afresh_after_fork() -> None:
+    """A forked child holds none of its parent's units: every keeper it inherited starts afresh."""
+    for keeper in list(_KEEPERS):
+        keeper.start_afresh()
 
 
-os.register_at_fork(after_in_child=LEASES.start_afresh)
+_KEEPERS: weakref.WeakSet[LeaseKeeper] = weakref.WeakSet()  # the keepers alive, for a fork only
+os.register_at_fork(after_in_child=_start_afresh_after_fork)

@@ -35,7 +35,7 @@ from worker.advance import WorkerSite, announce, cleanup_if_ended
 from worker.context import RunnerContext
 from worker.endings import StopPoll, deadline_of, end_if_stopped, ending_errors
 from worker.prepared import PREPARED, JobInput, PreparedJob
-from worker.unit_lease import LEASES, HeldUnit
+from worker.unit_lease import HeldUnit
 
 log = logging.getLogger("onnx_reducer.worker")
 ITERATION_MODEL = "iteration.onnx"
@@ -132,7 +132,7 @@ class UnitRun:
 
     def _check(self, prepared: PreparedJob) -> Delivery | None:
         """Run the check while this worker holds the unit's lease (None: stopped, see ``check``)."""
-        self.lease = LEASES.hold(self.ctx, self.ticket.id, self.job_id)
+        self.lease = self.ctx.leases.hold(self.ctx, self.ticket.id, self.job_id)
         poll = StopPoll(self.ctx, self.job_id, JobStatus.RUNNING, self.deadline, CANCEL_POLL_S, self.last_poll)
         poll.lost = self.lease.lost  # another worker took the unit
         try:
@@ -143,7 +143,7 @@ class UnitRun:
             cleanup_if_ended(self.ctx, self.job_id)
             return None
         finally:
-            LEASES.release(self.lease)
+            self.ctx.leases.release(self.lease)
 
     def _read_job(self) -> JobInput | None:
         with self.ctx.db.session() as session:

@@ -18,7 +18,6 @@ from persistence.repositories import ClaimResult, JobRepository
 from tests.service.helpers import chain_model, submit
 from tests.service.in_process import in_process_context
 from worker.context import RunnerContext
-from worker.unit_lease import LEASES
 
 LEASE_S = 0.6  # renewed every 0.2 s
 WAIT_S = 60.0
@@ -50,7 +49,7 @@ def test_a_started_job_s_lease_is_renewed_while_held_and_lost_to_another_attempt
     with database.session() as session:
         assert JobRepository(session).claim(job_id, LEASE_S, 3) is ClaimResult.CLAIMED
     first = _lease(database, job_id)
-    held = LEASES.hold_start(ctx, job_id, attempt=1)
+    held = ctx.leases.hold_start(ctx, job_id, attempt=1)
     try:
         _until(lambda: _lease(database, job_id) > first, "the lease is renewed")
         with database.session() as session:  # another worker took the job again (attempt 2)
@@ -60,4 +59,4 @@ def test_a_started_job_s_lease_is_renewed_while_held_and_lost_to_another_attempt
             session.commit()
         assert held.lost.wait(WAIT_S), "a renewal finds the job held by another attempt"
     finally:
-        LEASES.release(held)
+        ctx.leases.release(held)

@@ -1,6 +1,6 @@
 """What one worker process owns (issue 27): each context, the one a ``WorkerProcess`` or an
-embedded slot runs with, carries its own preparations and live sessions' counts, and two of them
-in one Python process (the embedded server's slots) share none of it."""
+embedded slot runs with, carries its own preparations, live sessions' counts and unit leases, and two
+of them in one Python process (the embedded server's slots) share none of it."""
 
 from __future__ import annotations
 
@@ -71,3 +71,13 @@ def test_a_slot_counts_only_the_sessions_it_took(two_slots: tuple[WorkerProcess,
     )
     assert isinstance(taken, _Kept) and taken.listeners
     assert (first.ctx.live.stats.reused, second.ctx.live.stats.reused) == (1, 0)
+
+
+def test_a_lease_is_renewed_by_the_slot_holding_it(two_slots: tuple[WorkerProcess, WorkerProcess]) -> None:
+    first, second = two_slots
+    held = first.ctx.leases.hold(first.ctx, 1, "job-1")
+    try:
+        assert first.ctx.leases.renewing  # its renewal thread started with its first unit held
+        assert not second.ctx.leases.renewing  # the other slot holds nothing, renews nothing
+    finally:
+        first.ctx.leases.release(held)
