@@ -39,7 +39,7 @@ from worker.claims import claim_follow_up, may_follow_up
 from worker.context import RunnerContext
 from worker.endings import JobTimedOutError, ending_of
 from worker.farm_cache import FarmLink
-from worker.prepared import PREPARED, PreparedJob
+from worker.prepared import PreparedJob
 
 log = logging.getLogger("onnx_reducer.worker")
 
@@ -149,5 +149,5 @@ def cleanup_if_ended(ctx: RunnerContext, job_id: str) -> None:
         job = JobRepository(session).get(job_id)
         ended = job is None or job.status.terminal
     if ended:
-        PREPARED.drop(job_id)
+        ctx.prepared.drop(job_id)
         shutil.rmtree(ctx.layout.work_dir(job_id), ignore_errors=True)

@@ -15,6 +15,7 @@ from persistence.contracts import QUEUES, Enqueue, Notifier, no_notify
 from persistence.db import Database
 from persistence.fairshare import parse_shares
 from persistence.layout import DataLayout
+from worker.kept_jobs import PerThreadJobs
 from worker.live_session import LiveSessions
 from worker.preparing import Preparing
 from worker.settings import WorkerSettings
@@ -77,13 +78,16 @@ class RunnerContext:
     preparing: Preparing = field(default_factory=Preparing)  # the jobs it prepares now (``worker.cancel_watch``)
     live: LiveSessions = field(default_factory=LiveSessions)  # how its sessions were obtained (``worker.live_session``)
     leases: LeaseKeeper = field(default_factory=LeaseKeeper)  # the leases it renews (``worker.unit_lease``)
+    prepared: PerThreadJobs = field(default_factory=PerThreadJobs)  # the jobs it keeps prepared, per thread
 
 
 def slot_context(ctx: RunnerContext, worker: str) -> RunnerContext:
     """A copy of ``ctx`` for another worker in this Python process (an embedded slot): its own name
     and its own process state (what the defaults of ``RunnerContext`` make fresh); the database,
     the settings and the wake-up shared."""
-    return dataclasses.replace(ctx, worker=worker, preparing=Preparing(), live=LiveSessions(), leases=LeaseKeeper())
+    return dataclasses.replace(
+        ctx, worker=worker, preparing=Preparing(), live=LiveSessions(), leases=LeaseKeeper(), prepared=PerThreadJobs()
+    )
 
 
 def context_from_settings(settings: WorkerSettings, notify: Notifier = no_notify) -> RunnerContext:

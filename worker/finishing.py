@@ -37,7 +37,7 @@ from worker.context import RunnerContext
 from worker.endings import StopPoll, deadline_of, end_if_stopped, ending_errors
 from worker.final_checks import Evidence, Finals, check_finals, plan_finals, succeed_verified
 from worker.precision_job import precision_payload, store_precision_results, written_fp32_nodes
-from worker.prepared import PREPARED, JobInput, PreparedJob
+from worker.prepared import JobInput, PreparedJob, prepared_job
 from worker.unit_lease import HeldUnit
 
 log = logging.getLogger("onnx_reducer.worker")
@@ -82,7 +82,7 @@ class FinishRun:
             if read is None:
                 return 0
             began = time.monotonic()
-            prepared = PREPARED.get(read.job, self.ctx)
+            prepared = prepared_job(read.job, self.ctx)
             self.lease = self.ctx.leases.hold(self.ctx, self.ticket.id, self.job_id)
             poll = StopPoll(self.ctx, self.job_id, JobStatus.FINISHING, read.deadline, CANCEL_POLL_S)
             poll.lost = self.lease.lost  # another worker took the unit

@@ -16,7 +16,7 @@ from persistence.models import Job, utcnow
 from persistence.repositories import JobRepository
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError, JobTimedOutError, deadline_of
-from worker.prepared import PREPARED, JobInput, PreparedJob
+from worker.prepared import JobInput, PreparedJob, prepared_job
 
 log = logging.getLogger("onnx_reducer.worker")
 
@@ -55,11 +55,11 @@ def held(session: Session, job_id: str, attempt: int) -> Job:
 def probing(ctx: RunnerContext, job_id: str, job_input: JobInput, while_doing: str) -> Iterator[PreparedJob]:
     """The job's prepared model for its probes, dropped with its work folder when they end; a
     ``JobGoneError`` among them ends the run quietly (logged: gone ``while_doing``)."""
-    prepared = PREPARED.get(job_input, ctx)
+    prepared = prepared_job(job_input, ctx)
     try:
         yield prepared
     except JobGoneError:
         log.info("job %s: ended or taken by another worker while %s", job_id, while_doing)
     finally:
-        PREPARED.drop(job_id)
+        ctx.prepared.drop(job_id)
         shutil.rmtree(prepared.work_dir, ignore_errors=True)

@@ -24,7 +24,7 @@ from worker.advance import Advanced, WorkerSite, announce
 from worker.context import RunnerContext
 from worker.endings import JobCancelledError, JobTimedOutError, deadline_of, ending_errors
 from worker.passes_job import run_passes_job
-from worker.prepared import PREPARED, JobInput
+from worker.prepared import JobInput, prepared_job
 from worker.release_job import run_release_job
 
 
@@ -44,7 +44,7 @@ def start_job(ctx: RunnerContext, job_id: str) -> None:
     with ctx.db.session() as session:
         deleted = JobRepository(session).get(job_id) is None
     if deleted:  # deleted while this worker prepared it: no folder is left of it
-        PREPARED.drop(job_id)
+        ctx.prepared.drop(job_id)
         shutil.rmtree(ctx.layout.job_dir(job_id), ignore_errors=True)
 
 
@@ -64,7 +64,7 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
     if job_input.task is JobTask.BISECT_PASSES:  # no reduction session either: worker.passes_job
         run_passes_job(ctx, job_id, attempt)
         return
-    prepared = PREPARED.get(job_input, ctx)
+    prepared = prepared_job(job_input, ctx)
     nodes = len(prepared.workspace.index)
     weights = {loc: ctx.layout.store.put_file(path) for loc, path in prepared.workspace.sources.files.items()}
 

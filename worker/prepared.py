@@ -1,6 +1,6 @@
 """A job as one worker process keeps it ready for its checks: the prepared model (``Workspace``),
 the parsed spec, the runnable check and the session's options. Loading a big model takes long, so
-each process keeps the last few jobs it served (``PreparedJobs``, least recently used first out)
+each process keeps the last few jobs it served (``worker.kept_jobs``, least recently used first out)
 and any check of those jobs it takes next starts at once.
 
 Each process prepares a job in its own folder (``work/<job>/<process>``): checks of the same job
@@ -17,7 +17,6 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,6 @@ from worker.preparing import PreparationStopped
 from worker.release_envs import job_env
 
 log = logging.getLogger("onnx_reducer.worker")
-KEEP_JOBS = 3
 
 
 @dataclass(frozen=True)
@@ -276,55 +274,23 @@ def _place(store: ArtifactStore, key: str, target: Path) -> None:
         shutil.copyfile(store.path(key), target)
 
 
-class PreparedJobs:
-    """The jobs this process keeps prepared (least recently used dropped first)."""
-
-    def __init__(self, keep: int = KEEP_JOBS) -> None:
-        self.keep = keep
-        self._jobs: OrderedDict[str, PreparedJob] = OrderedDict()
-
-    def get(self, job: JobInput, ctx: RunnerContext) -> PreparedJob:
-        prepared = self._jobs.get(job.job_id)
-        if prepared is not None and prepared.work_dir.is_dir():
-            self._jobs.move_to_end(job.job_id)
-            return prepared
-        self.drop(job.job_id)
-        began = time.monotonic()
-        try:
-            with ctx.preparing.of(job.job_id):
-                prepared = prepare(job, ctx)
-        except PreparationStopped:
-            log.info(
-                "job %s: preparation stopped after %.1f s: the job was cancelled, ended or deleted",
-                job.job_id,
-                time.monotonic() - began,
-            )
-            _remove_stopped(ctx, job.job_id)
-            raise JobCancelledError() from None  # the job has ended: nothing to end (worker.endings)
-        self._jobs[job.job_id] = prepared
-        while len(self._jobs) > self.keep:
-            _, oldest = self._jobs.popitem(last=False)
-            oldest.close()
-        return prepared
-
-    def drop(self, job_id: str) -> None:
-        prepared = self._jobs.pop(job_id, None)
-        if prepared is not None:
-            prepared.close()
-
-
-class _PerThread(threading.local):
-    """Each thread that runs checks keeps its own prepared jobs (the embedded runner's slots may be
-    threads of one process: they never share a workspace or an iteration file)."""
-
-    def __init__(self) -> None:
-        self.jobs = PreparedJobs()
-
-    def get(self, job: JobInput, ctx: RunnerContext) -> PreparedJob:
-        return self.jobs.get(job, ctx)
-
-    def drop(self, job_id: str) -> None:
-        self.jobs.drop(job_id)
-
-
-PREPARED = _PerThread()
+def prepared_job(job: JobInput, ctx: RunnerContext) -> PreparedJob:
+    """``job`` as this thread of ``ctx`` keeps it prepared (``RunnerContext.prepared``), prepared
+    now if it is not kept (or its folder went)."""
+    kept = ctx.prepared.find(job.job_id)
+    if isinstance(kept, PreparedJob):
+        return kept
+    began = time.monotonic()
+    try:
+        with ctx.preparing.of(job.job_id):
+            prepared = prepare(job, ctx)
+    except PreparationStopped:
+        log.info(
+            "job %s: preparation stopped after %.1f s: the job was cancelled, ended or deleted",
+            job.job_id,
+            time.monotonic() - began,
+        )
+        _remove_stopped(ctx, job.job_id)
+        raise JobCancelledError() from None  # the job has ended: nothing to end (worker.endings)
+    ctx.prepared.add(job.job_id, prepared)
+    return prepared

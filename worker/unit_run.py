@@ -34,7 +34,7 @@ from reducer_core.verdict import Verdict, VerdictKind
 from worker.advance import WorkerSite, announce, cleanup_if_ended
 from worker.context import RunnerContext
 from worker.endings import StopPoll, deadline_of, end_if_stopped, ending_errors
-from worker.prepared import PREPARED, JobInput, PreparedJob
+from worker.prepared import JobInput, PreparedJob, prepared_job
 from worker.unit_lease import HeldUnit
 
 log = logging.getLogger("onnx_reducer.worker")
@@ -114,7 +114,7 @@ class UnitRun:
         self.job = self.job or self._read_job()
         if self.job is None:
             return None
-        prepared = PREPARED.get(self.job, self.ctx)
+        prepared = prepared_job(self.job, self.ctx)
         delivery = self._check(prepared)
         if delivery is None:
             return None

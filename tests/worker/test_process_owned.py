@@ -1,6 +1,6 @@
 """What one worker process owns (issue 27): each context, the one a ``WorkerProcess`` or an
-embedded slot runs with, carries its own preparations, live sessions' counts and unit leases, and two
-of them in one Python process (the embedded server's slots) share none of it."""
+embedded slot runs with, carries its own preparations, prepared jobs, live sessions' counts and unit leases, and
+two of them in one Python process (the embedded server's slots) share none of it."""
 
 from __future__ import annotations
 
@@ -81,3 +81,28 @@ def test_a_lease_is_renewed_by_the_slot_holding_it(two_slots: tuple[WorkerProces
         assert not second.ctx.leases.renewing  # the other slot holds nothing, renews nothing
     finally:
         first.ctx.leases.release(held)
+
+
+class _Prepared:
+    """A prepared job as the keeping sees it: its folder, and closing it."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.work_dir = work_dir
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_prepared_job_is_kept_by_the_slot_that_prepared_it(
+    two_slots: tuple[WorkerProcess, WorkerProcess], tmp_path: Path
+) -> None:
+    first, second = two_slots
+    prepared = _Prepared(tmp_path)
+    first.ctx.prepared.add("job-1", prepared)
+    assert first.ctx.prepared.find("job-1") is prepared
+    assert second.ctx.prepared.find("job-1") is None  # the other slot prepares its own (its own folder)
+    second.ctx.prepared.drop("job-1")
+    assert not prepared.closed  # nor does it close this slot's
+    first.ctx.prepared.drop("job-1")
+    assert prepared.closed
