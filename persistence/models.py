@@ -77,7 +77,7 @@ class Job(Base):
     requires: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
     # the spec normalised at intake (``CheckSpec.to_json``; read by ``persistence.stored_spec``); None:
     # interactive, or a text that no longer parsed when migration 0014 back-filled it
-    spec: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    spec: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), default=None)
     model_filename: Mapped[str] = mapped_column(String(255))
     model_sha256: Mapped[str] = mapped_column(String(64))

@@ -6,7 +6,6 @@ no bundle stored again, no final check run again)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -27,7 +26,7 @@ from tests.models import weighted_model
 from tests.service.helpers import OP_PRESENT_MUL, chain_model, read_sse, submit, wait_job
 from tests.service.in_process import in_process_context, start_here
 from worker import final_checks
-from worker.context import RunnerContext
+from worker.context import RunnerContext, slot_context
 from worker.endings import end_overdue_finishing
 from worker.prepared import JobInput
 from worker.run_job import run_job, waiting_job
@@ -44,7 +43,7 @@ def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
 
 def _second_worker(ctx: RunnerContext) -> RunnerContext:
     """Another worker of the same farm (its own name; a thread of its own keeps its own prepared jobs)."""
-    return dataclasses.replace(ctx, worker=f"{ctx.worker}-second")
+    return slot_context(ctx, f"{ctx.worker}-second")
 
 
 class _Workers:

@@ -73,7 +73,7 @@ def test_a_slot_counts_only_the_sessions_it_took(two_slots: tuple[WorkerProcess,
     assert (first.ctx.live.stats.reused, second.ctx.live.stats.reused) == (1, 0)
 
 
-def test_a_lease_is_renewed_by_the_slot_holding_it(two_slots: tuple[WorkerProcess, WorkerProcess]) -> None:
+def test_a_lease_renewal_thread_belongs_to_the_slot_holding_it(two_slots: tuple[WorkerProcess, WorkerProcess]) -> None:
     first, second = two_slots
     held = first.ctx.leases.hold(first.ctx, 1, "job-1")
     try:

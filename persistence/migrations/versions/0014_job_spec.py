@@ -13,6 +13,10 @@ started from such a row fails with a message saying to submit it again, and its 
 no tolerance. Existing rows are back-filled by parsing their text once here; a bisect-releases job
 waiting for a release had its text rewritten to require that release, so its user's spec (kept in
 its session state, ``spec``) is the one stored.
+
+The back-fill uses ``checks.spec`` as it is when the migration runs (as 0013 does), not a frozen
+copy: an old database upgraded by a later version gets that version's normalisation, which is the
+one its readers expect.
 """
 
 from __future__ import annotations
