@@ -216,10 +216,10 @@ def user_spec(job: Job, task: JobTask) -> str:
     """The check spec the job was submitted with: a bisect-releases job handed over before
     migration 0014 had its text rewritten to require the release it waited for (the user's kept in
     its session state); since then a hand-over changes only ``jobs.requires``."""
+    if task is not JobTask.BISECT_RELEASES:
+        return job.check_spec  # the state is deferred: loading it costs a query, and a deleted row a 500
     state = job.session_state or {}
-    if task is JobTask.BISECT_RELEASES and isinstance(state.get("spec"), str):
-        return str(state["spec"])
-    return job.check_spec
+    return str(state["spec"]) if isinstance(state.get("spec"), str) else job.check_spec
 
 
 def job_from_row(

@@ -10,6 +10,7 @@ import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import ObjectDeletedError
 
 from api import deletion
 from api.cursor import decode_cursor, encode_cursor
@@ -309,6 +310,13 @@ def _workers_for(session: Session, services: Services, jobs: Sequence[Job]) -> S
 
 
 def _job_json(services: Services, team_id: str, job_id: str) -> bytes:
+    try:
+        return _job_json_of(services, team_id, job_id)
+    except ObjectDeletedError:  # deleted while its answer was built (a column read after the delete)
+        raise not_found(f"Job '{job_id}'") from None
+
+
+def _job_json_of(services: Services, team_id: str, job_id: str) -> bytes:
     with services.db.session() as session:
         job = JobRepository(session).for_team(team_id, job_id)
         if job is None:

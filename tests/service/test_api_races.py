@@ -12,14 +12,18 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, delete, text
 
 from api.app import create_app
 from api.problems import install_problem_handlers
+from api.schemas import user_spec
 from api.settings import ApiSettings
-from persistence.db import normalize_url
+from persistence.db import Database, normalize_url
+from persistence.enums import JobTask
+from persistence.models import Job
+from persistence.repositories import TeamRepository
 from tests.service.conftest import client_for
-from tests.service.helpers import chain_model, submit
+from tests.service.helpers import chain_model, stored_job, submit
 
 RACES = 20
 MODEL = chain_model(length=8, mul_at=5).SerializeToString()
@@ -118,3 +122,20 @@ def test_a_deadlock_that_reaches_a_route_is_a_409_with_retry_after(
     refused = next(response for response in answers if response.status_code == 409)
     assert refused.headers["retry-after"] == "1"
     assert refused.headers["content-type"] == "application/problem+json"
+
+
+def test_a_jobs_answer_built_after_its_row_was_deleted_reads_no_deferred_column(database: Database) -> None:
+    """The race above, made deterministic: a job loaded, its row deleted by another connection, then
+    its answer built (``job_from_row`` reads ``user_spec``). The spec shown comes from the loaded row;
+    before, the deferred session state was read for every job, and a deleted row raised (a 500)."""
+    with database.session() as session:
+        job = stored_job(session, TeamRepository(session).get_or_create("team-race").id)
+        session.commit()
+        job_id = job.id
+    with database.session() as session:
+        loaded = session.get(Job, job_id)
+        assert loaded is not None
+        with database.session() as other:
+            other.execute(delete(Job).where(Job.id == job_id))
+            other.commit()
+        assert user_spec(loaded, JobTask.of(loaded.options)) == loaded.check_spec
