@@ -19,9 +19,11 @@ from typing import Any, TypeVar
 import httpx
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 from sqlalchemy.orm import Session
 
+import checks.spec
 from checks.spec import parse_check_spec
 from persistence.enums import JobStatus
 from persistence.models import Job
@@ -298,3 +300,18 @@ def eventually(condition: Callable[[], T], timeout: float, what: str) -> T:
             return value
         time.sleep(0.1)
     raise AssertionError(f"not within {timeout:.0f} s: {what}")
+
+
+def count_spec_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The check spec texts parsed in this process from now on (``checks.spec._load_document``
+    spied on; the requirements' cache cleared, so a spec read before is parsed again if read)."""
+    texts: list[str] = []
+    load = checks.spec._load_document
+
+    def counted(text: str) -> Any:
+        texts.append(text)
+        return load(text)
+
+    monkeypatch.setattr(checks.spec, "_load_document", counted)
+    checks.spec.requirements_of.cache_clear()
+    return texts

@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 
-import checks.spec
 from api.inspection import form_options
 from checks.capabilities import Capabilities
 from examples.build_example_model import build_example_model
@@ -31,7 +30,7 @@ from reducer_cli.reduce_cmd import config_from_args
 from reducer_core.config import SessionConfig
 from reducer_core.verdict import Pinning
 from tests.service.conftest import client_for
-from tests.service.helpers import OP_PRESENT_MUL, stored_job, submit
+from tests.service.helpers import OP_PRESENT_MUL, count_spec_parses, stored_job, submit
 from tests.service.in_process import in_process_context
 from worker.context import RunnerContext
 from worker.prepared import JobInput
@@ -124,15 +123,7 @@ def test_intake_stores_the_requirements_and_fair_share_takes_parse_no_spec(
     with cpu_ctx.db.session() as session:
         stored = {job_id: session.get(Job, job_id) for job_id in (gpu, cpu)}
         assert {k: v.requires for k, v in stored.items() if v is not None} == {gpu: {"gpu": ["H100"]}, cpu: {}}
-    parsed: list[str] = []
-    load = checks.spec._load_document
-
-    def counted(text: str) -> Any:
-        parsed.append(text)
-        return load(text)
-
-    monkeypatch.setattr(checks.spec, "_load_document", counted)
-    checks.spec.requirements_of.cache_clear()  # a spec read before would not be parsed again anyway
+    parsed = count_spec_parses(monkeypatch)
     taken = take(cpu_ctx)  # this CPU worker skips the H100 job and takes the other
     assert taken is not None and taken.job_id == cpu
     assert take(cpu_ctx) is None

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-import checks.spec
 from api.inspection import Inspection, InspectRequest, inspect_upload
 from api.intake import upload_limits
 from api.settings import ApiSettings
@@ -24,7 +22,7 @@ from persistence.db import Database
 from persistence.models import Job
 from tests.checks.conftest import COMPARE_FP16
 from tests.checks.models import chain_model
-from tests.service.helpers import submit
+from tests.service.helpers import count_spec_parses, submit
 from tests.service.in_process import one_check_context
 from worker.context import RunnerContext
 from worker.run_job import take
@@ -36,16 +34,7 @@ NO_LONGER_READ = {"kind": "compare", "retired_field": 1}  # as an older version 
 @pytest.fixture
 def parsed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The spec texts parsed in this process from now on."""
-    texts: list[str] = []
-    load = checks.spec._load_document
-
-    def counted(text: str) -> Any:
-        texts.append(text)
-        return load(text)
-
-    monkeypatch.setattr(checks.spec, "_load_document", counted)
-    checks.spec.requirements_of.cache_clear()
-    return texts
+    return count_spec_parses(monkeypatch)
 
 
 @pytest.fixture
