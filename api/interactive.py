@@ -38,7 +38,7 @@ from engine.workspace import ReduceOptions, Workspace, load_workspace
 from jobflow import advance as flow
 from jobflow.answer import answer_payload
 from jobflow.ending import end, succeed
-from jobflow.recording import CheckRun
+from jobflow.recording import CheckRun, record_taken
 from jobflow.reduction import NOT_RECHECKED, judged_blobs, store_final_models
 from jobflow.stored_state import load_state
 from jobflow.units import new_unit, request_of
@@ -223,7 +223,9 @@ class _Step:
 
     def advance(self) -> list[int]:
         request = self._request()
-        self._announce(flow.record(self.session, self.job, self.collector))  # answers from the cache, if any
+        self._announce(
+            record_taken(self.session, self.job, self.collector.take(), CheckRun())
+        )  # answers from the cache, if any
         flow.save(self.session, self.job, self.reduction)
         if request is None:
             return self._succeed() if self.reduction.done else self.events

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from engine.session import ReductionSession
 from jobflow.ending import end, plan_end
-from jobflow.recording import CheckRun, record_cached, record_iteration, record_late
+from jobflow.recording import CheckRun, record_late, record_taken
 from jobflow.stored_state import save_state
 from persistence.enums import ErrorCode, JobStatus
 from persistence.models import CheckUnit, Job
@@ -143,26 +143,48 @@ class Site(Protocol):
 
 def deliver_check(site: Site, checked: CheckedUnit, db: Session) -> Advanced | None:
     """A worker's finished check unit in, in the worker's transaction (module doc); None when the
-    job is gone or the unit was recorded, cancelled or taken over already (nothing to announce)."""
+    job is gone or the unit was recorded, cancelled or taken over already (nothing to announce).
+    The verdicts are recorded from here (``jobflow.recording.record_taken``): the Celery task's
+    path to the stored verdict is four calls (``worker.unit_run``)."""
     job = JobRepository(db).lock_running(checked.job_id)
     if job is None:
         return _late(db, checked)  # the job's end goes on as planned
     if not UnitRepository(db).finish_open(checked.unit_id, checked.duration_s):
         return None  # the job ended, or another worker recorded this check first
-    advanced = step(db, site, job, checked.delivery)
+    reduction, records, failure = _take(db, site, job, checked.delivery)
+    seq = record_taken(db, job, records, checked.delivery.run)
+    advanced = _then(db, site, job, reduction, Step(seq, failure), checked.delivery)
     claimed = site.follow_up(db, job, advanced.others_waiting is not False) if advanced.goes_on else None
     if claimed is not None:
         advanced.follow, advanced.seq = claimed
     return advanced
 
 
-def step(db: Session, site: Site, job: Job, delivery: Delivery | None = None) -> Advanced:
-    """One step of the row-locked ``job``'s session in the caller's transaction: ``delivery`` in
-    (none: the session starts, seeded by ``site``), recorded, and then the next checks queued,
-    the end planned, or the job ended when its session failed; the state saved once."""
+def start(db: Session, site: Site, job: Job) -> Advanced:
+    """The row-locked ``job``'s session starts in the caller's transaction, seeded by ``site``
+    (what the caches answer is recorded now), and then its first checks are queued, its end
+    planned, or the job ended when its session failed; the state saved once."""
+    reduction, records, failure = _take(db, site, job, None)
+    seq = record_taken(db, job, records, CheckRun())
+    return _then(db, site, job, reduction, Step(seq, failure), None)
+
+
+def _take(
+    db: Session, site: Site, job: Job, delivery: Delivery | None
+) -> tuple[ReductionSession, list[IterationRecord], OriginalDidNotFailError | CheckInfraError | None]:
+    """The job's session (``site.open``) with ``delivery`` taken in (none: it starts, seeded by
+    ``site``): the session, the verdicts it took in (to record), and the error that ends the job."""
     collector = Collector(job.id)
     reduction = site.open(db, job, collector)
-    taken = take_in(db, job, reduction, collector, delivery, site.seed if delivery is None else None)
+    failure = take_in(db, job, reduction, delivery, site.seed if delivery is None else None)
+    return reduction, collector.take(), failure
+
+
+def _then(
+    db: Session, site: Site, job: Job, reduction: ReductionSession, taken: Step, delivery: Delivery | None
+) -> Advanced:
+    """After the verdicts are recorded: the next checks queued, the end planned, or the job ended
+    when its session failed; the state saved once."""
     site.took(db, job, delivery if taken.failure is None else None)
     if taken.failure is None and not reduction.done:
         queued, others_waiting = site.queue_next(db, job, reduction)
@@ -198,26 +220,26 @@ def advance(
     db: Session, job: Job, reduction: ReductionSession, collector: Collector, delivery: Delivery | None = None
 ) -> Step:
     """Deliver ``delivery`` to ``job``'s session (``reduction``, whose listener is ``collector``),
-    record what it took in and save its state (``take_in``, then ``save``)."""
-    step = take_in(db, job, reduction, collector, delivery)
+    record what it took in and save its state."""
+    failure = take_in(db, job, reduction, delivery)
+    seq = record_taken(db, job, collector.take(), delivery.run if delivery is not None else CheckRun())
     save(db, job, reduction)
-    return step
+    return Step(seq, failure)
 
 
 def take_in(
     db: Session,
     job: Job,
     reduction: ReductionSession,
-    collector: Collector,
     delivery: Delivery | None = None,
     seed: Callable[[ReductionSession], object] | None = None,
-) -> Step:
+) -> OriginalDidNotFailError | CheckInfraError | None:
     """Deliver ``delivery`` (none: start the flow, after ``seed`` gave the session what is known
-    already, the farm's verdicts, so that what the cache answers is recorded now) and record every
-    verdict the session took in; the caller saves the state (``save``) once it has also asked for
-    what comes next (the requests in flight are part of the state)."""
+    already, the farm's verdicts, so that what the cache answers is recorded now); returns the
+    error that ends the job, if any. The caller records what the session's listener took in
+    (``jobflow.recording.record_taken``) and saves the state (``save``) once it has also asked
+    for what comes next (the requests in flight are part of the state)."""
     number_from_rows(db, job, reduction)
-    failure: OriginalDidNotFailError | CheckInfraError | None = None
     try:
         if delivery is not None:
             reduction.deliver(delivery.request, delivery.answer)
@@ -226,24 +248,8 @@ def take_in(
                 seed(reduction)
             reduction.next_requests(0)
     except (OriginalDidNotFailError, CheckInfraError) as exc:
-        failure = exc
-    seq = record(db, job, collector, delivery.run if delivery is not None else CheckRun())
-    return Step(seq, failure)
-
-
-def record(
-    db: Session,
-    job: Job,
-    collector: Collector,
-    run: CheckRun = CheckRun(),  # noqa: B008 (frozen: shared safely)
-) -> int:
-    """Record the verdicts ``collector`` holds (a checked one given by ``run``; a cached one says
-    which cache answered it: ``IterationRecord.source``); returns the last event's sequence number
-    (0: none)."""
-    seq = 0
-    for taken in collector.take():
-        seq = record_cached(db, job, taken) if taken.cached else record_iteration(db, job, taken, run)
-    return seq
+        return exc
+    return None
 
 
 def save(db: Session, job: Job, reduction: ReductionSession) -> None:

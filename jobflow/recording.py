@@ -66,6 +66,16 @@ def record_iteration(db: Session, job: Job, record: IterationRecord, run: CheckR
     return record_event(db, job, EventKind.ITERATION, payload)
 
 
+def record_taken(db: Session, job: Job, records: list[IterationRecord], run: CheckRun) -> int:
+    """Record the verdicts a session took in, in order (a checked one given by ``run``; a cached
+    one says which cache answered it: ``IterationRecord.source``); returns the last event's
+    sequence number (0: none)."""
+    seq = 0
+    for record in records:
+        seq = record_cached(db, job, record) if record.cached else record_iteration(db, job, record, run)
+    return seq
+
+
 def record_late(
     db: Session, job: Job, request: CheckRequest, verdict: Verdict, run: CheckRun, config: SessionConfig
 ) -> int:

@@ -29,7 +29,8 @@ import logging
 import random
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import TracebackType
 from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
@@ -78,45 +79,87 @@ def is_conflict(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and sqlstate_of(exc) in CONFLICTS
 
 
-def retry_conflicts(work: Callable[[], T], what: str, tries: int = MAX_TRIES) -> T:
-    """``work()`` (one whole transaction), run again when PostgreSQL aborts it as a deadlock or a
-    serialisation failure, up to ``tries`` times; the last conflict, and any other error, is raised.
-    Once, too, when its connection turned out dead (the database restarted since it was last used:
-    the pool pings only connections that sat idle, ``persistence.db``); the pool has started over
-    then, and the second run gets a new connection."""
-    reconnected = False
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return work()
-        except DBAPIError as exc:
-            if exc.connection_invalidated and not reconnected:
-                reconnected, attempt = True, attempt - 1
-                log.warning(
-                    "%s: the database connection was lost (%s); running it again", what, type(exc.orig).__name__
-                )
-                continue
-            state = sqlstate_of(exc)
-            if state not in CONFLICTS or attempt >= tries:
-                raise
-            pause = FIRST_PAUSE_S * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+class Retrying:
+    """The retry rule of one transaction (``transaction``, ``attempts``): run it again when
+    PostgreSQL aborts it as a deadlock or a serialisation failure, up to ``tries`` times, after a
+    short random pause; once, too, when its connection turned out dead (the database restarted
+    since it was last used: the pool pings only connections that sat idle, ``persistence.db``); the
+    pool has started over then, and the next run gets a new connection."""
+
+    def __init__(self, what: str, tries: int = MAX_TRIES) -> None:
+        self.what, self.tries = what, tries
+        self.attempt = 1
+        self.reconnected = False
+        self.done = False  # a run committed
+
+    def again(self, exc: DBAPIError) -> bool:
+        """Whether the transaction that ``exc`` aborted runs again (logged, after its pause)."""
+        if exc.connection_invalidated and not self.reconnected:
+            self.reconnected = True
             log.warning(
-                "%s: PostgreSQL aborted the transaction with %s (SQLSTATE %s) against another transaction; "
-                "running it again in %.0f ms (try %d of %d)",
-                *(what, CONFLICTS[state], state, pause * 1000, attempt + 1, tries),
+                "%s: the database connection was lost (%s); running it again", self.what, type(exc.orig).__name__
             )
-            time.sleep(pause)
+            return True
+        state = sqlstate_of(exc)
+        if state not in CONFLICTS or self.attempt >= self.tries:
+            return False
+        pause = FIRST_PAUSE_S * 2 ** (self.attempt - 1) * random.uniform(0.5, 1.5)
+        self.attempt += 1
+        log.warning(
+            "%s: PostgreSQL aborted the transaction with %s (SQLSTATE %s) against another transaction; "
+            "running it again in %.0f ms (try %d of %d)",
+            *(self.what, CONFLICTS[state], state, pause * 1000, self.attempt, self.tries),
+        )
+        time.sleep(pause)
+        return True
+
+
+class Attempt:
+    """One run of a transaction (``attempts``): ``with attempt as db`` opens it, and its end
+    commits, or rolls back and says whether another attempt follows (the abort is then
+    swallowed); any other error goes on up. The block must end by falling through, not by
+    ``return`` or ``break``: a commit that is aborted is run again only by the loop going on."""
+
+    def __init__(self, database: Database, retrying: Retrying) -> None:
+        self._scope = database.session()
+        self._retrying = retrying
+
+    def __enter__(self) -> Session:
+        return self._scope.__enter__()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+        try:
+            self._scope.__exit__(kind, exc, tb)  # commits, or rolls back and gives ``exc`` back
+        except DBAPIError as failed:  # the commit failed
+            if self._retrying.again(failed):
+                return True
+            raise
+        if exc is None:
+            self._retrying.done = True
+            return False
+        return isinstance(exc, DBAPIError) and self._retrying.again(exc)
+
+
+def attempts(database: Database, what: str, tries: int = MAX_TRIES) -> Iterator[Attempt]:
+    """One transaction, run again from the start when it is aborted (``Retrying``), written where
+    it is used: no frame of its own sits between its caller and its work::
+
+        for attempt in attempts(ctx.db, "recording a verdict"):
+            with attempt as db:
+                outcome = work(db)
+
+    The body must not change anything outside the database that a second run would do twice."""
+    retrying = Retrying(what, tries)
+    while not retrying.done:
+        yield Attempt(database, retrying)
 
 
 def transaction(db: Database, work: Callable[[Session], T], what: str, tries: int = MAX_TRIES) -> T:
     """``work(session)`` in one transaction (committed at the end), run again from the start in a
     fresh transaction when it is aborted as a deadlock or serialisation failure, or once when its
-    connection was dead (``retry_conflicts``). ``work`` must not change anything outside the
-    database that a second run would do twice."""
-
-    def once() -> T:
-        with db.session() as session:
-            return work(session)
-
-    return retry_conflicts(once, what, tries)
+    connection was dead (``attempts``). ``work`` must not change anything outside the database
+    that a second run would do twice."""
+    for attempt in attempts(db, what, tries):
+        with attempt as session:
+            result = work(session)
+    return result

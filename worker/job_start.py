@@ -1,6 +1,6 @@
 """Starting a claimed job (or taking it again after all its workers died): prepare the model in
 this process, store its weights, announce the start, queue the job's first checks
-(**session starts**: ``jobflow.advance.step`` with nothing to deliver). The process's lease keeper
+(**session starts**: ``jobflow.advance.start``). The process's lease keeper
 (``worker.unit_lease``) renews the job's lease while a big model loads; once checks are queued,
 the workers that run them keep the job alive. A job cancelled, ended or deleted while it is
 prepared stops its preparation within a second or two (``worker.cancel_watch``,
@@ -79,7 +79,7 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
             session, job_id, EventKind.STARTED, {"attempt": attempt, "nodes_before": nodes, "resumed": attempt > 1}
         )
         requeued = UnitRepository(session).requeue_running(job_id)  # the checks of workers that died
-        outcome = flow.step(session, WorkerSite(ctx, prepared), job)
+        outcome = flow.start(session, WorkerSite(ctx, prepared), job)
         outcome.seq, outcome.queued = max(outcome.seq, started), outcome.queued + requeued
         return outcome
 

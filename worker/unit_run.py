@@ -2,16 +2,18 @@
 this process's prepared job, run the check (in its own child process, inside a stop scope that
 polls the job row, so a cancel or the time limit stops it within about a second), store the model
 it checked, then hand the verdict to ``jobflow.advance.deliver_check`` in one transaction, which
-records it and advances the job's session with this worker's side lent (``worker.advance``). The
-path from the Celery task: ``WorkerProcess.work`` -> ``RunCheck.run`` -> ``transaction`` ->
-``jobflow.advance.deliver_check``. A lease, renewed while the check runs (``worker.unit_lease``),
-keeps the unit this worker's; a worker that dies lets it run out and the unit is queued again
-(``UnitRepository.requeue_expired``): the check runs again, and whichever verdict lands first is
-the one recorded."""
+records it and advances the job's session with this worker's side lent (``worker.advance``).
+
+The path from the Celery task to the stored verdict is four calls: ``WorkerProcess.work`` ->
+``RunCheck.run`` (its transaction written in place: ``persistence.retry.attempts``) ->
+``jobflow.advance.deliver_check`` -> ``jobflow.recording.record_taken``.
+
+A lease, renewed while the check runs (``worker.unit_lease``), keeps the unit this worker's; a
+worker that dies lets it run out and the unit is queued again (``UnitRepository.requeue_expired``):
+the check runs again, and whichever verdict lands first is the one recorded."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ from persistence.enums import JobStatus
 from persistence.jsonlog import bind_job
 from persistence.models import CheckUnit
 from persistence.repositories import JobRepository
-from persistence.retry import transaction
+from persistence.retry import attempts
 from reducer_core.errors import MissingTypeError
 from reducer_core.requests import CheckRequest, Request
 from reducer_core.verdict import Verdict, VerdictKind
@@ -89,8 +91,11 @@ class RunCheck:
             if checked is None:
                 return None
             prepared, verdict = checked
-            deliver = functools.partial(flow.deliver_check, WorkerSite(ctx, prepared, unit.deadline, follow), verdict)
-            return unit.after(transaction(ctx.db, deliver, f"job {self.job_id}: recording a verdict"))
+            site = WorkerSite(ctx, prepared, unit.deadline, follow)
+            for attempt in attempts(ctx.db, f"job {self.job_id}: recording a verdict"):
+                with attempt as db:
+                    outcome = flow.deliver_check(site, verdict, db)
+            return unit.after(outcome)
         return None
 
 

@@ -1,8 +1,9 @@
-"""The path a verdict takes from the worker process to ``jobflow``: ``WorkerProcess.work`` runs the
-work loop itself (``take`` -> ``claim.run``), the claim opens the transaction and hands the verdict
-to ``jobflow.advance.deliver_check`` (issue 27: at most 4 calls from the Celery task, whose one
-call is ``work``). Counted on the real stack, while a real job's checks are recorded (PostgreSQL:
-the ``db_url`` fixture), not read from the code."""
+"""The path a verdict takes from the worker process to where it is stored: ``WorkerProcess.work``
+runs the work loop itself (``take`` -> ``claim.run``), the claim runs its transaction in place
+(``persistence.retry.attempts``: no frame of its own) and hands the verdict to
+``jobflow.advance.deliver_check``, which records it through ``jobflow.recording`` (issue 27: at
+most 4 calls from the Celery task, whose one call is ``work``). Counted on the real stack, while a
+real job's checks are recorded (PostgreSQL: the ``db_url`` fixture), not read from the code."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jobflow.recording import record_iteration
+from persistence.repositories import IterationRepository
 from tests.service.helpers import chain_model
 from tests.service.in_process import one_check_context, start_here
 from worker.context import RunnerContext
@@ -30,39 +31,40 @@ def ctx(db_url: str, data_dir: Path) -> Iterator[RunnerContext]:
     yield from one_check_context(db_url, data_dir)
 
 
-def calls_from_work_to_jobflow(stack: traceback.StackSummary) -> int:
-    """The calls from ``WorkerProcess.work`` to the first frame in ``jobflow/``; the frames of
-    ``persistence/retry.py`` count as one call (``transaction``, which retries its work)."""
+def calls_from_work_to(module: str, stack: traceback.StackSummary) -> int:
+    """The calls from ``WorkerProcess.work`` to the first frame in ``module`` (a path such as
+    ``jobflow/recording.py``), ``work`` itself not counted; every frame of the project's own code
+    between them counts (a library's frames do not: a context manager's, a lock's)."""
     start = max(i for i, frame in enumerate(stack) if frame.name == "work" and frame.filename.endswith("process.py"))
     calls = 0
-    previous = ""
     for frame in stack[start + 1 :]:
         place = Path(frame.filename).as_posix()
-        if "/jobflow/" in place:
-            return calls + 1
-        if place.endswith("persistence/retry.py") and previous.endswith("persistence/retry.py"):
+        if "/site-packages/" in place or "/lib/python" in place:
             continue
-        if "/site-packages/" not in place and "/lib/python" not in place:
-            calls += 1
-        previous = place
-    raise AssertionError("no jobflow frame on the stack")
+        calls += 1
+        if place.endswith(module):
+            return calls
+    raise AssertionError(f"no frame of {module} on the stack")
 
 
-def test_a_verdict_reaches_jobflow_in_four_calls_from_the_task(
+def test_a_verdict_is_stored_in_four_calls_from_the_task(
     quiet_client: httpx.Client, ctx: RunnerContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job_id = start_here(quiet_client, ctx, MODEL)  # its checks are queued: the work loop records their verdicts
     stacks: list[traceback.StackSummary] = []
 
-    def recorded(*args: Any) -> int:
-        stacks.append(traceback.extract_stack())
-        return record_iteration(*args)
+    finish = IterationRepository.finish
 
-    monkeypatch.setattr("jobflow.advance.record_iteration", recorded)
+    def finished(*args: Any) -> None:  # a checked verdict's row, written by jobflow.recording.record_iteration
+        stacks.append(traceback.extract_stack())
+        finish(*args)
+
+    monkeypatch.setattr(IterationRepository, "finish", finished)
     process = WorkerProcess(WorkerSettings(worker_gpus=""), ctx, ["cpu"])
     assert process.work(job_id) is Delivery.RAN
     assert quiet_client.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
     assert stacks, "no verdict was recorded"
-    depths = {1 + calls_from_work_to_jobflow(stack) for stack in stacks}
-    path = [f"{Path(frame.filename).name}:{frame.name}" for frame in stacks[0][-14:]]
-    assert max(depths) <= CALLS_FROM_THE_TASK, path
+    for stack in stacks:
+        path = [f"{Path(frame.filename).name}:{frame.name}" for frame in stack[-8:]]
+        assert 1 + calls_from_work_to("jobflow/advance.py", stack) <= 3, path
+        assert 1 + calls_from_work_to("jobflow/recording.py", stack) <= CALLS_FROM_THE_TASK, path
