@@ -77,17 +77,18 @@ class RunnerContext:
     # what this process (an embedded slot: this slot) owns, one of each per context (``slot_context``)
     preparing: Preparing = field(default_factory=Preparing)  # the jobs it prepares now (``worker.cancel_watch``)
     live: LiveSessions = field(default_factory=LiveSessions)  # how its sessions were obtained (``worker.live_session``)
-    leases: LeaseKeeper = field(default_factory=LeaseKeeper)  # the leases it renews (``worker.unit_lease``)
+    leases: LeaseKeeper = field(init=False)  # the leases it renews under its terms (``worker.unit_lease``)
     prepared: PerThreadJobs = field(default_factory=PerThreadJobs)  # the jobs it keeps prepared, per thread
+
+    def __post_init__(self) -> None:
+        self.leases = LeaseKeeper(self)  # a copy (``slot_context``) gets its own, bound to it
 
 
 def slot_context(ctx: RunnerContext, worker: str) -> RunnerContext:
     """A copy of ``ctx`` for another worker in this Python process (an embedded slot): its own name
     and its own process state (what the defaults of ``RunnerContext`` make fresh); the database,
     the settings and the wake-up shared."""
-    return dataclasses.replace(
-        ctx, worker=worker, preparing=Preparing(), live=LiveSessions(), leases=LeaseKeeper(), prepared=PerThreadJobs()
-    )
+    return dataclasses.replace(ctx, worker=worker, preparing=Preparing(), live=LiveSessions(), prepared=PerThreadJobs())
 
 
 def context_from_settings(settings: WorkerSettings, notify: Notifier = no_notify) -> RunnerContext:

@@ -83,7 +83,7 @@ class FinishRun:
                 return 0
             began = time.monotonic()
             prepared = prepared_job(read.job, self.ctx)
-            self.lease = self.ctx.leases.hold(self.ctx, self.ticket.id, self.job_id)
+            self.lease = self.ctx.leases.hold(self.ticket.id, self.job_id)
             poll = StopPoll(self.ctx, self.job_id, JobStatus.FINISHING, read.deadline, CANCEL_POLL_S)
             poll.lost = self.lease.lost  # another worker took the unit
             try:

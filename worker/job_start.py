@@ -35,7 +35,7 @@ def start_job(ctx: RunnerContext, job_id: str) -> None:
         if job is None:
             return
         attempt = job.attempts
-    lease = ctx.leases.hold_start(ctx, job_id, attempt)  # renewed while a big model loads
+    lease = ctx.leases.hold_start(job_id, attempt)  # renewed while a big model loads
     try:
         with bind_job(job_id), ending_errors(ctx, job_id):
             _start(ctx, job_id, attempt)

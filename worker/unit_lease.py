@@ -52,7 +52,6 @@ class HeldUnit:
     """One hold of a unit (a process may hold the same unit twice: two slots, after its first
     lease ran out and it was queued again; each releases its own)."""
 
-    ctx: LeaseTerms
     unit_id: int | None  # None: a job's start, its attempt's lease (``LeaseKeeper.hold_start``)
     job_id: str
     lost: threading.Event
@@ -62,9 +61,11 @@ class HeldUnit:
 
 class LeaseKeeper:
     """The process's held units and the thread renewing their leases (module doc): one per
-    context (``RunnerContext.leases``; an embedded slot has its own)."""
+    context (``RunnerContext.leases``; an embedded slot has its own), renewing under its terms
+    (the worker's name and lease, read at each renewal)."""
 
-    def __init__(self) -> None:
+    def __init__(self, terms: LeaseTerms) -> None:
+        self.terms = terms
         self.start_afresh()
         _KEEPERS.add(self)
 
@@ -77,13 +78,13 @@ class LeaseKeeper:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
 
-    def hold(self, ctx: LeaseTerms, unit_id: int, job_id: str) -> HeldUnit:
+    def hold(self, unit_id: int, job_id: str) -> HeldUnit:
         """Renew the unit's lease until ``release``; its ``lost`` event is set if it is lost."""
-        return self._hold(HeldUnit(ctx, unit_id, job_id, threading.Event()))
+        return self._hold(HeldUnit(unit_id, job_id, threading.Event()))
 
-    def hold_start(self, ctx: LeaseTerms, job_id: str, attempt: int) -> HeldUnit:
+    def hold_start(self, job_id: str, attempt: int) -> HeldUnit:
         """Renew the lease of ``attempt`` at ``job_id`` (a job being started) until ``release``."""
-        return self._hold(HeldUnit(ctx, None, job_id, threading.Event(), attempt))
+        return self._hold(HeldUnit(None, job_id, threading.Event(), attempt))
 
     def _hold(self, held: HeldUnit) -> HeldUnit:
         with self._lock:
@@ -91,7 +92,7 @@ class LeaseKeeper:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="unit-leases", daemon=True)
                 self._thread.start()
-        self._changed.set()  # a shorter lease than the others': the thread waits less
+        self._changed.set()  # the thread, perhaps waiting out a round with nothing held, looks again
         return held
 
     @property
@@ -124,7 +125,7 @@ class LeaseKeeper:
                 if not self._held:
                     self._thread = None
                     return
-                interval = max(min(h.ctx.lease_s for h in self._held) / 3, MIN_INTERVAL_S)
+                interval = max(self.terms.lease_s / 3, MIN_INTERVAL_S)
                 self._changed.clear()
             due_at = min(due_at, time.monotonic() + interval)  # a unit held since: no later than its lease asks
             if self._changed.wait(max(due_at - time.monotonic(), 0.0)):
@@ -152,7 +153,7 @@ class LeaseKeeper:
             with self._lock:
                 if held not in self._held:
                     return  # released since the round began
-            if _renew(held):
+            if _renew(self.terms, held):
                 return
             held.lost.set()
             with self._lock:
@@ -161,17 +162,16 @@ class LeaseKeeper:
             held.renewing.release()
 
 
-def _renew(held: HeldUnit) -> bool:
+def _renew(terms: LeaseTerms, held: HeldUnit) -> bool:
     """One renewal of the unit's lease (its job's row before its unit's: ``persistence/retry.py``);
     False when this worker no longer holds it. A failed renewal is logged and tried again at the
     next round (the lease may run out meanwhile)."""
-    ctx = held.ctx
     try:
-        with ctx.db.session() as session:
+        with terms.db.session() as session:
             if held.unit_id is None:
-                return _renew_start(session, held)
-            JobRepository(session).keep_alive(held.job_id, ctx.lease_s)
-            return UnitRepository(session).renew(held.unit_id, ctx.worker, ctx.lease_s)
+                return _renew_start(session, held, terms.lease_s)
+            JobRepository(session).keep_alive(held.job_id, terms.lease_s)
+            return UnitRepository(session).renew(held.unit_id, terms.worker, terms.lease_s)
     except Exception as exc:  # noqa: BLE001 - the database is down or a conflict: retried, the lease may run out
         state = sqlstate_of(exc)
         log.warning(
@@ -181,9 +181,9 @@ def _renew(held: HeldUnit) -> bool:
         return True
 
 
-def _renew_start(session: Session, held: HeldUnit) -> bool:
+def _renew_start(session: Session, held: HeldUnit, lease_s: float) -> bool:
     """The started job's lease, as long as its attempt holds it."""
-    if JobRepository(session).renew_lease(held.job_id, held.ctx.lease_s, held.attempt):
+    if JobRepository(session).renew_lease(held.job_id, lease_s, held.attempt):
         return True
     log.warning("job %s: attempt %d no longer holds the job", held.job_id, held.attempt)
     return False

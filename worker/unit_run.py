@@ -137,7 +137,7 @@ class UnitRun:
 
     def _check(self, prepared: PreparedJob) -> Delivery | None:
         """Run the check while this worker holds the unit's lease (None: stopped, see ``check``)."""
-        self.lease = self.ctx.leases.hold(self.ctx, self.ticket.id, self.job_id)
+        self.lease = self.ctx.leases.hold(self.ticket.id, self.job_id)
         poll = StopPoll(self.ctx, self.job_id, JobStatus.RUNNING, self.deadline, CANCEL_POLL_S, self.last_poll)
         poll.lost = self.lease.lost  # another worker took the unit
         try:

@@ -49,7 +49,7 @@ def test_a_started_job_s_lease_is_renewed_while_held_and_lost_to_another_attempt
     with database.session() as session:
         assert JobRepository(session).claim(job_id, LEASE_S, 3) is ClaimResult.CLAIMED
     first = _lease(database, job_id)
-    held = ctx.leases.hold_start(ctx, job_id, attempt=1)
+    held = ctx.leases.hold_start(job_id, attempt=1)
     try:
         _until(lambda: _lease(database, job_id) > first, "the lease is renewed")
         with database.session() as session:  # another worker took the job again (attempt 2)

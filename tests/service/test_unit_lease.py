@@ -74,14 +74,14 @@ def _renewed(ctx: RunnerContext, unit: int, times: int = 1) -> None:
 
 
 def test_held_leases_run_on_a_unit_taken_away_is_lost_and_the_thread_ends(ctx: RunnerContext) -> None:
-    keeper = LeaseKeeper()
+    keeper = LeaseKeeper(ctx)
     job_id, (kept, taken, released) = _running_units(ctx.db, 3)
     taken_lease, job_lease = _lease_of(ctx.db, CheckUnit, taken), _lease_of(ctx.db, Job, job_id)
     with ctx.db.session() as session:  # another worker has taken this one (its lease ran out)
         unit = session.get(CheckUnit, taken)
         assert unit is not None
         unit.worker = "someone-else"
-    held = {unit: keeper.hold(ctx, unit, job_id) for unit in (kept, taken, released)}
+    held = {unit: keeper.hold(unit, job_id) for unit in (kept, taken, released)}
     assert held[taken].lost.wait(WAIT_S), "the unit another worker holds is lost"
     _renewed(ctx, released)
     assert _lease_of(ctx.db, Job, job_id) > job_lease  # the job's lease runs on too
@@ -95,8 +95,8 @@ def test_held_leases_run_on_a_unit_taken_away_is_lost_and_the_thread_ends(ctx: R
     assert keeper.renewing
     keeper.release(held[kept])
     _eventually(lambda: not keeper.renewing, "the thread ends once nothing is held")
-    again = keeper.hold(ctx, kept, job_id)  # and starts again with the next unit held
-    twice = keeper.hold(ctx, kept, job_id)  # a second hold of the same unit (another slot's)
+    again = keeper.hold(kept, job_id)  # and starts again with the next unit held
+    twice = keeper.hold(kept, job_id)  # a second hold of the same unit (another slot's)
     keeper.release(again)  # releases only its own hold
     _renewed(ctx, kept)
     keeper.release(twice)
@@ -106,17 +106,17 @@ def test_held_leases_run_on_a_unit_taken_away_is_lost_and_the_thread_ends(ctx: R
 def test_a_renewal_thread_that_died_is_started_again_by_the_next_hold(
     ctx: RunnerContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    keeper = LeaseKeeper()
+    keeper = LeaseKeeper(ctx)
     job_id, (unit,) = _running_units(ctx.db, 1)
 
-    def broken(held: HeldUnit) -> bool:
+    def broken(terms: object, held: HeldUnit) -> bool:
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(unit_lease, "_renew", broken)
-    first = keeper.hold(ctx, unit, job_id)
+    first = keeper.hold(unit, job_id)
     _eventually(lambda: not keeper.renewing, "the thread that met the bug has ended")
     monkeypatch.undo()
-    second = keeper.hold(ctx, unit, job_id)
+    second = keeper.hold(unit, job_id)
     assert keeper.renewing
     _renewed(ctx, unit)
     keeper.release(first)
@@ -124,13 +124,13 @@ def test_a_renewal_thread_that_died_is_started_again_by_the_next_hold(
 
 
 def test_a_blocked_renewal_holds_up_neither_the_others_nor_their_release(ctx: RunnerContext) -> None:
-    keeper = LeaseKeeper()
+    keeper = LeaseKeeper(ctx)
     blocked_job, (blocked,) = _running_units(ctx.db, 1)
     other_job, (other,) = _running_units(ctx.db, 1)
     with ctx.db.session() as session:  # a long transaction holds the first job's row: its renewal waits
         session.execute(select(Job.id).where(Job.id == blocked_job).with_for_update())
-        held = keeper.hold(ctx, blocked, blocked_job)
-        kept = keeper.hold(ctx, other, other_job)
+        held = keeper.hold(blocked, blocked_job)
+        kept = keeper.hold(other, other_job)
         _renewed(ctx, other, 3)  # renewed round after round meanwhile
         released = threading.Thread(target=keeper.release, args=(kept,), name="release")
         released.start()

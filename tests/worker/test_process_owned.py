@@ -75,7 +75,7 @@ def test_a_slot_counts_only_the_sessions_it_took(two_slots: tuple[WorkerProcess,
 
 def test_a_lease_renewal_thread_belongs_to_the_slot_holding_it(two_slots: tuple[WorkerProcess, WorkerProcess]) -> None:
     first, second = two_slots
-    held = first.ctx.leases.hold(first.ctx, 1, "job-1")
+    held = first.ctx.leases.hold(1, "job-1")
     try:
         assert first.ctx.leases.renewing  # its renewal thread started with its first unit held
         assert not second.ctx.leases.renewing  # the other slot holds nothing, renews nothing
