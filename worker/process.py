@@ -144,7 +144,7 @@ class WorkerProcess:
             try:
                 if self.run_elsewhere is not None:
                     delivery = _DELIVERY[self.run_elsewhere(job_id, self.ctx)]
-                else:  # the work loop (``worker.run_job``), here: the task's path to jobflow is 4 calls
+                else:  # the work loop (``worker.run_job``), here: a verdict is stored 4 calls from the task
                     claim = take(self.ctx)
                     worked = claim is not None
                     while claim is not None:

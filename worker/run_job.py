@@ -15,9 +15,9 @@ holding one, loses no work.
 
 The loop reads: ``take(ctx) -> StartJob | RunCheck | FinishJob`` (claimed in one transaction),
 then ``claim.run(ctx)``, which gives the claim to run next when it claimed one itself (a check's
-follow-up), else the loop takes again. ``WorkerProcess.work`` runs this loop itself, so the path
-from the Celery task to ``jobflow`` is four calls (``worker.unit_run``); ``run_job`` is the same
-loop for the embedded server's job process (``worker.local_child``).
+follow-up), else the loop takes again. ``WorkerProcess.work`` runs this loop itself, so a verdict
+is stored four calls from the Celery task (``worker.unit_run``); ``run_job`` is the same loop for
+the embedded server's job process (``worker.local_child``).
 
 Returns CLAIMED when this worker did some work, FINISHED when the named job has ended, BUSY
 otherwise (others are at it)."""
