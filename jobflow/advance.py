@@ -23,10 +23,9 @@ from typing import Protocol
 from sqlalchemy.orm import Session
 
 from engine.session import ReductionSession
-from jobflow.ending import end, plan_end
+from jobflow.ending import end, ending_of, plan_end
 from jobflow.recording import CheckRun, record_late, record_taken
 from jobflow.stored_state import save_state
-from persistence.enums import ErrorCode, JobStatus
 from persistence.models import CheckUnit, Job
 from persistence.repositories import IterationRepository, JobRepository
 from persistence.repositories.units import UnitRepository
@@ -131,10 +130,6 @@ class Site(Protocol):
         """Keep ``reduction`` live for the job's next step once ``db`` commits."""
         ...
 
-    def ending_of(self, job: Job, failure: Exception) -> tuple[JobStatus, ErrorCode | None, str | None]:
-        """The end ``failure`` gives the job: status, error code, message."""
-        ...
-
     def follow_up(self, db: Session, job: Job, others_waiting: bool) -> tuple[CheckUnit, int] | None:
         """The job's next check, claimed for this worker, with its ``check_started`` event's
         number (None: fair share decides)."""
@@ -193,7 +188,7 @@ def _then(
         return Advanced(taken.seq, queued, others_waiting=others_waiting, queue=job.queue)
     save(db, job, reduction)
     if taken.failure is not None:
-        status, code, message = site.ending_of(job, taken.failure)
+        status, code, message = ending_of(taken.failure, job.id)
         return Advanced(end(db, job, status, code, message), ended=True, queue=job.queue)
     seq = plan_end(db, job)  # the finish unit stores and verifies the answer, outside the lock
     site.keep(db, job, reduction)  # for this worker's finish, if it takes it

@@ -25,8 +25,50 @@ from persistence.events import AnswerPayload, FinishingPayload, JobEndPayload, e
 from persistence.models import Job, Team, utcnow
 from persistence.repositories import CancelOutcome, IterationRepository, JobRepository
 from persistence.repositories.units import UnitRepository
+from reducer_core.errors import CheckInfraError, InvalidModelError, OriginalDidNotFailError, ReducerError, UsageError
 
 log = logging.getLogger("onnx_reducer.jobflow")
+ORIGINAL_PASSED_ADVICE = (
+    "Check that the job's check spec fails on the uploaded model: for kind compare/golden its tolerance "
+    "(atol/rtol) and target, for kind error its match, for op-present its ops/names."
+)
+
+
+class JobCancelledError(Exception):
+    """A cancel was asked for the job: it ends cancelled."""
+
+
+class JobTimedOutError(Exception):
+    """The job ran past its time limit (``time_limit_s``, counted from its first start): it fails."""
+
+    def __init__(self, time_limit_s: float) -> None:
+        super().__init__(time_limit_message(time_limit_s))
+
+
+def time_limit_message(time_limit_s: float) -> str:
+    return f"The job ran longer than {time_limit_s:g}s (JOB_TIME_LIMIT_S, counted from its first start)."
+
+
+def ending_of(exc: BaseException, job_id: str) -> tuple[JobStatus, ErrorCode | None, str | None]:
+    """The end an error gives the job (status, error code, message), whoever met it: the worker's
+    check, preparation or start (``worker.stops.ending_errors``), or a step of its session."""
+    if isinstance(exc, JobCancelledError):
+        return JobStatus.CANCELLED, None, None
+    if isinstance(exc, JobTimedOutError):
+        return JobStatus.FAILED, ErrorCode.TIME_LIMIT, str(exc)
+    if isinstance(exc, OriginalDidNotFailError):
+        return JobStatus.FAILED, ErrorCode.ORIGINAL_DID_NOT_FAIL, f"{exc} {ORIGINAL_PASSED_ADVICE}"
+    if isinstance(exc, InvalidModelError):
+        return JobStatus.FAILED, ErrorCode.INVALID_MODEL, str(exc)
+    if isinstance(exc, CheckInfraError):
+        advice = (
+            " The job keeps its finished checks: once the check's infrastructure works again, "
+            f"POST /v1/jobs/{job_id}/retry resumes it from its last finished check."
+        )
+        return JobStatus.FAILED, ErrorCode.CHECK_INFRA_ERROR, str(exc) + advice
+    if isinstance(exc, UsageError | ReducerError):
+        return JobStatus.FAILED, ErrorCode.INVALID_CHECK, str(exc)
+    return JobStatus.FAILED, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"
 
 
 def end_payload(job: Job) -> JobEndPayload:

@@ -6,7 +6,7 @@ in ``jobs.check_spec``: it is what they see and download.
 A row without a stored spec (``kind: interactive``, or a text that no longer parsed when
 migration 0014 back-filled it) or whose stored document this version no longer reads gives a
 ``CheckSpecError`` saying to submit the job again: a worker fails such a job as an invalid check
-(``worker.endings``), the graph view shows no tolerance."""
+(``worker.stops``), the graph view shows no tolerance."""
 
 from __future__ import annotations
 

@@ -28,8 +28,9 @@ from sqlalchemy.orm import Session
 
 from engine.session import ReductionSession
 from jobflow.advance import Advanced, Collector, Delivery
+from jobflow.ending import JobTimedOutError
 from jobflow.units import new_unit
-from persistence.enums import ArtifactKind, ErrorCode, JobStatus
+from persistence.enums import ArtifactKind
 from persistence.models import CheckUnit, Job, utcnow
 from persistence.repositories import ArtifactRepository, JobRepository
 from persistence.repositories.units import UnitRepository
@@ -37,7 +38,6 @@ from reducer_core.localization import LayerwiseResult
 from reducer_core.requests import CheckRequest
 from worker.claims import claim_follow_up, may_follow_up
 from worker.context import RunnerContext
-from worker.endings import JobTimedOutError, ending_of
 from worker.farm_cache import FarmLink
 from worker.prepared import PreparedJob
 
@@ -60,7 +60,7 @@ class WorkerSite:
 
     def open(self, db: Session, job: Job, collector: Collector) -> ReductionSession:
         if self.deadline is not None and utcnow() > self.deadline:
-            raise JobTimedOutError()  # (the unit's finish is rolled back with the transaction)
+            raise JobTimedOutError(self.ctx.time_limit_s)  # (the unit's finish is rolled back with the transaction)
         reduction = self.ctx.live.take(db, self.prepared, job, collector)
         self.farm = FarmLink.open(self.ctx, db, job, reduction)
         return reduction
@@ -82,9 +82,6 @@ class WorkerSite:
 
     def keep(self, db: Session, job: Job, reduction: ReductionSession) -> None:
         self.ctx.live.keep_after_commit(db, self.prepared, job, reduction)
-
-    def ending_of(self, job: Job, failure: Exception) -> tuple[JobStatus, ErrorCode | None, str | None]:
-        return ending_of(failure, self.ctx, job.id)
 
     def follow_up(self, db: Session, job: Job, others_waiting: bool) -> tuple[CheckUnit, int] | None:
         return claim_follow_up(self.ctx, db, job, others_waiting) if self.follow else None

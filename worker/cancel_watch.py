@@ -16,7 +16,7 @@ from sqlalchemy import select
 from persistence.enums import JobStatus
 from persistence.models import Job
 from worker.context import RunnerContext
-from worker.endings import end_job
+from worker.stops import end_job
 
 log = logging.getLogger("onnx_reducer.worker")
 CANCEL_LOOK_S = 0.25

@@ -34,10 +34,10 @@ from persistence.repositories.units import UnitRepository
 from persistence.retry import transaction
 from persistence.store import StoredBlob
 from worker.context import RunnerContext
-from worker.endings import StopPoll, deadline_of, end_if_stopped, ending_errors
 from worker.final_checks import Evidence, Finals, check_finals, plan_finals, succeed_verified
 from worker.precision_job import precision_payload, store_precision_results, written_fp32_nodes
 from worker.prepared import JobInput, PreparedJob, prepared_job
+from worker.stops import StopPoll, deadline_of, end_if_stopped, ending_errors
 from worker.unit_lease import HeldUnit
 
 log = logging.getLogger("onnx_reducer.worker")

@@ -12,11 +12,12 @@ from contextlib import contextmanager
 
 from sqlalchemy.orm import Session
 
+from jobflow.ending import JobCancelledError, JobTimedOutError
 from persistence.models import Job, utcnow
 from persistence.repositories import JobRepository
 from worker.context import RunnerContext
-from worker.endings import JobCancelledError, JobTimedOutError, deadline_of
 from worker.prepared import JobInput, PreparedJob, prepared_job
+from worker.stops import deadline_of
 
 log = logging.getLogger("onnx_reducer.worker")
 
@@ -39,7 +40,7 @@ def going_on(ctx: RunnerContext, job: Job | None) -> Job:
     if job.cancel_requested:
         raise JobCancelledError()
     if utcnow() > deadline_of(job, ctx):
-        raise JobTimedOutError()
+        raise JobTimedOutError(ctx.time_limit_s)
     return job
 
 

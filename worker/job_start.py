@@ -13,6 +13,7 @@ import shutil
 from sqlalchemy.orm import Session
 
 from jobflow import advance as flow
+from jobflow.ending import JobCancelledError, JobTimedOutError
 from persistence.enums import ArtifactKind, EventKind, JobTask
 from persistence.events import record_event
 from persistence.jsonlog import bind_job
@@ -22,10 +23,10 @@ from persistence.repositories.units import UnitRepository
 from persistence.retry import transaction
 from worker.advance import Advanced, WorkerSite, announce
 from worker.context import RunnerContext
-from worker.endings import JobCancelledError, JobTimedOutError, deadline_of, ending_errors
 from worker.passes_job import run_passes_job
 from worker.prepared import JobInput, prepared_job
 from worker.release_job import run_release_job
+from worker.stops import deadline_of, ending_errors
 
 
 def start_job(ctx: RunnerContext, job_id: str) -> None:
@@ -56,7 +57,7 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
         if job.cancel_requested:
             raise JobCancelledError()
         if utcnow() > deadline_of(job, ctx):
-            raise JobTimedOutError()
+            raise JobTimedOutError(ctx.time_limit_s)
         job_input = JobInput.of(session, job)
     if job_input.task is JobTask.BISECT_RELEASES:  # no reduction session: worker.release_job
         run_release_job(ctx, job_id, attempt)

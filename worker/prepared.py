@@ -29,6 +29,7 @@ from checks.user_inputs import complete_samples, golden_from_samples, load_user_
 from engine.precision import PrecisionPlan
 from engine.session import ReductionSession, SessionCheck
 from engine.workspace import ReduceOptions, Workspace, load_workspace
+from jobflow.ending import JobCancelledError
 from persistence.enums import ArtifactKind, JobTask
 from persistence.models import Job
 from persistence.options import JobOptions
@@ -40,7 +41,6 @@ from reducer_core.config import SessionConfig
 from reducer_core.requests import SessionListener
 from worker.checking import job_check
 from worker.context import RunnerContext
-from worker.endings import JobCancelledError
 from worker.live_session import LiveSession
 from worker.precision_job import precision_plan, start_precision
 from worker.preparing import PreparationStopped
@@ -291,6 +291,6 @@ def prepared_job(job: JobInput, ctx: RunnerContext) -> PreparedJob:
             time.monotonic() - began,
         )
         _remove_stopped(ctx, job.job_id)
-        raise JobCancelledError() from None  # the job has ended: nothing to end (worker.endings)
+        raise JobCancelledError() from None  # the job has ended: nothing to end (worker.stops)
     ctx.prepared.add(job.job_id, prepared)
     return prepared

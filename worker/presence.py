@@ -28,8 +28,8 @@ from persistence.repositories.units import UnitRepository
 from persistence.retention import enforce_retention
 from persistence.retry import transaction
 from worker.context import RunnerContext
-from worker.endings import end_overdue_finishing
 from worker.maintenance import sweep_unreferenced_blobs
+from worker.stops import end_overdue_finishing
 
 log = logging.getLogger("onnx_reducer.worker")
 MAX_BACKOFF_S = 30.0

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from checks.runtime_envs import RuntimeEnv
 from checks.spec import CheckSpec
-from jobflow.ending import succeed
+from jobflow.ending import JobCancelledError, succeed
 from persistence.enums import JobStatus
 from persistence.options import JobOptions
 from persistence.repositories import IterationRepository, JobRepository, WorkerRepository
@@ -52,7 +52,6 @@ from reducer_core.release_bisect import (
 from reducer_core.verdict import Verdict
 from worker.checking import job_check
 from worker.context import RunnerContext
-from worker.endings import JobCancelledError
 from worker.job_hold import going_on, held, probing, stop_if_asked
 from worker.prepared import JobInput, PreparedJob
 from worker.source_job import SourceJob, answer_bundle, bisected_model, keep_bundle, source_of

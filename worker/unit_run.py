@@ -35,8 +35,8 @@ from reducer_core.requests import CheckRequest, Request
 from reducer_core.verdict import Verdict, VerdictKind
 from worker.advance import WorkerSite, announce, cleanup_if_ended
 from worker.context import RunnerContext
-from worker.endings import StopPoll, deadline_of, end_if_stopped, ending_errors
 from worker.prepared import JobInput, PreparedJob, prepared_job
+from worker.stops import StopPoll, deadline_of, end_if_stopped, ending_errors
 from worker.unit_lease import HeldUnit
 
 log = logging.getLogger("onnx_reducer.worker")

@@ -35,9 +35,9 @@ from persistence.store import ArtifactStore
 from tests.service.conftest import client_for
 from tests.service.helpers import chain_model, submit, tar_bundle, wait_job
 from worker.context import context_from_settings
-from worker.endings import ending_errors
 from worker.local import LocalRunner
 from worker.settings import WorkerSettings
+from worker.stops import ending_errors
 
 EXAMPLE = build_example_model().SerializeToString()
 BEYOND_GRACE_S = 8 * 86400  # stored longer ago than any check runs (JOB_TIME_LIMIT_S + 1 h)

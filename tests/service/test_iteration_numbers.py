@@ -19,9 +19,9 @@ from persistence.repositories import WorkerRepository, WorkerStatus
 from tests.service.helpers import chain_model, read_sse, submit
 from tests.service.in_process import in_process_context
 from worker.context import RunnerContext
-from worker.endings import end_job
 from worker.job_start import start_job
 from worker.run_job import RunCheck, StartJob, take
+from worker.stops import end_job
 from worker.unit_run import UnitTicket
 
 MODEL = chain_model(12, 7).SerializeToString()

@@ -27,9 +27,9 @@ from tests.service.helpers import OP_PRESENT_MUL, chain_model, read_sse, submit,
 from tests.service.in_process import in_process_context, start_here
 from worker import final_checks
 from worker.context import RunnerContext, slot_context
-from worker.endings import end_overdue_finishing
 from worker.prepared import JobInput
 from worker.run_job import run_job, waiting_job
+from worker.stops import end_overdue_finishing
 from worker.unit_run import KnownJob, RunCheck, UnitRun, UnitTicket
 
 LEASE_S = 3.0

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from examples.build_example_model import build_example_model
+from jobflow.ending import JobCancelledError
 from tests.service.conftest import client_for
 from tests.service.helpers import submit
 from tests.service.in_process import in_process_context
 from worker.context import RunnerContext
-from worker.endings import JobCancelledError
 from worker.job_hold import JobGoneError, held, stop_if_asked
 from worker.run_job import take
 

@@ -1,7 +1,8 @@
-"""How a job ends when something stops it (the model, the spec, the check's infrastructure, a
-cancel, the time limit), whichever worker finds out: ``ending_errors`` maps an error to the job's
-end, ``end_job`` takes the job's row and ends it through ``jobflow.ending.end`` (once: only a
-running job ends)."""
+"""How a worker's work on a job stops, whichever worker finds out: a cancel, the time limit or a
+lost lease stops a running unit (``StopPoll``, ``end_if_stopped``), an error in the work ends the
+job (``ending_errors``: the end an error gives is ``jobflow.ending.ending_of``), a finishing job
+past its limit is ended (``end_overdue_finishing``). The end itself is ``jobflow.ending``'s, the
+one way: ``end_job`` takes the job's row and ends it there (once: only an active job ends)."""
 
 from __future__ import annotations
 
@@ -17,34 +18,15 @@ from sqlalchemy.exc import NoResultFound, SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import ObjectDeletedError
 
-from jobflow.ending import end
+from jobflow.ending import end, ending_of, time_limit_message
 from persistence.enums import ErrorCode, JobStatus
 from persistence.models import Job, utcnow
 from persistence.repositories import JobRepository
 from persistence.retry import transaction
 from persistence.store import ArtifactStoreError
-from reducer_core.errors import (
-    CheckInfraError,
-    InvalidModelError,
-    OriginalDidNotFailError,
-    ReducerError,
-    UsageError,
-)
 from worker.context import RunnerContext
 
 log = logging.getLogger("onnx_reducer.worker")
-ORIGINAL_PASSED_ADVICE = (
-    "Check that the job's check spec fails on the uploaded model: for kind compare/golden its tolerance "
-    "(atol/rtol) and target, for kind error its match, for op-present its ops/names."
-)
-
-
-class JobCancelledError(Exception):
-    pass
-
-
-class JobTimedOutError(Exception):
-    pass
 
 
 def deadline_of(job: Job, ctx: RunnerContext) -> datetime:
@@ -103,7 +85,7 @@ def end_if_stopped(ctx: RunnerContext, job_id: str, deadline: datetime | None) -
     if cancelled:
         end_job(ctx, job_id, JobStatus.CANCELLED, None, None)
     elif deadline is not None and utcnow() > deadline:
-        end_job(ctx, job_id, JobStatus.FAILED, ErrorCode.TIME_LIMIT, time_limit_message(ctx))
+        end_job(ctx, job_id, JobStatus.FAILED, ErrorCode.TIME_LIMIT, time_limit_message(ctx.time_limit_s))
 
 
 def end_overdue_finishing(ctx: RunnerContext) -> list[str]:
@@ -114,33 +96,8 @@ def end_overdue_finishing(ctx: RunnerContext) -> list[str]:
     cutoff = utcnow() - timedelta(seconds=ctx.time_limit_s)
     with ctx.db.session() as db:
         overdue = JobRepository(db).finishing_started_before(cutoff, ctx.queues)
-    message = time_limit_message(ctx)
+    message = time_limit_message(ctx.time_limit_s)
     return [job_id for job_id in overdue if end_job(ctx, job_id, JobStatus.FAILED, ErrorCode.TIME_LIMIT, message)]
-
-
-def time_limit_message(ctx: RunnerContext) -> str:
-    return f"The job ran longer than {ctx.time_limit_s:g}s (JOB_TIME_LIMIT_S, counted from its first start)."
-
-
-def ending_of(exc: BaseException, ctx: RunnerContext, job_id: str) -> tuple[JobStatus, ErrorCode | None, str | None]:
-    """The end an error gives the job."""
-    if isinstance(exc, JobCancelledError):
-        return JobStatus.CANCELLED, None, None
-    if isinstance(exc, JobTimedOutError):
-        return JobStatus.FAILED, ErrorCode.TIME_LIMIT, time_limit_message(ctx)
-    if isinstance(exc, OriginalDidNotFailError):
-        return JobStatus.FAILED, ErrorCode.ORIGINAL_DID_NOT_FAIL, f"{exc} {ORIGINAL_PASSED_ADVICE}"
-    if isinstance(exc, InvalidModelError):
-        return JobStatus.FAILED, ErrorCode.INVALID_MODEL, str(exc)
-    if isinstance(exc, CheckInfraError):
-        advice = (
-            " The job keeps its finished checks: once the check's infrastructure works again, "
-            f"POST /v1/jobs/{job_id}/retry resumes it from its last finished check."
-        )
-        return JobStatus.FAILED, ErrorCode.CHECK_INFRA_ERROR, str(exc) + advice
-    if isinstance(exc, UsageError | ReducerError):
-        return JobStatus.FAILED, ErrorCode.INVALID_CHECK, str(exc)
-    return JobStatus.FAILED, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"
 
 
 @contextmanager
@@ -159,7 +116,7 @@ def ending_errors(ctx: RunnerContext, job_id: str) -> Iterator[None]:
         if isinstance(exc, ArtifactStoreError) and exc.transient:
             log.warning("job %s: the artifact store is unavailable; the job is taken again once it is back", job_id)
             raise  # (as the database: its lease runs out and a worker claims it again)
-        status, code, message = ending_of(exc, ctx, job_id)
+        status, code, message = ending_of(exc, job_id)
         if code is ErrorCode.INTERNAL:
             log.exception("job %s failed", job_id)
         end_job(ctx, job_id, status, code, message)
