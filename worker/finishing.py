@@ -31,7 +31,7 @@ from persistence.events import AnswerPayload
 from persistence.jsonlog import bind_job
 from persistence.repositories import ArtifactRepository, JobRepository
 from persistence.repositories.units import UnitRepository
-from persistence.retry import transaction
+from persistence.retry import attempts
 from persistence.store import StoredBlob
 from worker.context import RunnerContext
 from worker.final_checks import Evidence, Finals, check_finals, plan_finals, succeed_verified
@@ -94,9 +94,10 @@ class FinishRun:
                 return 0
             finally:
                 self.ctx.leases.release(self.lease)
-            seq = transaction(
-                self.ctx.db, lambda db: self._end(db, answer, time.monotonic() - began), f"job {self.job_id}: ending it"
-            )
+            seq = 0
+            for attempt in attempts(self.ctx.db, f"job {self.job_id}: ending it"):
+                with attempt as db:
+                    seq = self._end(db, answer, time.monotonic() - began)
             if seq:
                 self.ctx.notify(self.job_id, seq)
             return seq

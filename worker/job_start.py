@@ -17,10 +17,11 @@ from jobflow.ending import JobCancelledError, JobTimedOutError
 from persistence.enums import ArtifactKind, EventKind, JobTask
 from persistence.events import record_event
 from persistence.jsonlog import bind_job
-from persistence.models import utcnow
+from persistence.models import Job, utcnow
 from persistence.repositories import ArtifactRepository, JobRepository
 from persistence.repositories.units import UnitRepository
-from persistence.retry import transaction
+from persistence.retry import attempts
+from persistence.store import StoredBlob
 from worker.advance import Advanced, WorkerSite, announce
 from worker.context import RunnerContext
 from worker.passes_job import run_passes_job
@@ -69,21 +70,32 @@ def _start(ctx: RunnerContext, job_id: str, attempt: int) -> None:
     nodes = len(prepared.workspace.index)
     weights = {loc: ctx.layout.store.put_file(path) for loc, path in prepared.workspace.sources.files.items()}
 
-    def begin(session: Session) -> Advanced | None:
-        job = JobRepository(session).lock_running(job_id)
-        if job is None or job.attempts != attempt:
-            return None  # ended meanwhile, or taken again by another worker
-        for location, blob in weights.items():
-            ArtifactRepository(session).put(job_id, ArtifactKind.WEIGHTS, location, blob)
-        job.nodes_before = nodes
-        started = record_event(
-            session, job_id, EventKind.STARTED, {"attempt": attempt, "nodes_before": nodes, "resumed": attempt > 1}
-        )
-        requeued = UnitRepository(session).requeue_running(job_id)  # the checks of workers that died
-        outcome = flow.start(session, WorkerSite(ctx, prepared), job)
-        outcome.seq, outcome.queued = max(outcome.seq, started), outcome.queued + requeued
-        return outcome
-
-    begun = transaction(ctx.db, begin, f"job {job_id}: starting it")
+    begun: Advanced | None = None
+    for run in attempts(ctx.db, f"job {job_id}: starting it"):
+        with run as db:
+            begun = None  # (a run that was aborted and runs again leaves nothing)
+            started = _record_start(db, job_id, attempt, weights, nodes)
+            if started is not None:
+                job, seq, requeued = started
+                begun = flow.start(db, WorkerSite(ctx, prepared), job)
+                begun.seq, begun.queued = max(begun.seq, seq), begun.queued + requeued
     if begun is not None:
         announce(ctx, job_id, begun)
+
+
+def _record_start(
+    db: Session, job_id: str, attempt: int, weights: dict[str, StoredBlob], nodes: int
+) -> tuple[Job, int, int] | None:
+    """The start, under the job's row lock: its weights, its size and its ``started`` event, and
+    the checks of workers that died queued again; the job, the event's number and how many were
+    queued again (None: it ended meanwhile, or another worker took it again)."""
+    job = JobRepository(db).lock_running(job_id)
+    if job is None or job.attempts != attempt:
+        return None
+    for location, blob in weights.items():
+        ArtifactRepository(db).put(job_id, ArtifactKind.WEIGHTS, location, blob)
+    job.nodes_before = nodes
+    started = record_event(
+        db, job_id, EventKind.STARTED, {"attempt": attempt, "nodes_before": nodes, "resumed": attempt > 1}
+    )
+    return job, started, UnitRepository(db).requeue_running(job_id)
