@@ -9,7 +9,7 @@ the job's row locked, the unit finished (once: a second delivery of it records n
 verdict taken in and recorded, then the next checks queued, or the job's end planned
 (``jobflow.ending.plan_end``), or the job ended when its session failed; a verdict that lands
 after the end was planned is recorded as a late iteration (``jobflow.recording.record_late``) and
-re-plans nothing. ``step`` is the same without a unit (the worker that starts the job). What only
+re-plans nothing. ``start`` is the same without a unit (the worker that starts the job). What only
 the worker has (its live sessions, the farm's verdicts, its queue of checks) it lends the step
 as a ``Site``."""
 

@@ -43,6 +43,10 @@ class JobTimedOutError(Exception):
 
     def __init__(self, time_limit_s: float) -> None:
         super().__init__(time_limit_message(time_limit_s))
+        self.time_limit_s = time_limit_s
+
+    def __reduce__(self) -> tuple[type[JobTimedOutError], tuple[float]]:
+        return type(self), (self.time_limit_s,)  # copied or pickled from its limit, not its message
 
 
 def time_limit_message(time_limit_s: float) -> str:

@@ -3,6 +3,9 @@ a real (SQLite) database."""
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 from sqlalchemy import select
 
@@ -89,3 +92,9 @@ def test_a_finishing_job_that_fails_ends_once_with_its_finish_unit_cancelled(db:
         assert JobRepository(session).lock_active(job_id) is None  # ended: nothing ends it twice
         kinds = [e.kind for e in EventRepository(session).after(job_id, planned)]
     assert kinds == [EventKind.FAILED]
+
+
+def test_a_time_out_survives_a_copy_and_a_pickle() -> None:
+    timed_out = JobTimedOutError(90)
+    for again in (copy.copy(timed_out), pickle.loads(pickle.dumps(timed_out))):
+        assert ending_of(again, "job-1") == ending_of(timed_out, "job-1")
