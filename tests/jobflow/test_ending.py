@@ -62,12 +62,17 @@ def _units(db: Database, job_id: str) -> list[tuple[str, str]]:
         return [(unit.kind, unit.status) for unit in rows]
 
 
-def test_planning_the_end_cancels_the_checks_in_flight_and_queues_one_finish_unit(db: Database) -> None:
-    job_id = _running_job_with_checks(db, speculative=2)
+def _plan_end(db: Database, job_id: str) -> int:
+    """``plan_end`` on the running job, its row held as a worker holds it; the event's number."""
     with db.session() as session:
         job = JobRepository(session).lock_running(job_id)
         assert job is not None
-        seq = plan_end(session, job)
+        return plan_end(session, job)
+
+
+def test_planning_the_end_cancels_the_checks_in_flight_and_queues_one_finish_unit(db: Database) -> None:
+    job_id = _running_job_with_checks(db, speculative=2)
+    seq = _plan_end(db, job_id)
     assert _units(db, job_id) == [("check", "cancelled")] * 3 + [(FINISH, "queued")]
     with db.session() as session:
         job = session.get(Job, job_id)
@@ -77,10 +82,7 @@ def test_planning_the_end_cancels_the_checks_in_flight_and_queues_one_finish_uni
 
 def test_a_finishing_job_that_fails_ends_once_with_its_finish_unit_cancelled(db: Database) -> None:
     job_id = _running_job_with_checks(db, speculative=0)
-    with db.session() as session:
-        job = JobRepository(session).lock_running(job_id)
-        assert job is not None
-        planned = plan_end(session, job)
+    planned = _plan_end(db, job_id)
     with db.session() as session:
         job = JobRepository(session).lock_active(job_id)
         assert job is not None
